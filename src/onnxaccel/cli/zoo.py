@@ -1,0 +1,52 @@
+"""`onnxaccel zoo list|get`: the built-in models (no network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from onnxaccel.cli.common import JsonOpt, console, handle_errors, print_json
+
+
+def register(app: typer.Typer) -> None:
+    zoo_app = typer.Typer(help="Built-in models, built locally on first use (no network).", no_args_is_help=True)
+    zoo_app.command("list", help="List the built-in models.")(list_command)
+    zoo_app.command("get", help="Build (once) and write a built-in model to a file.")(get_command)
+    app.add_typer(zoo_app, name="zoo")
+
+
+@handle_errors
+def list_command(as_json: JsonOpt = False) -> None:
+    from onnxaccel.zoo import list_models, zoo_cache_dir
+
+    entries = list_models()
+    if as_json:
+        print_json({"schema": "onnxaccel.zoo/1", "cache_dir": str(zoo_cache_dir()),
+                    "models": [e.to_dict() for e in entries]})
+        return
+    table = Table(title=f"built-in models (use as zoo:NAME; cached in {zoo_cache_dir()})", title_justify="left")
+    for col in ("name", "family", "parameters", "description"):
+        table.add_column(col, justify="right" if col == "parameters" else "left")
+    for e in entries:
+        table.add_row(e.name, e.family, f"{e.parameters / 1e6:.1f} M", e.description)
+    console.print(table)
+
+
+@handle_errors
+def get_command(
+    name: Annotated[str, typer.Argument(help="Model name (with or without the zoo: prefix).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the .onnx file.")],
+    as_json: JsonOpt = False,
+) -> None:
+    from onnxaccel.zoo import export_model
+
+    name = name.removeprefix("zoo:")
+    path = export_model(name, output)
+    if as_json:
+        print_json({"schema": "onnxaccel.zoo-get/1", "name": name, "path": str(path),
+                    "bytes": path.stat().st_size})
+        return
+    console.print(f"wrote zoo:{name} to {path} ({path.stat().st_size / 1e6:.1f} MB)")

@@ -1,0 +1,48 @@
+"""Engines compile a Model for a Target into a Runner: ONNX Runtime (``ort``) and native MIGraphX."""
+
+from __future__ import annotations
+
+from onnxaccel.engines.base import BoundRun, PlacedNode, Placement, Runner
+from onnxaccel.errors import TargetError
+from onnxaccel.model import Model
+from onnxaccel.target import Target, parse_target
+
+__all__ = ["BoundRun", "PlacedNode", "Placement", "Runner", "best_target", "compile_model"]
+
+#: Devices tried by ``best_target``, fastest first.
+_PREFERENCE = ("migraphx", "cuda", "cpu")
+
+
+def compile_model(model: Model, target: Target, *, strict: bool = False) -> Runner:
+    """Build a Runner for the target's engine. The model should be bound (``Model.bind``)."""
+    if target.engine == "ort":
+        from onnxaccel.engines.ort import OrtEngine
+
+        return OrtEngine().compile(model, target, strict=strict)
+    if target.engine == "migraphx":
+        from onnxaccel.engines.migraphx import MigraphxEngine
+
+        return MigraphxEngine().compile(model, target, strict=strict)
+    raise TargetError(f"Unknown engine '{target.engine}'.", "Use ort or migraphx.")
+
+
+def best_target() -> tuple[Target, list[str]]:
+    """The fastest target that really loads here, and why each faster one was skipped.
+
+    A provider counts only if a session built with it keeps it first in ``get_providers()``; being listed
+    by ``get_available_providers()`` says only how the wheel was built.
+    """
+    from onnxaccel.engines.ort import import_ort, probe_provider
+
+    ort = import_ort()
+    skipped = []
+    available = ort.get_available_providers()
+    for device in _PREFERENCE:
+        target = parse_target(device)
+        if target.provider not in available:
+            continue
+        problem = probe_provider(target)
+        if problem is None:
+            return target, skipped
+        skipped.append(f"{device}: {problem}")
+    return parse_target("cpu"), skipped

@@ -1,0 +1,159 @@
+"""The Runner interface every engine implements (after Polygraphy's runners), and Placement.
+
+A Runner is a model compiled for a target. ``run(feeds)`` takes and returns numpy arrays;
+``bind()`` returns a :class:`BoundRun` that keeps inputs and outputs on the target's device (IO binding),
+so a timing loop measures the model, not host copies.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxaccel.model import Model
+from onnxaccel.target import Target
+
+CPU = "CPUExecutionProvider"
+
+
+@dataclass(frozen=True)
+class PlacedNode:
+    op_type: str
+    name: str
+    domain: str = ""
+
+    def to_dict(self) -> dict:
+        return {"op_type": self.op_type, "name": self.name, "domain": self.domain}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which nodes each execution provider got.
+
+    ``method`` says how it was learned: ``assignment-info`` (ONNX Runtime >= 1.24
+    ``get_provider_graph_assignment_info``), ``profiling`` (node events of one profiled run), or
+    ``unknown``. ``requested`` is the provider the target asked for.
+    """
+
+    requested: str
+    nodes: Mapping[str, tuple[PlacedNode, ...]] = field(default_factory=dict)
+    method: str = "unknown"
+
+    @property
+    def known(self) -> bool:
+        return self.method != "unknown"
+
+    @property
+    def total(self) -> int:
+        return sum(len(v) for v in self.nodes.values())
+
+    def count(self, provider: str) -> int:
+        return len(self.nodes.get(provider, ()))
+
+    @property
+    def fallback(self) -> tuple[PlacedNode, ...]:
+        """Nodes placed on another provider than the requested one (Memcpy nodes excluded)."""
+        return tuple(
+            n for ep, nodes in self.nodes.items() if ep != self.requested
+            for n in nodes if not n.op_type.startswith("Memcpy")
+        )
+
+    @property
+    def memcpy_nodes(self) -> int:
+        return sum(1 for nodes in self.nodes.values() for n in nodes if n.op_type.startswith("Memcpy"))
+
+    def fallback_ops(self) -> Counter:
+        return Counter(n.op_type for n in self.fallback)
+
+    def summary(self) -> str:
+        """One line, e.g. 'CUDAExecutionProvider took 402/412 nodes; 10 on CPU: NonMaxSuppression x1, ...'."""
+        if not self.known:
+            return f"placement unknown (this ONNX Runtime cannot report it); requested {self.requested}"
+        short = self.requested.replace("ExecutionProvider", "")
+        total = self.total - self.memcpy_nodes
+        line = f"{short} took {self.count(self.requested) - self._memcpy_on(self.requested)}/{total} nodes"
+        if self.requested != CPU and self.fallback:
+            ops = ", ".join(f"{op} x{n}" for op, n in self.fallback_ops().most_common())
+            others = sorted({ep.replace("ExecutionProvider", "") for ep, ns in self.nodes.items()
+                             if ep != self.requested and ns})
+            line += f"; {len(self.fallback)} on {'/'.join(others)}: {ops}"
+        if self.memcpy_nodes:
+            line += f"; {self.memcpy_nodes} Memcpy node(s) inserted"
+        return line
+
+    def _memcpy_on(self, provider: str) -> int:
+        return sum(1 for n in self.nodes.get(provider, ()) if n.op_type.startswith("Memcpy"))
+
+    def to_dict(self) -> dict:
+        return {
+            "requested": self.requested,
+            "method": self.method,
+            "total_nodes": self.total,
+            "per_provider": {ep: len(nodes) for ep, nodes in self.nodes.items()},
+            "fallback": [n.to_dict() for n in self.fallback],
+            "memcpy_nodes": self.memcpy_nodes,
+            "summary": self.summary(),
+        }
+
+
+class BoundRun(abc.ABC):
+    """Inputs and outputs resident on the target's device. ``run()`` leaves outputs there."""
+
+    @abc.abstractmethod
+    def update(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Copy new host values into the device-resident inputs (same shapes)."""
+
+    @abc.abstractmethod
+    def run(self) -> None:
+        """Run once; outputs stay on the device."""
+
+    @abc.abstractmethod
+    def outputs(self) -> dict[str, np.ndarray]:
+        """Copy the outputs of the last run to the host."""
+
+
+class Runner(abc.ABC):
+    """A model compiled for a target."""
+
+    model: Model
+    target: Target
+    #: Seconds spent creating the session / compiling the program.
+    compile_seconds: float
+    placement: Placement
+    #: Messages the user should see (fallbacks, fixes applied); never printed by the library.
+    warnings: list[str]
+
+    @abc.abstractmethod
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run with host (numpy) inputs; return host outputs by name."""
+
+    @abc.abstractmethod
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> BoundRun:
+        """Put ``feeds`` on the device and return a device-resident run (IO binding)."""
+
+    @property
+    @abc.abstractmethod
+    def providers(self) -> list[str]:
+        """The providers the session actually has, in priority order."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the session."""
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def describe(self) -> dict:
+        return {
+            "target": self.target.to_dict(),
+            "providers": self.providers,
+            "compile_seconds": self.compile_seconds,
+            "placement": self.placement.to_dict(),
+            "warnings": list(self.warnings),
+        }

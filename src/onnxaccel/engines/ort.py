@@ -1,0 +1,435 @@
+"""The ONNX Runtime engine: build a session for a target, verify where it really runs, run it.
+
+ONNX Runtime's failure modes differ by provider (rocm_facts.md §1.4, §7): MIGraphX raises when its
+libraries are missing, CUDA and ROCm log an error and silently run on the CPU. So after building the
+session this engine checks ``get_providers()`` and the node placement, and turns a silent fallback into a
+loud one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from importlib import metadata
+
+import numpy as np
+import onnx
+from onnx import helper
+from packaging.version import Version
+
+from onnxaccel.engines.base import CPU, BoundRun, PlacedNode, Placement, Runner
+from onnxaccel.engines.ort_errors import diagnose, first_error_line
+from onnxaccel.errors import (
+    InferenceError,
+    MissingDependencyError,
+    ModelVersionError,
+    PlacementError,
+    ProviderOptionError,
+    ProviderUnavailableError,
+    TargetError,
+)
+from onnxaccel.model import Model
+from onnxaccel.target import PROVIDER_PACKAGE, Target
+
+#: onnxruntime distributions that all install the same `onnxruntime` module (two of them conflict).
+ORT_DISTRIBUTIONS = (
+    "onnxruntime", "onnxruntime-gpu", "onnxruntime-migraphx", "onnxruntime-rocm", "onnxruntime-openvino",
+    "onnxruntime-directml", "onnxruntime-qnn", "onnxruntime-training", "ort-nightly", "ort-nightly-gpu",
+    "onnxruntime-cann", "onnxruntime-vitisai", "onnxruntime-silicon",
+)
+#: ORT version that deleted the ROCm EP (microsoft/onnxruntime#25181).
+ROCM_EP_REMOVED = Version("1.23")
+#: ORT version that added get_provider_graph_assignment_info (microsoft/onnxruntime#26781).
+ASSIGNMENT_INFO_SINCE = Version("1.24")
+
+_GRAPH_OPT = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+              "layout": "ORT_ENABLE_LAYOUT", "all": "ORT_ENABLE_ALL"}
+
+
+def import_ort():
+    """Import onnxruntime, or say which extra installs it."""
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise MissingDependencyError("onnxruntime", "cpu", "Running models with ONNX Runtime") from exc
+    return onnxruntime
+
+
+def ort_version() -> Version:
+    return Version(import_ort().__version__.split("+")[0])
+
+
+def installed_distributions() -> dict[str, str]:
+    """Every installed distribution that provides the `onnxruntime` module, with its version."""
+    found = {}
+    for name in ORT_DISTRIBUTIONS:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[name] = metadata.version(name)
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def runtime_limits() -> tuple[int, int]:
+    """(max IR version, max ai.onnx opset) the installed runtime reads, learned from its own errors.
+
+    ONNX Runtime answers a model stamped with an impossible version with "max supported IR version: N"
+    and "Current official support for domain ai.onnx is till opset N" (seen on 1.31/1.32).
+    """
+    ort = import_ort()
+    import re
+
+    def probe(ir: int, opset: int) -> str:
+        graph = helper.make_graph(
+            [helper.make_node("Identity", ["x"], ["y"])], "probe",
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+            [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = ir
+        try:
+            ort.InferenceSession(model.SerializeToString(), providers=[CPU])
+        except Exception as exc:  # noqa: BLE001 - we read the runtime's own message
+            return str(exc)
+        return ""
+
+    ir_msg = probe(1000, 13)
+    found = re.search(r"max supported IR version: (\d+)", ir_msg)
+    max_ir = int(found.group(1)) if found else onnx.IR_VERSION
+    op_msg = probe(7, 1000)
+    found = re.search(r"ai\.onnx is till opset (\d+)", op_msg)
+    max_opset = int(found.group(1)) if found else onnx.defs.onnx_opset_version()
+    return max_ir, max_opset
+
+
+class OrtEngine:
+    """Compiles a Model for a Target into an :class:`OrtRunner`."""
+
+    name = "ort"
+
+    def compile(self, model: Model, target: Target, *, strict: bool = False) -> OrtRunner:
+        ort = import_ort()
+        version = ort_version()
+        if target.engine != "ort":
+            raise TargetError(f"{target} is not an ONNX Runtime target.", "Drop the @engine suffix.")
+        _check_provider_built(ort, target, version)
+        if not target.precision_is_native:
+            raise TargetError(
+                f"{target.device} has no {target.precision} switch of its own; the model must be converted first.",
+                f"Use `onnxaccel run --precision {target.precision}` (converts the model), or `onnxaccel optimize`.",
+            )
+        max_ir, max_opset = runtime_limits()
+        runnable = model.for_runtime(max_ir, max_opset, f"onnxruntime {version}")
+        if not runnable.is_bound:
+            runnable = runnable.bind()
+        return OrtRunner(runnable, target, strict=strict)
+
+
+class OrtRunner(Runner):
+    def __init__(self, model: Model, target: Target, *, strict: bool = False):
+        self.ort = import_ort()
+        self.model = model
+        self.target = target
+        self.warnings = list(model.notes)
+        self.version = ort_version()
+        self._strict = strict
+        self.session, self.compile_seconds, log = self._create_session()
+        actual = self.session.get_providers()
+        if actual[0] != target.provider:
+            raise _provider_failed(target, log, actual)
+        self.placement = self._placement()
+        if target.device != "cpu" and self.placement.fallback:
+            message = f"{self.placement.summary()}. Fallback nodes run on the CPU and add host-device copies."
+            if strict:
+                raise PlacementError(
+                    message,
+                    "Run `onnxaccel inspect --target` to see every fallback node; drop --strict to accept them.",
+                )
+            self.warnings.append(message)
+
+    # -- session ---------------------------------------------------------------------------------------
+
+    def _session_options(self):
+        ort = self.ort
+        so = ort.SessionOptions()
+        so.log_severity_level = 2
+        if self.version >= ASSIGNMENT_INFO_SINCE:
+            so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        for key, value in self.target.session_options().items():
+            if key == "graph_optimization_level":
+                so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _GRAPH_OPT[value])
+            elif key == "execution_mode":
+                so.execution_mode = getattr(ort.ExecutionMode, f"ORT_{value.upper()}")
+            elif key in ("enable_mem_pattern", "enable_cpu_mem_arena"):
+                setattr(so, key, value == "1")
+            else:
+                setattr(so, key, int(value))
+        return so
+
+    def _providers(self) -> list:
+        provider = self.target.provider
+        options = self.target.provider_options()
+        chain = [(provider, options)]
+        if provider == "TensorrtExecutionProvider":
+            chain.append(("CUDAExecutionProvider", {"device_id": options.get("device_id", "0")}))
+        if provider != CPU:
+            chain.append((CPU, {}))
+        return chain
+
+    def _create_session(self):
+        if self.target.device in ("cuda", "tensorrt") and hasattr(self.ort, "preload_dlls"):
+            # Loads CUDA/cuDNN from pip's nvidia-* wheels when present; prints, never raises (ORT docs).
+            with contextlib.redirect_stdout(io.StringIO()):
+                with contextlib.suppress(Exception):
+                    self.ort.preload_dlls()
+        start = time.perf_counter()
+        with capture_native_stderr() as log:
+            try:
+                session = self.ort.InferenceSession(
+                    str(self.model.path), self._session_options(), providers=self._providers(),
+                    enable_fallback=0,
+                )
+            except Exception as exc:  # noqa: BLE001 - every runtime failure is translated below
+                raise _session_error(self.target, self.model, exc, log.text()) from exc
+        return session, time.perf_counter() - start, log.text()
+
+    # -- placement -------------------------------------------------------------------------------------
+
+    def _placement(self) -> Placement:
+        getter = getattr(self.session, "get_provider_graph_assignment_info", None)
+        if getter is not None and self.version >= ASSIGNMENT_INFO_SINCE:
+            nodes: dict[str, list[PlacedNode]] = {}
+            for subgraph in getter():
+                bucket = nodes.setdefault(subgraph.ep_name, [])
+                bucket.extend(PlacedNode(n.op_type, n.name, n.domain) for n in subgraph.get_nodes())
+            return Placement(self.target.provider, {k: tuple(v) for k, v in nodes.items()}, "assignment-info")
+        return self._placement_by_profiling()
+
+    def _placement_by_profiling(self) -> Placement:
+        """ORT < 1.24: profile one run in a throwaway session and read each node event's provider."""
+        from onnxaccel.inputs import synthesize
+
+        with tempfile.TemporaryDirectory() as tmp:
+            so = self._session_options()
+            so.enable_profiling = True
+            so.profile_file_prefix = os.path.join(tmp, "placement")
+            try:
+                session = self.ort.InferenceSession(str(self.model.path), so, providers=self._providers())
+                session.run(None, synthesize(self.model))
+                events = json.load(open(session.end_profiling()))
+            except Exception:  # noqa: BLE001 - placement stays unknown rather than failing the run
+                return Placement(self.target.provider)
+        nodes: dict[str, dict[str, PlacedNode]] = {}
+        for event in events:
+            args = event.get("args", {})
+            if event.get("cat") == "Node" and "provider" in args and event["name"].endswith("_kernel_time"):
+                name = event["name"][: -len("_kernel_time")]
+                nodes.setdefault(args["provider"], {})[name] = PlacedNode(args.get("op_name", "?"), name)
+        return Placement(self.target.provider, {k: tuple(v.values()) for k, v in nodes.items()}, "profiling")
+
+    # -- running ---------------------------------------------------------------------------------------
+
+    @property
+    def providers(self) -> list[str]:
+        return list(self.session.get_providers())
+
+    def effective_provider_options(self) -> dict[str, str]:
+        """Every option of the requested provider with its effective value, as the runtime reports it."""
+        return dict(self.session.get_provider_options().get(self.target.provider, {}))
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = [o.name for o in self.session.get_outputs()]
+        try:
+            values = self.session.run(names, dict(feeds))
+        except Exception as exc:  # noqa: BLE001
+            raise _inference_error(self.target, exc) from exc
+        return dict(zip(names, values))
+
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> OrtBoundRun:
+        return OrtBoundRun(self, feeds)
+
+    def close(self) -> None:
+        self.session = None
+
+
+class OrtBoundRun(BoundRun):
+    """IO binding: inputs copied to the device once, outputs allocated there by ONNX Runtime."""
+
+    def __init__(self, runner: OrtRunner, feeds: Mapping[str, np.ndarray]):
+        self.runner = runner
+        ort = runner.ort
+        self.device, self.device_id, self.vendor = _ortvalue_device(runner.target)
+        self.binding = runner.session.io_binding()
+        self.values = {}
+        for name, array in feeds.items():
+            self.values[name] = _ortvalue(ort, np.ascontiguousarray(array), self.device, self.device_id, self.vendor)
+            self.binding.bind_ortvalue_input(name, self.values[name])
+        for out in runner.session.get_outputs():
+            if self.vendor is not None:
+                self.binding.bind_output(out.name, self.device, self.device_id, vendor_id=self.vendor)
+            else:
+                self.binding.bind_output(out.name, self.device, self.device_id)
+        self.output_names = [o.name for o in runner.session.get_outputs()]
+
+    def update(self, feeds: Mapping[str, np.ndarray]) -> None:
+        for name, array in feeds.items():
+            self.values[name].update_inplace(np.ascontiguousarray(array))
+
+    def run(self) -> None:
+        try:
+            self.runner.session.run_with_iobinding(self.binding)
+        except Exception as exc:  # noqa: BLE001
+            raise _inference_error(self.runner.target, exc) from exc
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return dict(zip(self.output_names, self.binding.copy_outputs_to_cpu()))
+
+    def device_outputs(self) -> list:
+        """The OrtValues of the last run, still on the device."""
+        return self.binding.get_outputs()
+
+
+def _ortvalue_device(target: Target) -> tuple[str, int, int | None]:
+    device_id = target.device_id or 0
+    if target.device in ("cuda", "tensorrt"):
+        return "cuda", device_id, None
+    if target.device in ("migraphx", "rocm"):
+        # Newer ORT addresses AMD memory as a "gpu" device with AMD's PCI vendor id (0x1002,
+        # OrtDeviceVendorId.AMD in onnxruntime_inference_collection.py); older builds with the ROCm/MIGraphX
+        # EP map "cuda" to the HIP allocator. Not executed on AMD hardware here.
+        return "gpu", device_id, 0x1002
+    return "cpu", 0, None
+
+
+def _ortvalue(ort, array: np.ndarray, device: str, device_id: int, vendor: int | None):
+    if vendor is not None:
+        try:
+            return ort.OrtValue.ortvalue_from_numpy(array, device, device_id, vendor)
+        except TypeError:  # ORT without vendor ids
+            return ort.OrtValue.ortvalue_from_numpy(array, "cuda", device_id)
+    return ort.OrtValue.ortvalue_from_numpy(array, device, device_id)
+
+
+# -- errors ----------------------------------------------------------------------------------------------
+
+def _check_provider_built(ort, target: Target, version: Version) -> None:
+    available = ort.get_available_providers()
+    if target.device == "rocm" and version >= ROCM_EP_REMOVED:
+        raise TargetError(
+            f"The ROCm execution provider was removed from ONNX Runtime in 1.23 (microsoft/onnxruntime#25181); "
+            f"the installed onnxruntime is {version}.",
+            "On AMD GPUs use --target migraphx with onnxruntime-migraphx (pip install 'onnxaccel[migraphx]'); "
+            "the ROCm EP exists only in onnxruntime-rocm <= 1.22 (pip install 'onnxaccel[rocm]').",
+        )
+    if target.provider in available:
+        return
+    package, extra = PROVIDER_PACKAGE[target.device]
+    installed = installed_distributions()
+    have = ", ".join(f"{k} {v}" for k, v in installed.items()) or "none"
+    hint = f"Install {package} instead: pip uninstall -y {' '.join(installed) or 'onnxruntime'} && " \
+           f"pip install 'onnxaccel[{extra}]'."
+    if len(installed) > 1:
+        hint = (f"Several onnxruntime packages are installed ({have}); they overwrite one another's module. "
+                f"Uninstall all of them, then pip install 'onnxaccel[{extra}]'.")
+    raise ProviderUnavailableError(
+        f"{target.provider} is not part of the installed ONNX Runtime ({have}; it has: {', '.join(available)}).",
+        hint,
+    )
+
+
+def _provider_failed(target: Target, log: str, actual: list[str]) -> ProviderUnavailableError:
+    found = diagnose(log)
+    cause = found.cause if found else (first_error_line(log) or "no reason was logged")
+    return ProviderUnavailableError(
+        f"{target.provider} did not load ({cause}); ONNX Runtime would have run the model on "
+        f"{', '.join(actual)} instead.",
+        found.fix if found else "Run `onnxaccel doctor --target " + str(target) + "` for the full diagnosis.",
+        details=log.strip() or None,
+    )
+
+
+def _session_error(target: Target, model: Model, exc: Exception, log: str) -> Exception:
+    text = f"{exc}\n{log}"
+    if "Unknown provider option" in text or "Invalid device ID" in text:
+        found = diagnose(text)
+        return ProviderOptionError(f"{target.provider}: {found.cause if found else exc}",
+                                   found.fix if found else None, details=text.strip())
+    if "IR version" in text or "opset" in text and "support" in text:
+        return ModelVersionError(f"ONNX Runtime cannot read {model.source}: {first_error_line(str(exc))}",
+                                 "Upgrade onnxruntime, or re-export the model for an older opset.", details=text)
+    found = diagnose(text)
+    if found:
+        return ProviderUnavailableError(f"{target.provider} did not load: {found.cause}.", found.fix, details=text)
+    return InferenceError(
+        f"ONNX Runtime could not build a session for {model.source} on {target}: {first_error_line(str(exc))}",
+        "Check the model with `onnxaccel inspect`; rerun with --debug for the full runtime message.",
+        details=text,
+    )
+
+
+def _inference_error(target: Target, exc: Exception) -> InferenceError:
+    found = diagnose(str(exc))
+    return InferenceError(
+        f"Inference failed on {target}: {first_error_line(str(exc))}",
+        found.fix if found else "Check input shapes and dtypes (`onnxaccel inspect`); --debug shows the full error.",
+        details=str(exc),
+    )
+
+
+class _Captured:
+    def __init__(self):
+        self.file = tempfile.TemporaryFile(mode="w+b")
+
+    def text(self) -> str:
+        self.file.seek(0)
+        return self.file.read().decode(errors="replace")
+
+
+@contextlib.contextmanager
+def capture_native_stderr():
+    """Capture what native code writes to file descriptor 2 (ONNX Runtime logs there) and echo nothing."""
+    captured = _Captured()
+    try:
+        fd = os.dup(2)
+    except OSError:  # no stderr at all
+        yield captured
+        return
+    try:
+        os.dup2(captured.file.fileno(), 2)
+        yield captured
+    finally:
+        os.dup2(fd, 2)
+        os.close(fd)
+
+
+def probe_provider(target: Target) -> str | None:
+    """Build a one-node session on the target; None when the provider loads, else the reason it does not."""
+    ort = import_ort()
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "probe",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    if target.device in ("cuda", "tensorrt") and hasattr(ort, "preload_dlls"):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
+            ort.preload_dlls()
+    providers = [(target.provider, target.provider_options())]
+    if target.provider != CPU:
+        providers.append((CPU, {}))
+    with capture_native_stderr() as log:
+        try:
+            session = ort.InferenceSession(model.SerializeToString(), providers=providers, enable_fallback=0)
+        except Exception as exc:  # noqa: BLE001
+            found = diagnose(f"{exc}\n{log.text()}")
+            return found.cause if found else first_error_line(str(exc))
+    if session.get_providers()[0] != target.provider:
+        found = diagnose(log.text())
+        return found.cause if found else (first_error_line(log.text()) or "the provider did not load")
+    return None

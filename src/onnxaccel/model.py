@@ -1,0 +1,457 @@
+"""Model: load and validate an ONNX model, read its signature, bind symbolic dimensions.
+
+Weights are never loaded here (``load_external_data=False``): the signature needs only the graph, and the
+runtime reads the weights from the file itself. A model that must be rewritten for the runtime (see
+:meth:`Model.for_runtime`) is written once into the cache and loaded from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper
+
+from onnxaccel.paths import runtime_models_dir
+from onnxaccel.errors import (
+    ModelFormatError,
+    ModelNotFoundError,
+    ModelVersionError,
+    ShapeError,
+)
+
+ZOO_PREFIX = "zoo:"
+#: Model metadata key holding JSON defaults for symbolic dims, e.g. {"sequence": 128} (set by the zoo).
+DIM_DEFAULTS_KEY = "onnxaccel.dim_defaults"
+
+Dim = int | str | None
+
+# Tensor element types and the first ONNX IR version that allows them (onnx/onnx.proto3, "IR VERSION"
+# comments: IR 9 added the float8 types, IR 10 uint4/int4, IR 11 float4e2m1, IR 12 float8e8m0,
+# IR 13 uint2/int2). Used to decide whether lowering a model's IR version is safe.
+_TYPE_MIN_IR = {
+    "FLOAT8E4M3FN": 9, "FLOAT8E4M3FNUZ": 9, "FLOAT8E5M2": 9, "FLOAT8E5M2FNUZ": 9,
+    "UINT4": 10, "INT4": 10, "FLOAT4E2M1": 11, "FLOAT8E8M0": 12, "UINT2": 13, "INT2": 13,
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, element type and shape of a graph input or output.
+
+    ``shape`` holds an int for a fixed dim, the dim_param string for a symbolic one, None when unknown.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[Dim, ...] | None
+
+    @property
+    def is_static(self) -> bool:
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+    def shape_text(self) -> str:
+        if self.shape is None:
+            return "?"
+        return "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape) if self.shape else None}
+
+
+@dataclass(frozen=True)
+class Model:
+    """An ONNX model, its signature, and the shapes its symbolic dims are bound to for this run."""
+
+    source: str
+    path: Path
+    proto: onnx.ModelProto = field(repr=False)
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    #: dim_param name -> value, and per-input concrete shapes, once bound.
+    dim_values: Mapping[str, int] = field(default_factory=dict)
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.source[len(ZOO_PREFIX):] if self.source.startswith(ZOO_PREFIX) else self.path.stem
+
+    @property
+    def ir_version(self) -> int:
+        return self.proto.ir_version
+
+    @property
+    def opsets(self) -> dict[str, int]:
+        return {(o.domain or "ai.onnx"): o.version for o in self.proto.opset_import}
+
+    @property
+    def default_opset(self) -> int:
+        return self.opsets.get("ai.onnx", 0)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {p.key: p.value for p in self.proto.metadata_props}
+
+    @property
+    def is_bound(self) -> bool:
+        return len(self.input_shapes) == len(self.inputs)
+
+    def input(self, name: str) -> TensorSpec:
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        raise ShapeError(
+            f"The model has no input named '{name}'.",
+            f"Its inputs are: {', '.join(s.name for s in self.inputs)}.",
+        )
+
+    def bind(
+        self,
+        shapes: Mapping[str, Sequence[int]] | None = None,
+        *,
+        batch: int | None = None,
+    ) -> Model:
+        """Return a copy whose every input has a concrete shape.
+
+        ``shapes`` maps an input name to its full shape, or a dim_param name (e.g. ``sequence``) to one
+        value. ``batch`` binds axis 0 of every input whose first dim is not fixed. Named dims the model's
+        metadata gives defaults for (zoo models) take them; an unbound axis 0 becomes 1 (with a note, as
+        Polygraphy and onnxruntime_perf_test do); any other unbound dim is an error that names it.
+        """
+        return _bind(self, dict(shapes or {}), batch)
+
+    def cache_key(self) -> str:
+        """A short digest of the model file (its size and mtime plus the graph), for compile caches."""
+        st = self.path.stat()
+        h = hashlib.sha256(f"{self.path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+        return h.hexdigest()[:16]
+
+    def for_runtime(self, max_ir: int, max_opset: int, runtime: str) -> Model:
+        """Return a model the runtime can read: the same one, or one with its IR version lowered.
+
+        Lowering the IR version is safe when the model's default-domain opset is one that the lower IR
+        version already allowed (onnx.helper.VERSION_TABLE) and no tensor uses an element type introduced
+        after it. Otherwise raise ModelVersionError naming both versions.
+        """
+        if self.default_opset > max_opset:
+            raise ModelVersionError(
+                f"{self.source} uses opset {self.default_opset} of ai.onnx; {runtime} reads up to opset "
+                f"{max_opset}.",
+                f"Convert it: python -c \"import onnx, onnx.version_converter as vc; "
+                f"onnx.save(vc.convert_version(onnx.load('{self.path}'), {max_opset}), 'model-op{max_opset}.onnx')\""
+                f", or upgrade onnxruntime.",
+            )
+        if self.ir_version <= max_ir:
+            return self
+        needed = _min_ir_for_opset(self.default_opset)
+        newer_types = sorted(t for t in _element_types(self.proto) if _TYPE_MIN_IR.get(t, 0) > max_ir)
+        if needed > max_ir or newer_types:
+            why = f"opset {self.default_opset} needs IR {needed}" if needed > max_ir else (
+                f"it uses element types {', '.join(newer_types)}")
+            raise ModelVersionError(
+                f"{self.source} has IR version {self.ir_version}; {runtime} reads up to IR version "
+                f"{max_ir}, and lowering it is not safe ({why}).",
+                "Upgrade onnxruntime, or re-export the model with an older opset.",
+            )
+        fixed_path = _write_lowered_ir(self, max_ir)
+        note = (
+            f"{self.source} has IR version {self.ir_version}, newer than {runtime} reads "
+            f"(max {max_ir}); running a copy stamped IR {max_ir}, which is safe for opset "
+            f"{self.default_opset} (copy: {fixed_path})."
+        )
+        return dataclasses.replace(
+            self, path=fixed_path, proto=onnx.load(str(fixed_path), load_external_data=False),
+            notes=self.notes + (note,),
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "path": str(self.path),
+            "ir_version": self.ir_version,
+            "opsets": self.opsets,
+            "producer": f"{self.proto.producer_name} {self.proto.producer_version}".strip(),
+            "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": [s.to_dict() for s in self.outputs],
+            "input_shapes": {k: list(v) for k, v in self.input_shapes.items()},
+            "notes": list(self.notes),
+        }
+
+
+def load_model(source: str | os.PathLike, *, check: bool = True) -> Model:
+    """Load a model from a path (external data beside it is fine) or a built-in ``zoo:NAME``."""
+    text = str(source)
+    if text.startswith(ZOO_PREFIX):
+        from onnxaccel import zoo  # the zoo builds its models on first use
+
+        path = zoo.get_model_path(text[len(ZOO_PREFIX):])
+    else:
+        path = Path(text).expanduser()
+        _check_file(path, text)
+    proto = _parse(path)
+    _check_external_data(proto, path)
+    if check:
+        _check_graph(path)
+    return Model(
+        source=text,
+        path=path,
+        proto=proto,
+        inputs=tuple(_spec(v) for v in _graph_inputs(proto)),
+        outputs=tuple(_spec(v) for v in proto.graph.output),
+    )
+
+
+def parse_shape_bindings(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Parse ``NAME=1x3x224x224`` (or ``NAME=1,3,224,224``; ``DIM=128`` for a dim_param) items."""
+    out: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        name, sep, dims = item.rpartition("=")
+        if not sep or not name or not re.fullmatch(r"\d+([x,]\d+)*", dims.strip()):
+            raise ShapeError(
+                f"Cannot read the shape binding '{item}'.",
+                "Write NAME=1x3x224x224 for an input, or DIM=128 for a symbolic dimension.",
+            )
+        out[name.strip()] = tuple(int(d) for d in re.split(r"[x,]", dims.strip()))
+    return out
+
+
+# --- loading -------------------------------------------------------------------------------------------
+
+def _check_file(path: Path, text: str) -> None:
+    if path.is_dir():
+        raise ModelNotFoundError(f"{text} is a directory, not an ONNX file.", "Pass the path of the .onnx file.")
+    if path.exists():
+        return
+    hint = "Check the path, or use a built-in model: `onnxaccel zoo list`."
+    if "/" not in text and not text.endswith(".onnx"):
+        hint = f"Did you mean the built-in model zoo:{text}? See `onnxaccel zoo list`."
+    raise ModelNotFoundError(f"Model file not found: {text}", hint)
+
+
+def _parse(path: Path) -> onnx.ModelProto:
+    not_onnx = ModelFormatError(
+        f"{path} is not an ONNX model (its protobuf could not be parsed).",
+        "Pass a .onnx file exported by torch.onnx, tf2onnx, skl2onnx or similar; if it is one, the file "
+        "is truncated or corrupt: export or download it again.",
+    )
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise not_onnx from exc
+    # Arbitrary bytes sometimes parse as an (empty) protobuf message: demand a graph.
+    if proto.ir_version <= 0 or not proto.HasField("graph") or not proto.graph.node:
+        raise not_onnx
+    return proto
+
+
+def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
+    for tensor in onnx.external_data_helper._get_all_tensors(proto):
+        if not onnx.external_data_helper.uses_external_data(tensor):
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), None)
+        if location and not (path.parent / location).exists():
+            raise ModelFormatError(
+                f"{path} keeps tensor '{tensor.name}' in the external data file '{location}', which is "
+                f"not in {path.parent}.",
+                "Keep the external data file(s) beside the .onnx file, with the names they were saved under.",
+            )
+
+
+def _check_graph(path: Path) -> None:
+    try:
+        onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0]
+        if "ir_version" in first.lower() or "opset" in first.lower() and "higher" in first.lower():
+            raise ModelVersionError(
+                f"{path}: {first}",
+                f"The installed onnx {onnx.__version__} is older than the model; upgrade onnx.",
+            ) from exc
+        raise ModelFormatError(
+            f"{path} is not a valid ONNX graph: {first}",
+            "Fix the exporter or the graph (onnx.checker.check_model shows the same error); "
+            "`--no-check` skips this check if the runtime accepts the model anyway.",
+            details=str(exc),
+        ) from exc
+
+
+def _graph_inputs(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    # IR < 4 lists initializers among the inputs too; those are weights, not feeds.
+    initializers = {t.name for t in proto.graph.initializer}
+    return [v for v in proto.graph.input if v.name not in initializers]
+
+
+def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
+    ttype = value.type.tensor_type
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(ttype.elem_type)).name
+    except (KeyError, TypeError, ValueError):
+        dtype = onnx.TensorProto.DataType.Name(ttype.elem_type).lower()
+    shape: tuple[Dim, ...] | None = None
+    if ttype.HasField("shape"):
+        shape = tuple(_dim(d) for d in ttype.shape.dim)
+    return TensorSpec(value.name, dtype, shape)
+
+
+def _dim(d: onnx.TensorShapeProto.Dimension) -> Dim:
+    # Exporters write unknown dims as dim_value -1 or 0 (Paddle), or as the dim_param "?" repeated on several
+    # axes; none of those names a dimension shared between axes, so all of them are "unknown".
+    if d.HasField("dim_value"):
+        return d.dim_value if d.dim_value > 0 else None
+    return d.dim_param if d.dim_param and d.dim_param != "?" else None
+
+
+# --- shape binding -------------------------------------------------------------------------------------
+
+def _bind(model: Model, shapes: dict[str, tuple[int, ...]], batch: int | None) -> Model:
+    input_names = {s.name for s in model.inputs}
+    dim_values: dict[str, int] = {}
+    explicit: dict[str, tuple[int, ...]] = {}
+    for key, dims in shapes.items():
+        if key in input_names:
+            explicit[key] = dims
+        elif len(dims) == 1 and _is_dim_param(model, key):
+            dim_values[key] = dims[0]
+        else:
+            raise ShapeError(
+                f"--shape names '{key}', which is neither an input nor a symbolic dimension of the model.",
+                f"Inputs: {', '.join(sorted(input_names))}; symbolic dims: "
+                f"{', '.join(sorted(_dim_params(model))) or 'none'}.",
+            )
+    if batch is not None and batch < 1:
+        raise ShapeError(f"--batch must be at least 1, got {batch}.", "Pass --batch 1 or more.")
+
+    for spec in model.inputs:
+        if spec.name not in explicit:
+            continue
+        dims = explicit[spec.name]
+        if spec.shape is not None and len(dims) != len(spec.shape):
+            raise ShapeError(
+                f"Input '{spec.name}' has rank {len(spec.shape)} {spec.shape_text()}; the binding gives "
+                f"{len(dims)} dims ({'x'.join(map(str, dims))}).",
+                f"Give {len(spec.shape)} dims, e.g. --shape {spec.name}={_example(spec)}.",
+            )
+        for axis, (want, got) in enumerate(zip(spec.shape or (), dims)):
+            if isinstance(want, int) and want != got:
+                raise ShapeError(
+                    f"Input '{spec.name}' axis {axis} is fixed to {want}; the binding gives {got}.",
+                    f"Use --shape {spec.name}={_example(spec)}.",
+                )
+            if isinstance(want, str):
+                _set_dim(dim_values, want, got, spec.name)
+
+    notes = list(model.notes)
+    defaults = _metadata_dim_defaults(model)
+    resolved: dict[str, tuple[int, ...]] = {}
+    unbound: list[str] = []
+    for spec in model.inputs:
+        if spec.name in explicit:
+            resolved[spec.name] = explicit[spec.name]
+            continue
+        if spec.shape is None:
+            unbound.append(f"input '{spec.name}' has no shape information at all")
+            continue
+        dims: list[int] = []
+        for axis, dim in enumerate(spec.shape):
+            if isinstance(dim, int) and dim > 0:
+                dims.append(dim)
+                continue
+            value = dim_values.get(dim) if isinstance(dim, str) else None
+            if value is None and axis == 0 and batch is not None:
+                value = batch
+            if value is None and isinstance(dim, str) and dim in defaults:
+                value = defaults[dim]
+            if value is None and axis == 0:
+                value = 1
+                notes.append(f"batch dimension of input '{spec.name}' not given: using 1 (--batch N to change)")
+            if value is None:
+                label = f"'{dim}'" if isinstance(dim, str) else "unnamed"
+                unbound.append(f"input '{spec.name}' axis {axis} ({label})")
+                dims.append(0)
+                continue
+            if isinstance(dim, str):
+                _set_dim(dim_values, dim, value, spec.name)
+            dims.append(value)
+        resolved[spec.name] = tuple(dims)
+    if unbound:
+        first = next(s for s in model.inputs if s.name not in explicit and s.shape is not None) if any(
+            s.shape is not None for s in model.inputs if s.name not in explicit) else model.inputs[0]
+        raise ShapeError(
+            "Symbolic dimensions left unbound: " + "; ".join(unbound) + ".",
+            f"Bind them with --shape INPUT=DIMS (e.g. --shape {first.name}={_example(first)}) or "
+            "--shape DIM=VALUE for a named dim, and --batch N for the batch axis.",
+        )
+    return dataclasses.replace(model, dim_values=dim_values, input_shapes=resolved, notes=tuple(dict.fromkeys(notes)))
+
+
+def _set_dim(dim_values: dict[str, int], name: str, value: int, where: str) -> None:
+    if dim_values.get(name, value) != value:
+        raise ShapeError(
+            f"Symbolic dimension '{name}' is bound to {dim_values[name]} elsewhere but to {value} by input "
+            f"'{where}'.",
+            f"Inputs that share the dimension '{name}' need the same size.",
+        )
+    dim_values[name] = value
+
+
+def _dim_params(model: Model) -> set[str]:
+    return {d for s in model.inputs for d in (s.shape or ()) if isinstance(d, str)}
+
+
+def _is_dim_param(model: Model, name: str) -> bool:
+    return name in _dim_params(model)
+
+
+def _metadata_dim_defaults(model: Model) -> dict[str, int]:
+    raw = model.metadata.get(DIM_DEFAULTS_KEY)
+    if not raw:
+        return {}
+    try:
+        return {str(k): int(v) for k, v in json.loads(raw).items()}
+    except (ValueError, AttributeError):
+        return {}
+
+
+def _example(spec: TensorSpec) -> str:
+    """An example binding: fixed dims as they are, 1 for the batch axis, 64 for other free dims."""
+    dims = spec.shape or (1,)
+    return "x".join(str(d) if isinstance(d, int) else ("1" if i == 0 else "64") for i, d in enumerate(dims))
+
+
+# --- IR compatibility ----------------------------------------------------------------------------------
+
+def _min_ir_for_opset(opset: int) -> int:
+    candidates = [ir for _, ir, op, *_ in helper.VERSION_TABLE if op >= opset]
+    return min(candidates) if candidates else onnx.IR_VERSION
+
+
+def _element_types(proto: onnx.ModelProto) -> set[str]:
+    names = set()
+    for t in proto.graph.initializer:
+        names.add(onnx.TensorProto.DataType.Name(t.data_type))
+    for v in list(proto.graph.input) + list(proto.graph.output) + list(proto.graph.value_info):
+        names.add(onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type))
+    return names
+
+
+def _write_lowered_ir(model: Model, ir: int) -> Path:
+    target = runtime_models_dir() / f"{model.path.stem}-{model.cache_key()}-ir{ir}.onnx"
+    if target.exists():
+        return target
+    full = onnx.load(str(model.path), load_external_data=True)
+    full.ir_version = ir
+    tmp = target.with_suffix(f".tmp{os.getpid()}")
+    large = full.ByteSize() > 1_800_000_000
+    onnx.save(full, str(tmp), save_as_external_data=large, location=target.name + ".data" if large else None)
+    os.replace(tmp, target)
+    return target

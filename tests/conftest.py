@@ -1,0 +1,70 @@
+"""Shared fixtures: an isolated model cache, small real models, a pretrained model from a PyPI package."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Zoo builds and converted models go to a cache inside the repo's pytest cache: persistent between local
+# runs (zoo models take seconds to build), fresh on CI, never the user's own cache.
+os.environ.setdefault("ONNXACCEL_CACHE_DIR", str(ROOT / ".pytest_cache" / "onnxaccel-cache"))
+
+
+def make_mlp(path: Path, *, ir_version: int = 8, opset: int = 17, batch: str | int = "batch") -> Path:
+    """x[batch, 4] -> MatMul(4x8) -> Relu -> MatMul(8x3) -> Softmax: a tiny classifier with real weights."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((8, 3)).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["logits"], name="mm2"),
+        helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes, "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [batch, 3])],
+        initializer=[w1, w2],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="tests")
+    model.ir_version = ir_version
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def mlp_path(tmp_path_factory) -> Path:
+    return make_mlp(tmp_path_factory.mktemp("models") / "mlp.onnx")
+
+
+@pytest.fixture(scope="session")
+def pretrained_dir() -> Path:
+    """PP-OCR models (PaddleOCR, pretrained) shipped inside the PyPI package rapidocr-onnxruntime 1.4.4.
+
+    `make test` installs it (without dependencies); a test run without it fails here, loudly.
+    """
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or spec.origin is None:
+        pytest.fail("rapidocr-onnxruntime is not installed: run the tests with `make test`, which installs it")
+    return Path(spec.origin).parent / "models"
+
+
+@pytest.fixture(scope="session")
+def pretrained_cls(pretrained_dir) -> Path:
+    """Text-direction classifier: x[N,3,48,192] float -> [N,2] softmax (0 or 180 degrees)."""
+    return pretrained_dir / "ch_ppocr_mobile_v2.0_cls_infer.onnx"
+
+
+@pytest.fixture(scope="session")
+def pretrained_det(pretrained_dir) -> Path:
+    """Text detector (DB, PP-OCRv4): x[N,3,H,W] -> probability map [N,1,H,W]."""
+    return pretrained_dir / "ch_PP-OCRv4_det_infer.onnx"
