@@ -57,7 +57,8 @@ _ARENA = ("kNextPowerOfTwo", "kSameAsRequested")
 
 # Provider-option keys and value kinds. Sources:
 #   CUDA: microsoft/onnxruntime onnxruntime/core/providers/cuda/cuda_execution_provider_info.cc (1.20-1.31),
-#         checked against get_provider_options() of onnxruntime-gpu 1.31.1 on an H200 (docs/BENCHMARKS.md).
+#         equal to the keys get_provider_options() reports on onnxruntime-gpu 1.31.1 (H200, 2026-12-02;
+#         benchmarks/gpu_foundation.py checks it).
 #   MIGraphX: keys in the option-name table of libonnxruntime_providers_migraphx.so from
 #         onnxruntime-migraphx 1.27.1 (shared/research/rocm_facts.md §2.1); newer keys in _MIGRAPHX_NEWER.
 #   ROCm: onnxruntime/core/providers/rocm/rocm_execution_provider_info.cc, ORT 1.17-1.22 (rocm_facts §3.1).
@@ -73,7 +74,8 @@ PROVIDER_OPTIONS: dict[str, dict[str, object]] = {
         "cudnn_conv_use_max_workspace": "bool",
         "cudnn_conv1d_pad_to_nc1d": "bool",
         "enable_cuda_graph": "bool",
-        "enable_skip_layer_norm_strict_mode": "bool",
+        "enable_cudnn": "bool",
+        "external_data_loader_reading_threads": "int",
         "prefer_nhwc": "bool",
         "use_ep_level_unified_stream": "bool",
         "use_tf32": "bool",

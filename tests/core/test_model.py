@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from conftest import make_mlp
+from model_builders import make_mlp
 from onnxaccel import load_model
 from onnxaccel.engines import compile_model
 from onnxaccel.engines.ort import runtime_limits

@@ -7,7 +7,7 @@ from importlib import metadata
 
 import pytest
 
-from conftest import ROOT
+from model_builders import ROOT
 from onnxaccel.engines.ort import ORT_DISTRIBUTIONS
 
 try:

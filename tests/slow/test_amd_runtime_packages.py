@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import make_mlp
+from model_builders import make_mlp
 from venvs import run_cli, throwaway_venv
 
 pytestmark = pytest.mark.slow

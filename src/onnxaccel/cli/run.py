@@ -42,9 +42,10 @@ class OutputSummary:
         as_float = value.astype(np.float64) if numeric and value.size else None
         finite = as_float[np.isfinite(as_float)] if as_float is not None else None
         topk: list[list[tuple[int, float]]] = []
-        if k > 0 and value.dtype.kind == "f" and value.ndim >= 2 and value.shape[-1] > 1 and value.size:
-            flat = value.reshape(-1, value.shape[-1]) if value.ndim == 2 else value.reshape(value.shape[0], -1)
-            for row in flat:
+        # Classifier-like outputs only: [N, C], or [N, C, 1, 1] as SqueezeNet writes it.
+        squeezed = value.reshape(value.shape[:2]) if value.ndim > 2 and all(d == 1 for d in value.shape[2:]) else value
+        if k > 0 and value.dtype.kind == "f" and squeezed.ndim == 2 and squeezed.shape[1] > 1:
+            for row in squeezed:
                 idx = np.argsort(-row, kind="stable")[:k]
                 topk.append([(int(i), float(row[i])) for i in idx])
         return cls(

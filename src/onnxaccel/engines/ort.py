@@ -15,7 +15,9 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import metadata
 
 import numpy as np
@@ -407,9 +409,8 @@ def capture_native_stderr():
         os.close(fd)
 
 
-def probe_provider(target: Target) -> str | None:
-    """Build a one-node session on the target; None when the provider loads, else the reason it does not."""
-    ort = import_ort()
+
+def _probe_model() -> bytes:
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])], "probe",
         [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
@@ -417,19 +418,71 @@ def probe_provider(target: Target) -> str | None:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 7
+    return model.SerializeToString()
+
+
+@dataclass
+class ProbeResult:
+    loaded: bool
+    #: ``get_providers()`` of the probe session, when one was built.
+    providers: list[str]
+    cause: str | None = None
+    fix: str | None = None
+    #: The runtime's exception text and log, verbatim.
+    details: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"loaded": self.loaded, "providers": self.providers, "cause": self.cause, "fix": self.fix,
+                "details": self.details}
+
+
+def _relu_model() -> bytes:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "probe",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    return model.SerializeToString()
+
+
+def probe(target: Target) -> ProbeResult:
+    """Build a one-node session on the target and look whether its provider stayed first.
+
+    ``get_available_providers()`` only says how the wheel was built: onnxruntime-migraphx lists MIGraphX on
+    machines without ROCm, and the CUDA EP logs an error and silently runs on the CPU (rocm_facts.md §1.4,
+    §7). Keeps the runtime's own words (``details``) and their translation (``cause``/``fix``).
+    """
+    ort = import_ort()
     if target.device in ("cuda", "tensorrt") and hasattr(ort, "preload_dlls"):
+        # Loads CUDA/cuDNN from pip's nvidia-* wheels when present; prints, never raises (rocm_facts.md §7).
         with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
             ort.preload_dlls()
     providers = [(target.provider, target.provider_options())]
     if target.provider != CPU:
         providers.append((CPU, {}))
-    with capture_native_stderr() as log:
+    printed = io.StringIO()
+    with capture_native_stderr() as log, contextlib.redirect_stdout(printed), \
+            warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
         try:
-            session = ort.InferenceSession(model.SerializeToString(), providers=providers, enable_fallback=0)
-        except Exception as exc:  # noqa: BLE001
-            found = diagnose(f"{exc}\n{log.text()}")
-            return found.cause if found else first_error_line(str(exc))
-    if session.get_providers()[0] != target.provider:
-        found = diagnose(log.text())
-        return found.cause if found else (first_error_line(log.text()) or "the provider did not load")
-    return None
+            session = ort.InferenceSession(_probe_model(), providers=providers, enable_fallback=0)
+        except Exception as exc:  # noqa: BLE001 - the runtime's failure is the finding
+            text = "\n".join([str(exc), log.text(), *(str(w.message) for w in warned)]).strip()
+            found = diagnose(text)
+            return ProbeResult(False, [], found.cause if found else first_error_line(str(exc)),
+                               found.fix if found else None, text)
+    actual = list(session.get_providers())
+    text = "\n".join([log.text(), printed.getvalue(), *(str(w.message) for w in warned)]).strip()
+    if actual and actual[0] == target.provider:
+        return ProbeResult(True, actual, details=text or None)
+    found = diagnose(text)
+    cause = found.cause if found else (first_error_line(text) or f"{target.provider} was dropped without a reason")
+    return ProbeResult(False, actual, cause, found.fix if found else None, text or None)
+
+
+def probe_provider(target: Target) -> str | None:
+    """None when the target's provider really loads here, else the translated reason it does not."""
+    result = probe(target)
+    return None if result.loaded else result.cause

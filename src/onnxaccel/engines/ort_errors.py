@@ -68,6 +68,19 @@ _PATTERNS: tuple[tuple[re.Pattern, str, str], ...] = (
     (re.compile(r"Please install TensorRT libraries"),
      "the TensorRT libraries are not installed",
      "Install TensorRT 10 and put its libraries on LD_LIBRARY_PATH, or use --target cuda."),
+    # Added by the doctor (issue 3). The Python wrapper's warning when a provider is not in the build
+    # (onnxruntime_inference_collection.py, seen on 1.32.0 and 1.27.1: rocm_facts.md §1.4).
+    (re.compile(r"Specified provider '(\w+)' is not in available provider names"),
+     "this onnxruntime build does not include {0}",
+     "Install the onnxruntime distribution that provides it (`onnxaccel doctor` names it) instead of this one."),
+    # cudaErrorInsufficientDriver (35) and cudaErrorNoKernelImageForDevice (209), CUDA runtime error strings.
+    (re.compile(r"CUDA driver version is insufficient for CUDA runtime version"),
+     "the NVIDIA driver is older than the CUDA runtime onnxruntime-gpu uses",
+     "Update the NVIDIA driver to one whose CUDA version (nvidia-smi, top right) is at least the wheel's "
+     "(CUDA 13 for onnxruntime-gpu >= 1.27, CUDA 12 for 1.22-1.26)."),
+    (re.compile(r"no kernel image is available for execution on the device"),
+     "the onnxruntime-gpu build has no kernels for this GPU's compute capability",
+     "Use an onnxruntime-gpu build compiled for this GPU (older GPUs need an older CUDA 12 build), or --target cpu."),
 )
 
 _CANNOT_OPEN = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")

@@ -1,0 +1,101 @@
+"""`onnxaccel doctor`: which targets really run here, and how to fix the ones that do not."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape as e
+from rich.table import Table
+
+from onnxaccel.cli.common import JsonOpt, console, handle_errors, print_json
+from onnxaccel.system.doctor import DoctorReport, run_doctor
+from onnxaccel.system.findings import ERROR, INFO, OK, WARN
+
+_MARK = {OK: "[green]ok[/]", INFO: "[blue]info[/]", WARN: "[yellow]warn[/]", ERROR: "[bold red]error[/]"}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor", help="Check this machine: ONNX Runtime packages and conflicts, which execution "
+                "providers really load (a session is built on each), AMD and NVIDIA GPUs, ROCm/CUDA versions, "
+                "environment variables. With --target T, exit 1 unless T is ready (for scripts and containers).")(
+        doctor_command)
+
+
+@handle_errors
+def doctor_command(
+    target: Annotated[str | None, typer.Option("--target", "-t", help="Check only this target (cpu, cuda, "
+                      "migraphx, rocm, tensorrt, with :ID or ?options); exit status 1 when it is not ready.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    report = run_doctor(target)
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        render(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _gib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**30:.1f} GiB"
+
+
+def render(report: DoctorReport) -> None:
+    system, runtime = report.system, report.runtime
+    console.print(f"[bold]System[/]  {e(system['os'])}; Python {system['python']}; {e(system['cpu'])} "
+                  f"({system['cpu_count']} CPUs)", highlight=False)
+    dists = ", ".join(f"{k} {v}" for k, v in report.install.distributions.items()) or "none installed"
+    built = ", ".join(runtime.get("providers", [])) or "-"
+    console.print(f"[bold]ONNX Runtime[/]  {runtime.get('version', 'not importable')} ({e(dists)}); built with: {built}",
+                  highlight=False)
+
+    table = Table(title="Targets (a session was built on each)", title_justify="left")
+    for column in ("target", "provider", "verdict", "why / fix"):
+        table.add_column(column, overflow="fold")
+    for verdict in report.targets:
+        why = "" if verdict.ready else f"{e(verdict.cause or '')}\n[cyan]fix:[/] {e(verdict.fix or '-')}"
+        if verdict.warnings:
+            why = (why + "\n" if why else "") + "\n".join(f"[yellow]![/] {e(w)}" for w in verdict.warnings)
+        table.add_row(e(verdict.target), verdict.provider,
+                      "[green]ready[/]" if verdict.ready else "[bold red]not ready[/]", why)
+    console.print(table)
+
+    gpus = Table(title="GPUs", title_justify="left")
+    for column in ("vendor", "#", "name", "arch", "memory", "free", "source"):
+        gpus.add_column(column)
+    for gpu in report.nvidia.gpus:
+        gpus.add_row("NVIDIA", str(gpu.index), e(gpu.name), f"sm {gpu.compute_capability or '?'}",
+                     _gib(gpu.memory_total_bytes), _gib(gpu.memory_free_bytes), report.nvidia.source)
+    for gpu in report.amd.gpus:
+        gpus.add_row("AMD", str(gpu.index), e(gpu.name), gpu.gfx or "?", _gib(gpu.vram_total_bytes),
+                     _gib(gpu.vram_free_bytes), report.amd.source)
+    if gpus.row_count:
+        console.print(gpus)
+    else:
+        console.print("[bold]GPUs[/]  none found")
+
+    if report.environment:
+        env = Table(title="Environment", title_justify="left")
+        for column in ("variable", "value", "effect"):
+            env.add_column(column, overflow="fold")
+        for setting in report.environment:
+            env.add_row(setting.name, e(setting.value), e(setting.effect))
+        console.print(env)
+
+    findings = Table(title="Findings", title_justify="left", show_lines=False)
+    for column in ("", "finding", "fix"):
+        findings.add_column(column, overflow="fold")
+    for finding in report.findings:
+        text = e(finding.title) + (f"\n[dim]{e(finding.detail)}[/]" if finding.detail else "")
+        findings.add_row(_MARK[finding.severity], text, e(finding.fix))
+    console.print(findings)
+
+    if report.requested:
+        verdict = report.verdict(report.requested)
+        if verdict and verdict.ready:
+            console.print(f"[bold green]{verdict.target}: ready[/]")
+        elif verdict:
+            console.print(f"[bold red]{e(verdict.target)}: not ready[/] ({e(verdict.cause or '')})\n[cyan]fix:[/] "
+                          f"{e(verdict.fix or '-')}",
+                          highlight=False)

@@ -1,0 +1,216 @@
+"""Where GPU readings come from: NVML (NVIDIA), the amdsmi library (AMD), or ``rocm-smi --json`` (AMD, when
+ROCm's libamd_smi is missing). Each backend opens once and then ``read()``s every GPU it sees.
+
+Units: NVML gives power in milliwatts and memory in bytes (rocm_facts.md §6.4); amdsmi gives memory in
+bytes from ``amdsmi_get_gpu_memory_usage`` and power in watts (§6.1); rocm-smi prints watts and bytes (§6.2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from onnxaccel.system.amd_parsers import ToolOutputError, parse_rocm_smi_json
+from onnxaccel.system.gpus_nvidia import NvmlUnavailable, nvml, nvml_optional
+from onnxaccel.system.tools import find_tool, run_tool
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot read anything here; the message says why."""
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    gpu: int
+    name: str
+    vendor: str
+    utilization_pct: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    power_w: float | None = None
+    temperature_c: float | None = None
+    gfx_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class NvmlBackend:
+    name = "nvml"
+    vendor = "nvidia"
+
+    def __init__(self):
+        self._stack: contextlib.ExitStack | None = None
+        self._handles: list[tuple[int, str, object]] = []
+        self.child_cpu_s = 0.0
+
+    def open(self) -> None:
+        stack = contextlib.ExitStack()
+        try:
+            self.nvml = stack.enter_context(nvml())
+        except NvmlUnavailable as exc:
+            raise BackendUnavailable(str(exc)) from None
+        self._stack = stack
+        pynvml = self.nvml
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self._handles.append((index, str(nvml_optional(pynvml, pynvml.nvmlDeviceGetName, handle) or "NVIDIA GPU"), handle))
+        if not self._handles:
+            self.close()
+            raise BackendUnavailable("NVML sees no NVIDIA GPU")
+
+    def read(self) -> list[GpuSample]:
+        pynvml, samples = self.nvml, []
+        for index, name, handle in self._handles:
+            util = nvml_optional(pynvml, pynvml.nvmlDeviceGetUtilizationRates, handle)
+            memory = nvml_optional(pynvml, pynvml.nvmlDeviceGetMemoryInfo, handle)
+            power_mw = nvml_optional(pynvml, pynvml.nvmlDeviceGetPowerUsage, handle)
+            samples.append(GpuSample(
+                index, name, self.vendor,
+                utilization_pct=float(util.gpu) if util is not None else None,
+                memory_used_bytes=int(memory.used) if memory is not None else None,
+                memory_total_bytes=int(memory.total) if memory is not None else None,
+                power_w=power_mw / 1000.0 if power_mw is not None else None,
+                temperature_c=_float(nvml_optional(pynvml, pynvml.nvmlDeviceGetTemperature, handle,
+                                                   pynvml.NVML_TEMPERATURE_GPU)),
+                gfx_clock_mhz=_float(nvml_optional(pynvml, pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)),
+                mem_clock_mhz=_float(nvml_optional(pynvml, pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM)),
+            ))
+        return samples
+
+    def close(self) -> None:
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
+
+
+class AmdSmiBackend:
+    name = "amdsmi"
+    vendor = "amd"
+
+    def __init__(self):
+        self._handles: list[tuple[int, str, object]] = []
+        self.child_cpu_s = 0.0
+        self._open = False
+
+    def open(self) -> None:
+        from onnxaccel.system.gpus_amd import import_amdsmi
+
+        amdsmi, why = import_amdsmi()
+        if amdsmi is None:
+            raise BackendUnavailable(why)
+        try:
+            amdsmi.amdsmi_init()
+            handles = amdsmi.amdsmi_get_processor_handles()
+        except Exception as exc:  # noqa: BLE001 - AmdSmiLibraryException (driver not loaded, permissions)
+            raise BackendUnavailable(f"amdsmi_init failed: {exc}") from None
+        self.amdsmi, self._open = amdsmi, True
+        for index, handle in enumerate(handles):
+            asic = self._get(amdsmi.amdsmi_get_gpu_asic_info, handle) or {}
+            self._handles.append((index, str(asic.get("market_name") or "AMD GPU"), handle))
+        if not self._handles:
+            self.close()
+            raise BackendUnavailable("amdsmi sees no AMD GPU")
+
+    @staticmethod
+    def _get(function, *args):
+        try:
+            value = function(*args)
+        except Exception:  # noqa: BLE001 - AmdSmiLibraryException: not supported on this GPU
+            return None
+        return None if value == "N/A" else value
+
+    def read(self) -> list[GpuSample]:
+        amdsmi, samples = self.amdsmi, []
+        for index, name, handle in self._handles:
+            activity = self._get(amdsmi.amdsmi_get_gpu_activity, handle) or {}
+            power = self._get(amdsmi.amdsmi_get_power_info, handle) or {}
+            watts = next((_float(power.get(k)) for k in ("socket_power", "current_socket_power", "average_socket_power")
+                          if _float(power.get(k))), None)
+            temp = self._get(amdsmi.amdsmi_get_temp_metric, handle, amdsmi.AmdSmiTemperatureType.EDGE,
+                             amdsmi.AmdSmiTemperatureMetric.CURRENT)
+            if temp is None:  # MI300-class GPUs have no edge sensor; hotspot is their junction
+                temp = self._get(amdsmi.amdsmi_get_temp_metric, handle, amdsmi.AmdSmiTemperatureType.HOTSPOT,
+                                 amdsmi.AmdSmiTemperatureMetric.CURRENT)
+            gfx = self._get(amdsmi.amdsmi_get_clock_info, handle, amdsmi.AmdSmiClkType.GFX) or {}
+            mem = self._get(amdsmi.amdsmi_get_clock_info, handle, amdsmi.AmdSmiClkType.MEM) or {}
+            vram = amdsmi.AmdSmiMemoryType.VRAM
+            samples.append(GpuSample(
+                index, name, self.vendor, utilization_pct=_float(activity.get("gfx_activity")),
+                memory_used_bytes=self._get(amdsmi.amdsmi_get_gpu_memory_usage, handle, vram),
+                memory_total_bytes=self._get(amdsmi.amdsmi_get_gpu_memory_total, handle, vram),
+                power_w=watts, temperature_c=_float(temp), gfx_clock_mhz=_float(gfx.get("clk")),
+                mem_clock_mhz=_float(mem.get("clk")),
+            ))
+        return samples
+
+    def close(self) -> None:
+        if self._open:
+            with contextlib.suppress(Exception):
+                self.amdsmi.amdsmi_shut_down()
+            self._open = False
+
+
+class RocmSmiBackend:
+    """``rocm-smi ... --json`` in a subprocess each read: slow (a Python program) but needs no libamd_smi."""
+
+    name = "rocm-smi"
+    vendor = "amd"
+    ARGS = ("--showuse", "--showmeminfo", "vram", "--showpower", "--showtemp", "--showclocks", "--json")
+
+    def __init__(self, executable: str = "rocm-smi", timeout: float = 10.0):
+        self.executable, self.timeout = executable, timeout
+        self.names: dict[int, str] = {}
+        self.child_cpu_s = 0.0
+
+    def _run(self, *args: str):
+        run = run_tool([self.executable, *args], timeout=self.timeout)
+        self.child_cpu_s += run.child_cpu_s
+        if run.error:
+            raise BackendUnavailable(run.error)
+        if not run.ok:
+            lines = (run.stderr.strip() or run.stdout.strip()).splitlines()
+            raise BackendUnavailable(f"{self.executable} failed (exit {run.returncode}): {lines[-1] if lines else ''}")
+        try:
+            return parse_rocm_smi_json(run.stdout)
+        except ToolOutputError as exc:
+            raise BackendUnavailable(str(exc)) from None
+
+    def open(self) -> None:
+        if find_tool(self.executable) is None and "/" not in self.executable:
+            raise BackendUnavailable(f"{self.executable} not found")
+        readings = self._run("--showproductname", "--json")
+        self.names = {r.index: r.name or f"AMD GPU {r.index}" for r in readings}
+        if not self.names:
+            raise BackendUnavailable("rocm-smi lists no GPU")
+
+    def read(self) -> list[GpuSample]:
+        return [GpuSample(r.index, self.names.get(r.index, r.name or f"AMD GPU {r.index}"), self.vendor,
+                          r.utilization_pct, r.memory_used_bytes, r.memory_total_bytes, r.power_w,
+                          r.temperature_c, r.gfx_clock_mhz, r.mem_clock_mhz) for r in self._run(*self.ARGS)]
+
+    def close(self) -> None:
+        return None
+
+
+def open_backends() -> tuple[list, list[str]]:
+    """Every backend that opens here (NVML; amdsmi, else rocm-smi), and why each other one did not."""
+    opened, notes = [], []
+    for candidates in ((NvmlBackend,), (AmdSmiBackend, RocmSmiBackend)):
+        for backend_class in candidates:
+            backend = backend_class()
+            try:
+                backend.open()
+            except BackendUnavailable as exc:
+                notes.append(f"{backend.name}: {exc}")
+                continue
+            opened.append(backend)
+            break
+    return opened, notes
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
