@@ -1,0 +1,162 @@
+"""`onnxaccel inspect`: what a model is made of, and with --target, where each node really runs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from onnxaccel.analysis.inspect import InspectResult, inspect_model
+from onnxaccel.cli.common import (
+    BatchOpt, EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, console, err_console, handle_errors, note,
+    print_json, resolve_target, warn,
+)
+from onnxaccel.errors import PlacementError
+from onnxaccel.model import parse_shape_bindings
+
+
+def register(app: typer.Typer) -> None:
+    app.command("inspect", help="Show a model's inputs and outputs, op histogram, parameters, FLOPs/MACs per node "
+                "and activation memory for the bound shapes. With --target: which provider got each node, the "
+                "nodes that fell back to the CPU, partitions, Memcpy nodes and whether CUDA/HIP graphs can be "
+                "used.")(inspect_command)
+
+
+@handle_errors
+def inspect_command(
+    model: Annotated[str, typer.Argument(help="An .onnx file or a built-in zoo:NAME.")],
+    target: Annotated[str | None, typer.Option("--target", "-t", help="Also compile for this target and report "
+                      "node placement (cpu, cuda[:ID], migraphx[:ID], rocm, tensorrt, auto; /PRECISION, ?KEY=VALUE)."
+                      )] = None,
+    precision: PrecisionOpt = None,
+    ep_option: EpOptionOpt = None,
+    shape: ShapeOpt = None,
+    batch: BatchOpt = None,
+    strict: StrictOpt = False,
+    nodes: Annotated[int, typer.Option("--nodes", "-n", help="Show the N nodes with the most FLOPs (0: none).")] = 10,
+    all_nodes: Annotated[bool, typer.Option("--all-nodes", help="Show every node (and list them all in --json)."
+                                            )] = False,
+    no_check: Annotated[bool, typer.Option("--no-check", help="Skip the ONNX checker.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    tgt = resolve_target(target, precision, ep_option) if target else None
+    result = inspect_model(model, tgt, shapes=parse_shape_bindings(shape or []), batch=batch, check=not no_check)
+    if as_json:
+        print_json(result.to_dict(nodes=all_nodes or nodes > 0))
+    else:
+        _render(result, len(result.stats.nodes) if all_nodes else nodes)
+    if strict and result.has_fallback:
+        fallback = result.placement.placement.fallback
+        error = PlacementError(
+            f"--strict: {len(fallback)} node(s) fell back from {tgt.provider}: "
+            + ", ".join(f"{n.name or '(unnamed)'} ({n.op_type})" for n in fallback[:8])
+            + (" ..." if len(fallback) > 8 else ""),
+            "Replace or remove the ops the provider lacks, or drop --strict to accept the fallback.",
+        )
+        if as_json:
+            err_console.print(f"[bold red]error:[/] {escape(error.message)}")
+            raise typer.Exit(error.exit_code)
+        raise error
+
+
+def _render(result: InspectResult, top: int) -> None:
+    m, s = result.model, result.stats
+    producer = f"{m.proto.producer_name} {m.proto.producer_version}".strip() or "unknown producer"
+    opsets = ", ".join(f"{d} {v}" for d, v in m.opsets.items())
+    console.print(f"[bold]{escape(m.source)}[/]: IR {m.ir_version}, opsets {escape(opsets)}, {escape(producer)}")
+    io = Table(title="inputs and outputs", title_justify="left")
+    for col in ("", "name", "dtype", "declared shape", "bound shape"):
+        io.add_column(col)
+    for spec in m.inputs:
+        io.add_row("in", escape(spec.name), spec.dtype, escape(spec.shape_text()),
+                   "x".join(map(str, m.input_shapes.get(spec.name, ()))))
+    for spec in m.outputs:
+        io.add_row("out", escape(spec.name), spec.dtype, escape(spec.shape_text()), "")
+    console.print(io)
+    console.print(
+        f"{len(s.nodes)} nodes, {s.param_count:,} parameters ({_bytes(s.param_bytes)}), "
+        f"{_flops(s.total_flops)}FLOPs = {_flops(s.total_macs)}MACs per inference; activations: peak "
+        f"{_bytes(s.activation_peak_bytes)} live, {_bytes(s.activation_total_bytes)} if none were reused"
+    )
+    ops = Table(title="ops", title_justify="left")
+    for col, justify in (("op", "left"), ("count", "right"), ("FLOPs", "right"), ("% FLOPs", "right")):
+        ops.add_column(col, justify=justify)
+    by_op = s.flops_by_op()
+    total = s.total_flops or 1
+    for op, count in s.op_histogram.items():
+        ops.add_row(escape(op), str(count), _flops(by_op.get(op, 0)), f"{100 * by_op.get(op, 0) / total:.1f}")
+    console.print(ops)
+    if len(s.parameters) > 1:
+        console.print("parameters by dtype: " + ", ".join(
+            f"{k} {v.count:,} ({_bytes(v.bytes)})" for k, v in s.parameters.items()))
+    if top > 0:
+        table = Table(title=f"top {min(top, len(s.nodes))} nodes by FLOPs" if top < len(s.nodes) else "nodes",
+                      title_justify="left")
+        for col in ("#", "node", "op", "output shape", "MACs", "FLOPs", "params"):
+            table.add_column(col, justify="right" if col in ("#", "MACs", "FLOPs", "params") else "left",
+                             overflow="fold")
+        for n in (s.top_nodes(top) if top < len(s.nodes) else s.nodes):
+            shape = n.output_shapes[0] if n.output_shapes else None
+            table.add_row(str(n.index), escape(n.name), n.op_type, "x".join(map(str, shape)) if shape else "?",
+                          _flops(n.macs), _flops(n.flops) if n.counted else "?", f"{n.params:,}")
+        console.print(table)
+    for text in s.notes:
+        note(text)
+    for text in result.warnings:
+        (warn if "fall" in text or "took" in text else note)(text)
+    if result.placement is not None:
+        _render_placement(result)
+
+
+def _render_placement(result: InspectResult) -> None:
+    report = result.placement
+    p = report.placement
+    console.print(f"\n[bold]placement on {escape(str(result.target))}[/] ({', '.join(result.providers)}; session "
+                  f"built in {result.compile_seconds * 1e3:.0f} ms): {escape(p.summary())}")
+    table = Table(title_justify="left")
+    for col, justify in (("provider", "left"), ("nodes", "right"), ("%", "right")):
+        table.add_column(col, justify=justify)
+    total = report.compute_nodes or 1
+    for ep, count in report.per_provider().items():
+        table.add_row(ep, str(count), f"{100 * count / total:.1f}")
+    console.print(table)
+    fallback = p.fallback if report.requested != "CPUExecutionProvider" else ()
+    if fallback:
+        fb = Table(title=f"{len(fallback)} node(s) not on {report.requested}", title_justify="left")
+        for col in ("op", "node", "provider"):
+            fb.add_column(col)
+        where = {n.name: ep for ep, nodes in p.nodes.items() for n in nodes}
+        for n in fallback:
+            fb.add_row(n.op_type, escape(n.name or "(unnamed)"), where.get(n.name, "?"))
+        console.print(fb)
+    breaks = f"{len(report.partitions)} partition(s), {report.graph_breaks} graph break(s)"
+    if report.graph_source == "original-graph":
+        breaks += " (estimated on the original graph)"
+    console.print(f"{breaks}; {report.memcpy_nodes} Memcpy node(s)")
+    for c in report.copies:
+        console.print(f"  {c.op_type} {escape(c.name)}: '{escape(c.tensor)}' from {escape(str(c.producer))} to "
+                      f"{escape(', '.join(c.consumers))}")
+    gc = report.graph_capture
+    if gc.possible is None:
+        console.print(f"graph capture: not applicable ({escape(gc.reason)})")
+    else:
+        verdict = "[green]possible[/]" if gc.possible else "[red]not possible[/]"
+        console.print(f"{gc.feature} ({gc.option}=1): {verdict}: {escape(gc.reason)}")
+    for text in report.notes:
+        note(text)
+
+
+def _flops(value: float) -> str:
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} "
+
+
+def _bytes(value: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value:.0f} B"
