@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from onnxaccel import __version__
-from onnxaccel.cli import bench, compare, doctor, inspect, monitor, profile, run, zoo
+from onnxaccel.cli import bench, compare, doctor, inspect, loadtest, monitor, profile, run, serve, zoo
 from onnxaccel.cli.common import STATE
 
 app = typer.Typer(
@@ -35,7 +35,7 @@ def root(
     STATE["debug"] = debug
 
 
-for module in (doctor, run, inspect, bench, compare, profile, monitor, zoo):
+for module in (doctor, run, inspect, bench, compare, profile, serve, loadtest, monitor, zoo):
     module.register(app)
 
 

@@ -1,0 +1,196 @@
+"""Server throughput against in-process throughput at the same batch, with p99; optionally a GPU memory soak.
+
+1. In process: ``pipeline.prepare`` the model at batch B on the target and time ``Runner.run`` with numpy
+   in/out (the server must copy tensors in and out too) and, for reference, with IO binding.
+2. Server: ``onnxaccel serve`` in a subprocess with --max-batch B, then ``loadtest`` at --concurrency C
+   (binary tensors over HTTP by default, or gRPC) with requests of --request-batch rows.
+3. Ratio = server inferences/s / in-process inferences/s (numpy in/out). The issue's target on the H200:
+   >= 0.80 for zoo:resnet50 FP16, binary, concurrency 64.
+4. Added latency per request: server p50 at concurrency 1 minus the in-process p50 at the request's batch.
+5. ``--soak S``: a further S seconds of load at concurrency C while the telemetry sampler reads GPU memory and
+   /metrics gives the server's RSS; reports memory after warm-up and at the end (growth should be ~0 with
+   arena_extend_strategy kSameAsRequested).
+
+Usage:
+  python benchmarks/serve_throughput.py --model zoo:resnet50 --target cuda:0 --precision fp16 --batch 64 \
+      --concurrency 64 --duration 30 --json out/serve_h200.json
+  python benchmarks/serve_throughput.py --model zoo:squeezenet --target cpu --batch 8 --concurrency 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+
+from onnxaccel.bench.timing import measure
+from onnxaccel.pipeline import prepare
+from onnxaccel.serve.loadtest import LoadtestConfig, run_loadtest
+from onnxaccel.target import parse_target
+
+SERVE = ("import typer\nfrom onnxaccel.cli import serve\napp = typer.Typer()\n"
+         "app.callback()(lambda: None)\nserve.register(app)\napp()")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def in_process(args) -> dict:
+    target = parse_target(args.target, precision=args.precision)
+    out = {}
+    for batch in sorted({args.batch, args.request_batch}):
+        prepared = prepare(args.model, target, batch=batch)
+        for iobinding in (False, True):
+            timing = measure(prepared.runner, prepared.feeds, batch=batch, warmup=10, runs=None,
+                             duration=args.inprocess_duration, iobinding=iobinding)
+            out[f"b{batch}_{'iobinding' if iobinding else 'numpy'}"] = {
+                "batch": batch, "iobinding": iobinding, "items_per_s": timing.throughput,
+                "p50_ms": timing.latency.p50, "p99_ms": timing.latency.p99}
+        prepared.close()
+    return out
+
+
+def start_server(args, log: Path) -> tuple[subprocess.Popen, str, str]:
+    http, grpc = free_port(), free_port()
+    cmd = [sys.executable, "-c", SERVE, "serve", args.model, "--target", args.target, "--http-port", str(http),
+           "--grpc-port", str(grpc), "--max-batch", str(args.batch), "--max-queue-delay-ms", str(args.delay_ms),
+           "--instances", str(args.instances), "--max-queue", str(max(256, 4 * args.concurrency)),
+           "--max-request-mb", "512"]
+    if args.precision:
+        cmd += ["--precision", args.precision]
+    if parse_target(args.target).is_gpu:
+        cmd += ["--arena-extend-strategy", "kSameAsRequested"]
+    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{http}"
+    deadline = time.monotonic() + args.load_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited: {log.read_text()}")
+        try:
+            if httpx.get(f"{url}/v2/health/ready", timeout=1).status_code == 200:
+                return proc, url, f"127.0.0.1:{grpc}"
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"server not ready after {args.load_timeout} s: {log.read_text()}")
+
+
+def model_name(source: str) -> str:
+    return source.split(":", 1)[1] if source.startswith("zoo:") else Path(source).stem
+
+
+def load(args, url, grpc, concurrency, duration, batch) -> dict:
+    config = LoadtestConfig(url=url, grpc_url=grpc, model=model_name(args.model), protocol=args.protocol,
+                            binary=not args.json_tensors, concurrency=(concurrency,), duration_s=duration,
+                            warmup_s=args.warmup, batch=batch, workers=args.workers)
+    return run_loadtest(config).levels[0].to_dict()
+
+
+def soak(args, url, grpc) -> dict:
+    """Load for args.soak seconds; GPU memory (telemetry sampler) and server RSS (/metrics) over time."""
+    from onnxaccel.system.telemetry_backends import open_backends
+
+    backends, notes = open_backends()
+
+    def gpu_used() -> list:
+        return [s.memory_used_bytes for b in backends for s in b.read()]
+
+    def rss() -> float | None:
+        for line in httpx.get(f"{url}/metrics").text.splitlines():
+            if line.startswith("process_resident_memory_bytes "):
+                return float(line.split()[1])
+        return None
+
+    chunks, samples = max(2, int(args.soak // 10)), []
+    for i in range(chunks):
+        level = load(args, url, grpc, args.concurrency, args.soak / chunks, args.request_batch)
+        samples.append({"t_s": round((i + 1) * args.soak / chunks, 1), "gpu_memory_used_bytes": gpu_used(),
+                        "server_rss_bytes": rss(), "inferences_per_s": level["inferences_per_s"],
+                        "errors": level["error_count"]})
+    for backend in backends:
+        backend.close()
+    first, last = samples[0], samples[-1]
+    growth = [b - a for a, b in zip(first["gpu_memory_used_bytes"], last["gpu_memory_used_bytes"])]
+    return {"seconds": args.soak, "samples": samples, "gpu_memory_growth_bytes": growth,
+            "rss_growth_bytes": (last["server_rss_bytes"] or 0) - (first["server_rss_bytes"] or 0),
+            "notes": notes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="zoo:resnet50")
+    parser.add_argument("--target", default="cpu")
+    parser.add_argument("--precision", default=None)
+    parser.add_argument("--batch", type=int, default=64, help="server --max-batch = in-process batch")
+    parser.add_argument("--request-batch", type=int, default=1, help="rows per client request")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--delay-ms", type=float, default=2.0, help="server --max-queue-delay-ms")
+    parser.add_argument("--instances", type=int, default=1)
+    parser.add_argument("--protocol", default="http", choices=["http", "grpc"])
+    parser.add_argument("--json-tensors", action="store_true", help="JSON instead of binary tensors (HTTP)")
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--inprocess-duration", type=float, default=10.0)
+    parser.add_argument("--workers", type=int, default=0, help="load generator processes (0: automatic)")
+    parser.add_argument("--soak", type=float, default=0.0, help="seconds of GPU memory soak after the run")
+    parser.add_argument("--load-timeout", type=float, default=600.0)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+
+    reference = in_process(args)
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"serve_throughput_{os.getpid()}.log"
+    proc, url, grpc = start_server(args, log)
+    try:
+        server = load(args, url, grpc, args.concurrency, args.duration, args.request_batch)
+        single = load(args, url, grpc, 1, min(args.duration, 10.0), args.request_batch)
+        soaked = soak(args, url, grpc) if args.soak > 0 else None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        exit_code = proc.wait(60)
+    base = reference[f"b{args.batch}_numpy"]
+    ratio = server["inferences_per_s"] / base["items_per_s"] if base["items_per_s"] else 0.0
+    added = single["latency"]["p50_ms"] - reference[f"b{args.request_batch}_numpy"]["p50_ms"] \
+        if single["latency"] else None
+    result = {
+        "schema": "onnxaccel.bench.serve-throughput/1", "date": datetime.now(timezone.utc).isoformat(),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "in_process": reference, "server": server, "server_concurrency_1": single,
+        "ratio_server_over_in_process": ratio, "added_latency_p50_ms_at_concurrency_1": added,
+        "server_exit_code": exit_code, "soak": soaked,
+    }
+    lat = server["latency"] or {}
+    sys.stdout.write(
+        f"{args.model} on {args.target}{'/' + args.precision if args.precision else ''}, batch {args.batch}, "
+        f"{args.protocol}{'' if args.json_tensors or args.protocol == 'grpc' else ' binary'}, "
+        f"concurrency {args.concurrency}\n"
+        f"  in-process (numpy in/out) b{args.batch}: {base['items_per_s']:,.1f} items/s, "
+        f"p99 {base['p99_ms']:.2f} ms; IO binding: {reference[f'b{args.batch}_iobinding']['items_per_s']:,.1f}\n"
+        f"  server: {server['inferences_per_s']:,.1f} infer/s, p50 {lat.get('p50_ms', float('nan')):.2f} ms, "
+        f"p99 {lat.get('p99_ms', float('nan')):.2f} ms, errors {server['error_count']}\n"
+        f"  ratio server / in-process: {ratio:.1%}\n"
+        f"  added latency per request (c=1, p50): {added if added is None else f'{added:.2f} ms'}\n")
+    if soaked:
+        sys.stdout.write(f"  soak {args.soak:g} s: GPU memory growth {soaked['gpu_memory_growth_bytes']} bytes, "
+                         f"server RSS growth {soaked['rss_growth_bytes'] / 2**20:.1f} MiB\n")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""`onnxaccel loadtest`: throughput and latency of an Open Inference Protocol server per concurrency level."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from onnxaccel.cli.common import JsonOpt, ShapeOpt, console, err_console, handle_errors, print_json
+from onnxaccel.errors import UsageError
+from onnxaccel.model import parse_shape_bindings
+
+
+def register(app: typer.Typer) -> None:
+    app.command("loadtest", help="Load-test a running Open Inference Protocol server (onnxaccel serve, Triton, "
+                "KServe): throughput and p50/p90/p95/p99 latency per concurrency level, like perf_analyzer.")(
+        loadtest_command)
+
+
+@handle_errors
+def loadtest_command(
+    url: Annotated[str, typer.Argument(help="The server's HTTP URL, e.g. http://127.0.0.1:8000 (metadata is read "
+                                       "over HTTP for both protocols).")],
+    model: Annotated[str, typer.Option("--model", "-m", help="Model name on the server.")],
+    concurrency: Annotated[str, typer.Option("--concurrency", "-c", help="Comma-separated outstanding-request "
+                                             "counts, e.g. 1,8,32.")] = "1,8,32",
+    duration: Annotated[float, typer.Option("--duration", "-d", help="Measured seconds per level.")] = 10.0,
+    warmup: Annotated[float, typer.Option("--warmup", help="Unmeasured seconds before each level.")] = 2.0,
+    protocol: Annotated[str, typer.Option("--protocol", "-i", help="http or grpc.")] = "http",
+    grpc_url: Annotated[str | None, typer.Option("--grpc-url", help="host:port of the gRPC endpoint (default: the "
+                                                 "URL's host, port 8001).")] = None,
+    binary: Annotated[bool, typer.Option("--binary", help="HTTP: send and receive tensors with the binary tensor "
+                                         "extension instead of JSON (gRPC is always binary).")] = False,
+    batch: Annotated[int, typer.Option("--batch", "-b", help="Rows per request (the batch axis).")] = 1,
+    shape: ShapeOpt = None,
+    workers: Annotated[int, typer.Option("--workers", help="Client processes (0: automatic).")] = 0,
+    max_requests: Annotated[int | None, typer.Option("--max-requests", help="Stop a level after this many "
+                                                     "requests.")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds before a request counts as failed.")] = 30.0,
+    report: Annotated[Path | None, typer.Option("--report", help="Write the JSON report here.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    from onnxaccel.serve.loadtest import LoadtestConfig, run_loadtest
+
+    try:
+        levels = tuple(int(c) for c in concurrency.split(",") if c.strip())
+    except ValueError:
+        raise UsageError(f"--concurrency must be comma-separated integers, got '{concurrency}'.",
+                         "e.g. --concurrency 1,8,32") from None
+    config = LoadtestConfig(
+        url=url if "://" in url else f"http://{url}", model=model, protocol=protocol.lower(), binary=binary,
+        concurrency=levels, duration_s=duration, warmup_s=warmup, batch=batch,
+        shapes=parse_shape_bindings(shape or []), workers=workers, max_requests=max_requests, timeout_s=timeout,
+        grpc_url=grpc_url,
+    )
+
+    def progress(level) -> None:
+        if not as_json:
+            err_console.print(f"[dim]concurrency {level.concurrency}: {level.throughput:,.1f} req/s[/]")
+
+    result = run_loadtest(config, progress)
+    data = result.to_dict()
+    if report is not None:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps(data, indent=2))
+    if as_json:
+        print_json(data)
+        return
+    _render(result, report)
+
+
+def _render(result, report: Path | None) -> None:
+    cfg = result.config
+    shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in result.input_shapes.items())
+    transport = cfg.protocol + (" binary" if cfg.binary and cfg.protocol == "http" else
+                                " JSON" if cfg.protocol == "http" else "")
+    server = result.server.get("name", "?") + " " + result.server.get("version", "")
+    console.print(f"[bold]{escape(cfg.model)}[/] on {escape(cfg.url)} ({escape(server.strip())}), {transport}, "
+                  f"inputs {shapes}, {cfg.duration_s:g} s per level")
+    table = Table(title="latency in ms; server: mean queue / run per request", title_justify="left")
+    for col in ("conc", "requests", "errors", "req/s", "infer/s", "p50", "p90", "p95", "p99", "server"):
+        table.add_column(col, justify="right")
+    for level in result.levels:
+        lat = level.latency
+        fmt = (lambda v: "-" if v is None else f"{v:.2f}")
+        errors = ", ".join(f"{k}:{v}" for k, v in level.errors.items()) or "0"
+        server_times = "-" if level.server_queue_ms is None else \
+            f"{level.server_queue_ms:.2f}/{level.server_compute_ms:.2f}"
+        table.add_row(str(level.concurrency), str(level.requests), errors, f"{level.throughput:,.1f}",
+                      f"{level.inferences_per_s:,.1f}", fmt(lat and lat.p50), fmt(lat and lat.p90),
+                      fmt(lat and lat.p95), fmt(lat and lat.p99), server_times)
+    console.print(table)
+    if report is not None:
+        console.print(f"report written to {report}")

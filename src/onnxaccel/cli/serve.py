@@ -1,0 +1,105 @@
+"""`onnxaccel serve`: serve a model or a repository of models over the Open Inference Protocol."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from onnxaccel.cli.common import (
+    EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, console, handle_errors, note, print_json, resolve_target, warn,
+)
+from onnxaccel.model import parse_shape_bindings
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve", help="Serve a model (.onnx, zoo:NAME) or a folder of models over the Open Inference "
+                "Protocol (KServe v2) on HTTP and gRPC, with dynamic batching, Prometheus /metrics and a graceful "
+                "drain on SIGTERM. tritonclient, perf_analyzer and the KServe SDK work unchanged.")(serve_command)
+
+
+@handle_errors
+def serve_command(
+    source: Annotated[str, typer.Argument(metavar="MODEL|REPO_DIR", help="An .onnx file, zoo:NAME, or a folder "
+                      "of models (NAME/model.onnx + optional NAME/config.json; see docs/SERVING.md).")],
+    target: Annotated[str, typer.Option("--target", "-t", help="Default target of every model (a model's "
+                      "config.json overrides it): cpu, cuda:0, migraphx:0/fp16?..., or auto.")] = "auto",
+    precision: PrecisionOpt = None,
+    ep_option: EpOptionOpt = None,
+    config: Annotated[Path | None, typer.Option("--config", help="A tuned result (JSON with 'target') whose "
+                      "target every model uses.")] = None,
+    shape: ShapeOpt = None,
+    host: Annotated[str, typer.Option(help="Address to listen on. 127.0.0.1 keeps the server private; 0.0.0.0 "
+                    "exposes it to the network.")] = "127.0.0.1",
+    http_port: Annotated[int, typer.Option("--http-port", help="HTTP port (0: any free port).")] = 8000,
+    grpc_port: Annotated[int, typer.Option("--grpc-port", help="gRPC port (0: any free port).")] = 8001,
+    grpc: Annotated[bool, typer.Option("--grpc/--no-grpc", help="Serve gRPC too.")] = True,
+    max_batch: Annotated[int, typer.Option("--max-batch", help="Largest dynamic batch; 1 turns batching off.")] = 8,
+    max_queue_delay_ms: Annotated[float, typer.Option("--max-queue-delay-ms", help="How long the first request "
+                                  "of a batch waits for others.")] = 2.0,
+    instances: Annotated[int, typer.Option("--instances", help="Sessions per model running batches in "
+                         "parallel.")] = 1,
+    max_queue: Annotated[int, typer.Option("--max-queue", help="Requests waiting per model before 429.")] = 256,
+    timeout_ms: Annotated[float, typer.Option("--timeout-ms", help="Per-request deadline (queue + run), "
+                          "0 for none; past it the request gets 503.")] = 30000.0,
+    max_request_mb: Annotated[float, typer.Option("--max-request-mb", help="Largest request body/message; larger "
+                              "gets 413 (HTTP) or RESOURCE_EXHAUSTED (gRPC).")] = 64.0,
+    max_connections: Annotated[int, typer.Option("--max-connections", help="Concurrent HTTP connections before "
+                               "503 (bounds memory with --max-request-mb).")] = 1024,
+    drain_timeout: Annotated[float, typer.Option("--drain-timeout", help="Seconds SIGTERM waits for in-flight "
+                             "requests.")] = 30.0,
+    arena_extend_strategy: Annotated[str | None, typer.Option("--arena-extend-strategy", help="GPU arena growth: "
+                                     "kSameAsRequested keeps memory flat over a long run; kNextPowerOfTwo.")] = None,
+    gpu_mem_limit: Annotated[int | None, typer.Option("--gpu-mem-limit", help="GPU arena limit in bytes.")] = None,
+    arena_shrinkage: Annotated[bool, typer.Option("--arena-shrinkage", help="Shrink memory arenas after every run "
+                               "(RunOptions memory.enable_memory_arena_shrinkage).")] = False,
+    strict_readiness: Annotated[bool, typer.Option("--strict-readiness", help="Ready only when every model "
+                                "loaded (default: when at least one did).")] = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "warning",
+    as_json: JsonOpt = False,
+) -> None:
+    from onnxaccel.serve.config import ServerConfig, target_from_tuned
+    from onnxaccel.serve.server import serve
+
+    target_text = target_from_tuned(config) if config is not None else target
+    tgt = resolve_target(target_text, precision, ep_option)
+    defaults = {
+        "target": str(tgt), "max_batch": max_batch, "max_queue_delay_ms": max_queue_delay_ms,
+        "instances": instances, "max_queue": max_queue, "timeout_ms": timeout_ms,
+        "shapes": {k: list(v) for k, v in parse_shape_bindings(shape or []).items()},
+        "arena_extend_strategy": arena_extend_strategy, "gpu_mem_limit": gpu_mem_limit,
+        "arena_shrinkage": arena_shrinkage,
+    }
+    server_config = ServerConfig(
+        host=host, http_port=http_port, grpc_port=grpc_port if grpc else None,
+        max_request_bytes=int(max_request_mb * 1024 * 1024), max_connections=max_connections,
+        drain_timeout_s=drain_timeout, strict_readiness=strict_readiness, log_level=log_level,
+    )
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        warn(f"listening on {host}: the server has no authentication; anyone who reaches this address can use it.")
+
+    def on_ready(server) -> None:
+        result = server.result()
+        if as_json:
+            sys.stdout.write(json.dumps({"event": "ready", **result.to_dict()}) + "\n")
+            sys.stdout.flush()
+            return
+        for message in result.warnings:
+            note(message)
+        console.print(f"[bold]serving[/] {escape(source)} at {result.http_url}"
+                      + (f" and grpc://{result.grpc_address}" if result.grpc_address else ""))
+        for model in result.models:
+            state = "[green]READY[/]" if model["state"] == "READY" else f"[red]{model['state']}[/]"
+            reason = f": {escape(model.get('reason', ''))}" if model.get("reason") else ""
+            console.print(f"  {escape(model['name'])} {state}{reason}")
+        console.print("[dim]SIGTERM or Ctrl+C drains in-flight requests and stops.[/]")
+
+    result = serve(source, defaults, server_config, on_ready)
+    if as_json:
+        print_json({"event": "stopped", **result.to_dict()})
+    elif not result.drained:
+        warn("some requests were still running when the drain timeout passed.")

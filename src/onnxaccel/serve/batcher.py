@@ -1,0 +1,190 @@
+"""Dynamic batching: concurrent requests joined along the batch axis, run once, split back.
+
+Like Triton's dynamic batcher (triton-inference-server/server docs/user_guide/model_configuration.md,
+"Dynamic Batcher"): once a request is waiting, a worker gathers more requests with the same trailing shapes
+until the batch holds ``max_batch`` rows or ``max_queue_delay`` has passed since the first one arrived, runs
+the batch, and hands each request its rows. One worker per model instance; runs happen in threads (ONNX
+Runtime releases the GIL in ``run``), so the event loop keeps accepting requests meanwhile.
+
+The queue is bounded (``max_queue`` requests): beyond it ``submit`` refuses at once with 429, so memory
+stays bounded under overload instead of growing with the backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxaccel.serve.instance import ModelInstance
+from onnxaccel.serve.protocol import ProtocolError
+
+
+@dataclass
+class BatchTiming:
+    """What one request went through: seconds queued, seconds of the run it was part of, that run's rows."""
+
+    queue_s: float
+    compute_s: float
+    batch_rows: int
+
+
+@dataclass
+class _Pending:
+    feeds: dict[str, np.ndarray]
+    rows: int
+    key: tuple
+    future: asyncio.Future
+    arrived: float = field(default_factory=time.perf_counter)
+
+
+class DynamicBatcher:
+    """The queue and workers of one model."""
+
+    def __init__(self, instance: ModelInstance, *, on_batch: Callable[[int, float], None] | None = None):
+        self.instance = instance
+        self.max_batch = max(1, instance.max_batch)
+        self.delay_s = instance.config.max_queue_delay_ms / 1e3 if instance.batching else 0.0
+        self.max_queue = instance.config.max_queue
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._work = asyncio.Event()
+        self._arrival = asyncio.Event()
+        self._flush = False
+        self._on_batch = on_batch
+        count = len(instance.runners)
+        self._pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix=f"run-{instance.config.name}")
+        self._workers = [asyncio.ensure_future(self._worker(i)) for i in range(count)]
+        self.executions = 0
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    async def submit(self, feeds: dict[str, np.ndarray], rows: int) -> tuple[dict[str, np.ndarray], BatchTiming]:
+        """Queue one request; its outputs once its batch has run. Raises ProtocolError 429 when full."""
+        if len(self._queue) >= self.max_queue:
+            raise ProtocolError(429, f"Model '{self.instance.config.name}' has {len(self._queue)} requests "
+                                f"waiting (max_queue {self.max_queue}); retry later.", retry_after=1)
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(feeds, rows, self.instance.batch_key(feeds), future))
+        self._work.set()
+        self._arrival.set()
+        return await future
+
+    def flush(self) -> None:
+        """Stop waiting for batches to fill (shutdown): run what is queued now."""
+        self._flush = True
+        self._arrival.set()
+        self._work.set()
+
+    async def close(self) -> None:
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        for pending in self._queue:
+            if not pending.future.done():
+                pending.future.set_exception(ProtocolError(503, "The model was unloaded."))
+        self._queue.clear()
+        self._pool.shutdown(wait=True)
+
+    # -- workers ---------------------------------------------------------------------------------------
+
+    async def _worker(self, index: int) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._work.wait()
+            self._drop_abandoned()
+            if not self._queue:
+                self._work.clear()
+                continue
+            if self.instance.batching and self.delay_s > 0:
+                await self._gather(self._queue[0])
+            batch = self._take()
+            if not batch:
+                continue
+            try:
+                outputs, seconds = await loop.run_in_executor(self._pool, self._run, index, batch)
+            except asyncio.CancelledError:
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_exception(ProtocolError(503, "The model was unloaded."))
+                raise
+            except Exception as exc:  # noqa: BLE001 - every waiting request gets the failure
+                error = exc if isinstance(exc, ProtocolError) else ProtocolError(
+                    500, f"Inference failed on model '{self.instance.config.name}': {exc}")
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_exception(error)
+                continue
+            self.executions += 1
+            rows = sum(p.rows for p in batch)
+            if self._on_batch is not None:
+                self._on_batch(rows, seconds)
+            now = time.perf_counter()
+            for pending, result in zip(batch, outputs):
+                if not pending.future.done():
+                    timing = BatchTiming(now - pending.arrived - seconds, seconds, rows)
+                    pending.future.set_result((result, timing))
+
+    async def _gather(self, first: _Pending) -> None:
+        deadline = first.arrived + self.delay_s
+        while not self._flush and self._rows_for(first.key) < self.max_batch:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return
+            self._arrival.clear()
+            try:
+                await asyncio.wait_for(self._arrival.wait(), remaining)
+            except asyncio.TimeoutError:
+                return
+
+    def _rows_for(self, key: tuple) -> int:
+        return sum(p.rows for p in self._queue if p.key == key)
+
+    def _drop_abandoned(self) -> None:
+        if any(p.future.done() for p in self._queue):
+            self._queue = collections.deque(p for p in self._queue if not p.future.done())
+
+    def _take(self) -> list[_Pending]:
+        """The oldest request plus the others of the same key that fit in max_batch rows."""
+        self._drop_abandoned()
+        if not self._queue:
+            return []
+        first = self._queue.popleft()
+        batch, rows = [first], first.rows
+        if self.instance.batching:
+            kept = collections.deque()
+            while self._queue:
+                pending = self._queue.popleft()
+                if pending.key == first.key and rows + pending.rows <= self.max_batch:
+                    batch.append(pending)
+                    rows += pending.rows
+                else:
+                    kept.append(pending)
+            self._queue = kept + self._queue
+        if not self._queue:
+            self._work.clear()
+        return batch
+
+    def _run(self, index: int, batch: list[_Pending]) -> tuple[list[dict[str, np.ndarray]], float]:
+        """In a pool thread: join, run once, split back by row counts."""
+        if len(batch) == 1:
+            outputs, seconds = self.instance.execute(index, batch[0].feeds)
+            return [outputs], seconds
+        names = list(batch[0].feeds)
+        joined = {n: np.concatenate([p.feeds[n] for p in batch], axis=0) for n in names}
+        outputs, seconds = self.instance.execute(index, joined)
+        total = sum(p.rows for p in batch)
+        bounds = np.cumsum([p.rows for p in batch])[:-1]
+        for name, value in outputs.items():
+            if value.ndim == 0 or value.shape[0] != total:
+                raise ProtocolError(500, f"Output '{name}' of model '{self.instance.config.name}' has shape "
+                                    f"{list(value.shape)}, not {total} rows: its first axis is not the batch; "
+                                    "serve it with max_batch 1.")
+        split = {n: np.split(v, bounds, axis=0) for n, v in outputs.items()}
+        return [{n: split[n][i] for n in outputs} for i in range(len(batch))], seconds

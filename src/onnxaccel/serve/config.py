@@ -1,0 +1,143 @@
+"""Serving configuration: per model (a repository folder's ``config.json``) and for the server.
+
+A model's config::
+
+    {"target": "cuda:0", "precision": "fp16", "max_batch": 32, "max_queue_delay_ms": 2, "instances": 1,
+     "shapes": {"sequence": 128}, "max_queue": 256, "timeout_ms": 30000,
+     "arena_extend_strategy": "kSameAsRequested", "gpu_mem_limit": 8589934592, "arena_shrinkage": true,
+     "options": {"prefer_nhwc": "1"}}
+
+Every key is optional; the command line gives the defaults. Unknown keys are an error that names them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onnxaccel.errors import UsageError
+from onnxaccel.target import Target, parse_target
+
+SCHEMA = "onnxaccel.serve.model-config/1"
+
+#: Where each provider keeps its arena knobs (target.py PROVIDER_OPTIONS; ORT's CUDA/ROCm EP option names
+#: arena_extend_strategy and gpu_mem_limit, the MIGraphX EP's migraphx_arena_extend_strategy/migraphx_mem_limit).
+ARENA_KEYS = {
+    "cuda": ("arena_extend_strategy", "gpu_mem_limit"),
+    "tensorrt": (None, None),
+    "rocm": ("arena_extend_strategy", "gpu_mem_limit"),
+    "migraphx": ("migraphx_arena_extend_strategy", "migraphx_mem_limit"),
+    "cpu": (None, None),
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """How one model is served."""
+
+    name: str
+    source: str
+    target: str = "cpu"
+    precision: str | None = None
+    #: Largest batch the dynamic batcher forms; 0 or 1 turns batching off.
+    max_batch: int = 8
+    max_queue_delay_ms: float = 2.0
+    instances: int = 1
+    shapes: dict[str, list[int] | int] = field(default_factory=dict)
+    #: Requests waiting in this model's queue before new ones are refused with 429.
+    max_queue: int = 256
+    #: Per-request deadline (queue + run), milliseconds; 0 = none.
+    timeout_ms: float = 30000.0
+    arena_extend_strategy: str | None = None
+    gpu_mem_limit: int | None = None
+    #: Shrink the memory arenas after each run (RunOptions memory.enable_memory_arena_shrinkage).
+    arena_shrinkage: bool = False
+    options: dict[str, str] = field(default_factory=dict)
+
+    def resolved_target(self) -> tuple[Target, list[str]]:
+        """The Target with precision, options and arena settings applied, and notes about ignored settings."""
+        base = parse_target(self.target, precision=self.precision)
+        extra = {k: str(v) for k, v in self.options.items()}
+        notes = []
+        strategy_key, limit_key = ARENA_KEYS.get(base.device, (None, None))
+        for value, key, what in ((self.arena_extend_strategy, strategy_key, "arena_extend_strategy"),
+                                 (self.gpu_mem_limit, limit_key, "gpu_mem_limit")):
+            if value is None:
+                continue
+            if key is None:
+                notes.append(f"{self.name}: {what} has no effect on {base.device} (its provider has no such option).")
+            else:
+                extra[key] = str(value)
+        return parse_target(base, options=extra), notes
+
+    def shape_bindings(self) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(v) if isinstance(v, list) else (int(v),) for k, v in self.shapes.items()}
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, **dataclasses.asdict(self)}
+
+
+_FIELDS = {f.name for f in dataclasses.fields(ModelConfig)} - {"name"}
+
+
+def model_config_from(name: str, source: str, defaults: dict, file: Path | None) -> ModelConfig:
+    """Defaults from the command line, overridden by ``file`` (a config.json) when there is one."""
+    values = dict(defaults)
+    if file is not None and file.exists():
+        values.update(read_config_file(file))
+    values.setdefault("source", source)
+    return ModelConfig(name=name, **values)
+
+
+def read_config_file(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"Cannot read the model config {path}: {exc}",
+                         "Write it as a JSON object, e.g. {\"target\": \"cuda:0\", \"max_batch\": 16}.") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"The model config {path} must be a JSON object.", "e.g. {\"max_batch\": 16}")
+    data.pop("schema", None)
+    unknown = sorted(set(data) - _FIELDS)
+    if unknown:
+        raise UsageError(f"The model config {path} has unknown key(s): {', '.join(unknown)}.",
+                         f"Known keys: {', '.join(sorted(_FIELDS))}.")
+    return data
+
+
+def target_from_tuned(path: Path) -> str:
+    """The target string of a tune/bench result (``{"target": ...}`` or ``{"best": {"target": ...}}``)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"Cannot read --config {path}: {exc}", "Pass the JSON written by `onnxaccel tune`.") from None
+    for candidate in (data.get("best"), data) if isinstance(data, dict) else ():
+        if isinstance(candidate, dict) and isinstance(candidate.get("target"), str):
+            return candidate["target"]
+    raise UsageError(f"--config {path} has no 'target' (nor 'best.target') string.",
+                     "Pass the JSON written by `onnxaccel tune --json`, or a {\"target\": \"cuda:0/fp16\"} file.")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The server: where it listens, its limits, and the defaults every model gets."""
+
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int | None = 8001
+    #: Largest request body (HTTP) or message (gRPC), bytes; larger ones get 413 / RESOURCE_EXHAUSTED.
+    max_request_bytes: int = 64 * 1024 * 1024
+    #: Concurrent HTTP connections+requests uvicorn admits before answering 503 (bounds memory).
+    max_connections: int = 1024
+    #: Seconds SIGTERM waits for in-flight requests before closing.
+    drain_timeout_s: float = 30.0
+    #: Ready means every model loaded (True) or at least one (False).
+    strict_readiness: bool = False
+    #: Seconds between GPU telemetry samples for /metrics; 0 turns them off.
+    telemetry_interval_s: float = 1.0
+    log_level: str = "warning"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

@@ -1,0 +1,200 @@
+"""The protocol-independent server: health, metadata, inference, statistics, drain. HTTP and gRPC are thin
+adapters over :class:`InferenceService`.
+
+Version handling: every model has one version, "1"; an empty version means it (the protocol lets the server
+choose, inference_rest.md "Model Ready"); any other version is 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxaccel import __version__
+from onnxaccel.serve.config import ServerConfig
+from onnxaccel.serve.instance import VERSION
+from onnxaccel.serve.metrics import ServerMetrics
+from onnxaccel.serve.protocol import InferRequest, ProtocolError
+from onnxaccel.serve.repository import READY, ModelRepository
+
+SERVER_NAME = "onnxaccel"
+#: Protocol extensions offered (names as Triton's server metadata lists them).
+EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "model_configuration"]
+UNKNOWN_MODEL = "_unknown"
+
+
+@dataclass
+class _Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.ns += int(seconds * 1e9)
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass
+class ModelStats:
+    """Cumulative statistics in the shape of Triton's statistics extension (extension_statistics.md)."""
+
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    success: _Duration = field(default_factory=_Duration)
+    fail: _Duration = field(default_factory=_Duration)
+    queue: _Duration = field(default_factory=_Duration)
+    compute_infer: _Duration = field(default_factory=_Duration)
+
+    def to_dict(self, name: str) -> dict:
+        zero = _Duration().to_dict()
+        return {
+            "name": name, "version": VERSION, "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count, "execution_count": self.execution_count,
+            "inference_stats": {"success": self.success.to_dict(), "fail": self.fail.to_dict(),
+                                "queue": self.queue.to_dict(), "compute_input": zero,
+                                "compute_infer": self.compute_infer.to_dict(), "compute_output": zero},
+            "batch_stats": [],
+        }
+
+
+class InferenceService:
+    def __init__(self, repository: ModelRepository, metrics: ServerMetrics, config: ServerConfig):
+        self.repository = repository
+        self.metrics = metrics
+        self.config = config
+        self.draining = False
+        self.loaded = False
+        self.inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.stats: dict[str, ModelStats] = {}
+
+    # -- health and metadata ---------------------------------------------------------------------------
+
+    def live(self) -> bool:
+        return not self.draining
+
+    def ready(self) -> bool:
+        if self.draining or not self.loaded:
+            return False
+        states = [e.state == READY for e in self.repository.entries.values()]
+        return bool(states) and (all(states) if self.config.strict_readiness else any(states))
+
+    def server_metadata(self) -> dict:
+        return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
+
+    def _entry(self, name: str, version: str = ""):
+        entry = self.repository.get(name)
+        if version not in ("", VERSION):
+            raise ProtocolError(404, f"Model '{name}' has no version '{version}'; it has version {VERSION}.")
+        return entry
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self._entry(name, version).state == READY and not self.draining
+
+    def model_metadata(self, name: str, version: str = "") -> dict:
+        self._entry(name, version)
+        return self.repository.ready(name).instance.metadata()
+
+    def model_config(self, name: str, version: str = "") -> dict:
+        self._entry(name, version)
+        return self.repository.ready(name).instance.triton_config()
+
+    def model_stats(self, name: str = "", version: str = "") -> dict:
+        names = [name] if name else [n for n, e in self.repository.entries.items() if e.state == READY]
+        for n in names:
+            self._entry(n, version)
+        return {"model_stats": [self.stats.get(n, ModelStats()).to_dict(n) for n in names]}
+
+    def metric_label(self, name: str) -> str:
+        return name if name in self.repository.entries else UNKNOWN_MODEL
+
+    # -- inference -------------------------------------------------------------------------------------
+
+    async def infer(self, request: InferRequest) -> tuple[dict[str, np.ndarray], str]:
+        """Validate, queue, run; the requested outputs and the model version. Raises ProtocolError."""
+        if self.draining:
+            raise ProtocolError(503, "The server is shutting down and accepts no new requests.")
+        entry = self._entry(request.model_name, request.model_version)
+        entry = self.repository.ready(request.model_name)
+        feeds, rows = entry.instance.validate(request)
+        stats = self.stats.setdefault(request.model_name, ModelStats())
+        timeout = _timeout_s(request, entry.config.timeout_ms)
+        self.inflight += 1
+        self._idle.clear()
+        self.metrics.inflight.inc()
+        self.metrics.queue_length.labels(request.model_name).set(entry.batcher.queued + 1)
+        start = time.perf_counter()
+        try:
+            try:
+                outputs, timing = await asyncio.wait_for(entry.batcher.submit(feeds, rows), timeout)
+            except asyncio.TimeoutError:
+                raise ProtocolError(503, f"Request to model '{request.model_name}' timed out after "
+                                    f"{timeout * 1e3:.0f} ms (queue or run too slow: the server is overloaded).",
+                                    retry_after=1) from None
+        except ProtocolError:
+            stats.fail.add(time.perf_counter() - start)
+            raise
+        finally:
+            self.inflight -= 1
+            self.metrics.inflight.dec()
+            self.metrics.queue_length.labels(request.model_name).set(entry.batcher.queued if entry.batcher else 0)
+            if self.inflight == 0:
+                self._idle.set()
+        elapsed = time.perf_counter() - start
+        stats.success.add(elapsed)
+        stats.queue.add(max(0.0, timing.queue_s))
+        stats.compute_infer.add(timing.compute_s)
+        stats.inference_count += rows
+        stats.execution_count = entry.batcher.executions
+        stats.last_inference_ms = int(time.time() * 1e3)
+        self.metrics.queue.labels(request.model_name).observe(max(0.0, timing.queue_s))
+        if request.outputs:
+            outputs = {o.name: outputs[o.name] for o in request.outputs}
+        return outputs, VERSION
+
+    # -- repository ------------------------------------------------------------------------------------
+
+    async def load(self, name: str) -> None:
+        if self.draining:
+            raise ProtocolError(503, "The server is shutting down.")
+        entry = await self.repository.load(name)
+        self.metrics.model_ready.labels(name).set(1 if entry.state == READY else 0)
+        if entry.state != READY:
+            raise ProtocolError(400, f"Failed to load model '{name}': {entry.reason}")
+
+    async def unload(self, name: str) -> None:
+        await self.repository.unload(name)
+        self.metrics.model_ready.labels(name).set(0)
+
+    async def load_all(self) -> None:
+        await self.repository.load_all()
+        for name, entry in self.repository.entries.items():
+            self.metrics.model_ready.labels(name).set(1 if entry.state == READY else 0)
+        self.loaded = True
+
+    # -- shutdown --------------------------------------------------------------------------------------
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuse new requests and wait for in-flight ones (queued ones still get their batch, at most
+        max_queue_delay later); True when all finished within ``timeout_s``."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+
+def _timeout_s(request: InferRequest, default_ms: float) -> float | None:
+    """The request's own ``timeout`` parameter (microseconds, as Triton's clients send it) or the model's."""
+    value = request.parameters.get("timeout")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return value / 1e6
+    return default_ms / 1e3 if default_ms and default_ms > 0 else None

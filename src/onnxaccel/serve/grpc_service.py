@@ -1,0 +1,188 @@
+"""``inference.GRPCInferenceService`` (the Open Inference Protocol's gRPC service) on grpc.aio.
+
+Methods are registered by their full names with a generic handler, with message classes built from the
+vendored descriptor (grpc_messages.py), so no generated stubs are needed. Besides the protocol's six RPCs it
+answers Triton's ModelConfig, ModelStatistics, RepositoryIndex and RepositoryModelLoad/Unload.
+
+Tensor contents follow open_inference_grpc.proto: inputs come as ``raw_input_contents`` (one bytes per input, in
+input order) or as typed ``contents``; outputs are always returned as ``raw_output_contents``, as Triton does
+(tritonclient and the KServe SDK read both).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from onnxaccel.errors import MissingDependencyError
+from onnxaccel.serve.core import InferenceService
+from onnxaccel.serve.grpc_messages import SERVICE, messages
+from onnxaccel.serve.protocol import (
+    DATATYPES, InferRequest, ProtocolError, RequestedOutput, bad_request, datatype_of, element_count, from_bytes,
+    to_bytes,
+)
+
+#: InferTensorContents field for each datatype (open_inference_grpc.proto comments on each field).
+CONTENTS_FIELD = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
+    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}
+
+
+def _param_value(param) -> object:
+    which = param.WhichOneof("parameter_choice")
+    return getattr(param, which) if which else None
+
+
+def decode_grpc_request(msg) -> InferRequest:
+    request = InferRequest(model_name=msg.model_name, model_version=msg.model_version, id=msg.id,
+                           parameters={k: _param_value(v) for k, v in msg.parameters.items()})
+    raw = list(msg.raw_input_contents)
+    if raw and len(raw) != len(msg.inputs):
+        raise bad_request(f"raw_input_contents has {len(raw)} entries for {len(msg.inputs)} inputs; give one per "
+                          "input, in input order.")
+    for index, tensor in enumerate(msg.inputs):
+        name, datatype, shape = tensor.name, tensor.datatype, tuple(tensor.shape)
+        if datatype not in DATATYPES:
+            raise bad_request(f"Input '{name}' has datatype {datatype!r}; the protocol's datatypes are "
+                              f"{', '.join(DATATYPES)}.")
+        if any(d < 0 for d in shape):
+            raise bad_request(f"Input '{name}' has a negative dimension in shape {list(shape)}.")
+        if name in request.inputs:
+            raise bad_request(f"Input '{name}' appears twice in the request.")
+        if raw:
+            if tensor.HasField("contents"):
+                raise bad_request(f"Input '{name}' has typed contents while raw_input_contents is used.")
+            request.inputs[name] = from_bytes(raw[index], datatype, shape, name)
+        else:
+            request.inputs[name] = _from_contents(tensor, datatype, shape)
+        request.datatypes[name] = datatype
+    if msg.outputs:
+        request.outputs = [RequestedOutput(o.name) for o in msg.outputs]
+    return request
+
+
+def _from_contents(tensor, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
+    if datatype not in CONTENTS_FIELD:
+        raise bad_request(f"Input '{tensor.name}' is {datatype}, which has no typed contents field; send it in "
+                          "raw_input_contents.")
+    values = getattr(tensor.contents, CONTENTS_FIELD[datatype])
+    count = element_count(shape)
+    if len(values) != count:
+        raise bad_request(f"Input '{tensor.name}' has shape {list(shape)} ({count} elements), but "
+                          f"contents.{CONTENTS_FIELD[datatype]} holds {len(values)} values.")
+    if datatype == "BYTES":
+        return np.array(list(values), dtype=object).reshape(shape)
+    return np.asarray(values, dtype=DATATYPES[datatype]).reshape(shape)
+
+
+def encode_grpc_response(m, request: InferRequest, version: str, outputs: dict[str, np.ndarray]):
+    response = m.ModelInferResponse(model_name=request.model_name, model_version=version, id=request.id)
+    for name, value in outputs.items():
+        response.outputs.add(name=name, datatype=datatype_of(value.dtype), shape=list(value.shape))
+        response.raw_output_contents.append(to_bytes(value))
+    return response
+
+
+def create_grpc_server(service: InferenceService, address: str):
+    """A grpc.aio server bound to ``address`` (host:port), not yet started."""
+    try:
+        import grpc
+    except ImportError as exc:
+        raise MissingDependencyError("grpcio", "serve", "The gRPC endpoint") from exc
+    m = messages()
+    limit = service.config.max_request_bytes
+    # grpc answers RESOURCE_EXHAUSTED itself for messages above max_receive_message_length.
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+                                      ("grpc.max_send_message_length", max(limit, 256 * 1024 * 1024)),
+                                      ("grpc.so_reuseport", 0)])
+    codes = grpc.StatusCode
+
+    async def guarded(context, call):
+        try:
+            return await call()
+        except ProtocolError as exc:
+            await context.abort(getattr(codes, exc.grpc_code), exc.message)
+
+    async def server_live(_request, _context):
+        return m.ServerLiveResponse(live=service.live())
+
+    async def server_ready(_request, _context):
+        return m.ServerReadyResponse(ready=service.ready())
+
+    async def model_ready(request, context):
+        async def call():
+            return m.ModelReadyResponse(ready=service.model_ready(request.name, request.version))
+        return await guarded(context, call)
+
+    async def server_metadata(_request, _context):
+        return m.ServerMetadataResponse(**service.server_metadata())
+
+    async def model_metadata(request, context):
+        async def call():
+            return m.ModelMetadataResponse(**service.model_metadata(request.name, request.version))
+        return await guarded(context, call)
+
+    async def model_config(request, context):
+        async def call():
+            return m.ModelConfigResponse(config=service.model_config(request.name, request.version))
+        return await guarded(context, call)
+
+    async def model_statistics(request, context):
+        async def call():
+            return m.ModelStatisticsResponse(**service.model_stats(request.name, request.version))
+        return await guarded(context, call)
+
+    async def repository_index(request, _context):
+        return m.RepositoryIndexResponse(models=service.repository.index(request.ready))
+
+    async def repository_load(request, context):
+        name = request.triton_model_name or request.model_name
+
+        async def call():
+            await service.load(name)
+            return m.RepositoryModelLoadResponse(model_name=name, isLoaded=True)
+        return await guarded(context, call)
+
+    async def repository_unload(request, context):
+        name = request.triton_model_name or request.model_name
+
+        async def call():
+            await service.unload(name)
+            return m.RepositoryModelUnloadResponse(model_name=name, isUnloaded=True)
+        return await guarded(context, call)
+
+    async def model_infer(request, context):
+        start = time.perf_counter()
+        label = service.metric_label(request.model_name)
+        try:
+            infer_request = decode_grpc_request(request)
+            outputs, version = await service.infer(infer_request)
+            response = encode_grpc_response(m, infer_request, version, outputs)
+        except ProtocolError as exc:
+            service.metrics.observe_request(label, "grpc", exc.grpc_code, time.perf_counter() - start)
+            await context.abort(getattr(codes, exc.grpc_code), exc.message)
+        service.metrics.observe_request(label, "grpc", "OK", time.perf_counter() - start)
+        return response
+
+    rpcs = {
+        "ServerLive": (server_live, m.ServerLiveRequest), "ServerReady": (server_ready, m.ServerReadyRequest),
+        "ModelReady": (model_ready, m.ModelReadyRequest),
+        "ServerMetadata": (server_metadata, m.ServerMetadataRequest),
+        "ModelMetadata": (model_metadata, m.ModelMetadataRequest),
+        "ModelInfer": (model_infer, m.ModelInferRequest), "ModelConfig": (model_config, m.ModelConfigRequest),
+        "ModelStatistics": (model_statistics, m.ModelStatisticsRequest),
+        "RepositoryIndex": (repository_index, m.RepositoryIndexRequest),
+        "RepositoryModelLoad": (repository_load, m.RepositoryModelLoadRequest),
+        "RepositoryModelUnload": (repository_unload, m.RepositoryModelUnloadRequest),
+    }
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(fn, request_deserializer=req.FromString,
+                                                  response_serializer=lambda r: r.SerializeToString())
+        for name, (fn, req) in rpcs.items()
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    port = server.add_insecure_port(address)
+    return server, port

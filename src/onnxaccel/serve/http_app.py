@@ -1,0 +1,189 @@
+"""The Open Inference Protocol over HTTP (FastAPI), plus the Triton endpoints existing clients call.
+
+Routes and status codes: kserve/open-inference-protocol specification/protocol/inference_rest.md and
+open_inference_rest.yaml (health: 200 true, 4xx false; errors ``{"error": "..."}``); Triton's extensions
+(triton-inference-server/server docs/protocol/extension_model_repository.md, extension_statistics.md,
+extension_model_configuration.md) for repository index/load/unload, statistics and model config.
+
+The inference route reads the raw body itself (no pydantic model): binary requests are not JSON, and parsing
+a large JSON body twice would cost more than the model run on a GPU. Its schema is declared for the OpenAPI
+document by hand.
+"""
+
+
+import asyncio
+import json
+import time
+import zlib
+
+from onnxaccel.errors import MissingDependencyError
+from onnxaccel.serve.core import InferenceService
+from onnxaccel.serve.protocol import HEADER_LENGTH, ProtocolError, decode_http_request, encode_http_response
+
+_ERROR = {"content": {"application/json": {"schema": {"type": "object", "properties": {"error": {"type": "string"}},
+                                                      "required": ["error"]}}}}
+ERRORS = {400: {"description": "Bad request", **_ERROR}, 404: {"description": "Unknown model or version", **_ERROR},
+          503: {"description": "Not ready, shutting down, or overloaded", **_ERROR}}
+INFER_ERRORS = {**ERRORS, 413: {"description": "Request too large", **_ERROR},
+                429: {"description": "The model's queue is full", **_ERROR}}
+_TENSOR = {"type": "object", "required": ["name", "shape", "datatype"], "properties": {
+    "name": {"type": "string"}, "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+    "datatype": {"type": "string"}, "parameters": {"type": "object"},
+    "data": {"type": "array", "items": {}}}}
+INFER_REQUEST = {"type": "object", "required": ["inputs"], "properties": {
+    "id": {"type": "string"}, "parameters": {"type": "object"},
+    "inputs": {"type": "array", "items": _TENSOR},
+    "outputs": {"type": "array", "items": {"type": "object", "required": ["name"], "properties": {
+        "name": {"type": "string"}, "parameters": {"type": "object"}}}}}}
+INFER_RESPONSE = {"type": "object", "required": ["model_name", "outputs"], "properties": {
+    "model_name": {"type": "string"}, "model_version": {"type": "string"}, "id": {"type": "string"},
+    "parameters": {"type": "object"}, "outputs": {"type": "array", "items": _TENSOR}}}
+INFER_OPENAPI = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": INFER_REQUEST},
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
+_JSON_OK = {"content": {"application/json": {"schema": {"type": "object"}}}}
+
+
+def create_app(service: InferenceService):
+    try:
+        from fastapi import FastAPI, Request
+        from fastapi.responses import JSONResponse, Response
+    except ImportError as exc:
+        raise MissingDependencyError("fastapi", "serve", "The HTTP server") from exc
+
+    app = FastAPI(title="onnxaccel inference server", version="2",
+                  description="Open Inference Protocol (KServe v2) with Triton's binary tensor, model repository, "
+                              "statistics and model configuration extensions.")
+    limit = service.config.max_request_bytes
+
+    @app.exception_handler(ProtocolError)
+    async def protocol_error(_request, exc: ProtocolError):
+        headers = {"Retry-After": str(int(exc.retry_after))} if exc.retry_after else None
+        return JSONResponse({"error": exc.message}, status_code=exc.status, headers=headers)
+
+    def flag(ok: bool, key: str, status_false: int = 400):
+        return JSONResponse({key: ok}, status_code=200 if ok else status_false)
+
+    @app.get("/v2/health/live", responses={400: {"description": "Not live"}}, tags=["health"])
+    async def health_live():
+        return flag(service.live(), "live")
+
+    @app.get("/v2/health/ready", responses={400: {"description": "Not ready"}}, tags=["health"])
+    async def health_ready():
+        return flag(service.ready(), "ready")
+
+    @app.get("/v2", tags=["metadata"])
+    async def server_metadata():
+        return service.server_metadata()
+
+    app.add_api_route("/v2/", server_metadata, methods=["GET"], include_in_schema=False)
+
+    @app.get("/v2/models/{model_name}", responses=ERRORS, tags=["metadata"])
+    @app.get("/v2/models/{model_name}/versions/{model_version}", responses=ERRORS, tags=["metadata"])
+    async def model_metadata(model_name: str, model_version: str = ""):
+        return service.model_metadata(model_name, model_version)
+
+    @app.get("/v2/models/{model_name}/ready", responses=ERRORS, tags=["health"])
+    @app.get("/v2/models/{model_name}/versions/{model_version}/ready", responses=ERRORS, tags=["health"])
+    async def model_ready(model_name: str, model_version: str = ""):
+        ok = service.model_ready(model_name, model_version)
+        return JSONResponse({"name": model_name, "ready": ok}, status_code=200 if ok else 400)
+
+    @app.get("/v2/models/{model_name}/config", responses=ERRORS, tags=["triton"])
+    @app.get("/v2/models/{model_name}/versions/{model_version}/config", responses=ERRORS, tags=["triton"])
+    async def model_config(model_name: str, model_version: str = ""):
+        return service.model_config(model_name, model_version)
+
+    @app.get("/v2/models/stats", responses=ERRORS, tags=["triton"])
+    async def all_stats():
+        return service.model_stats()
+
+    @app.get("/v2/models/{model_name}/stats", responses=ERRORS, tags=["triton"])
+    @app.get("/v2/models/{model_name}/versions/{model_version}/stats", responses=ERRORS, tags=["triton"])
+    async def model_stats(model_name: str, model_version: str = ""):
+        return service.model_stats(model_name, model_version)
+
+    @app.post("/v2/repository/index", responses=ERRORS, tags=["repository"])
+    async def repository_index(request: Request):
+        body = await request.body()
+        ready_only = False
+        if body.strip():
+            try:
+                doc = json.loads(body)
+            except json.JSONDecodeError as exc:
+                raise ProtocolError(400, f"The request body is not valid JSON: {exc}.") from None
+            ready_only = bool(doc.get("ready", False)) if isinstance(doc, dict) else False
+        return service.repository.index(ready_only)
+
+    @app.post("/v2/repository/models/{model_name}/load", responses=ERRORS, tags=["repository"])
+    async def repository_load(model_name: str):
+        await service.load(model_name)
+        return {}
+
+    @app.post("/v2/repository/models/{model_name}/unload", responses=ERRORS, tags=["repository"])
+    async def repository_unload(model_name: str):
+        await service.unload(model_name)
+        return {}
+
+    async def infer(model_name: str, request: Request, model_version: str = ""):
+        start = time.perf_counter()
+        label = service.metric_label(model_name)
+        try:
+            body = await _read_body(request, limit)
+            infer_request = decode_http_request(model_name, model_version, body,
+                                                request.headers.get(HEADER_LENGTH))
+            outputs, version = await service.infer(infer_request)
+            content, headers = encode_http_response(infer_request, version, outputs)
+        except ProtocolError as exc:
+            service.metrics.observe_request(label, "http", exc.status, time.perf_counter() - start)
+            raise
+        service.metrics.observe_request(label, "http", 200, time.perf_counter() - start)
+        return Response(content=content, headers=headers, media_type=headers.pop("Content-Type"))
+
+    async def infer_versioned(model_name: str, model_version: str, request: Request):
+        return await infer(model_name, request, model_version)
+
+    responses = {200: {"description": "Inference result", "content": {
+        "application/json": {"schema": INFER_RESPONSE},
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}, **INFER_ERRORS}
+    app.add_api_route("/v2/models/{model_name}/infer", infer, methods=["POST"], responses=responses,
+                      openapi_extra=INFER_OPENAPI, tags=["inference"])
+    app.add_api_route("/v2/models/{model_name}/versions/{model_version}/infer", infer_versioned,
+                      methods=["POST"], responses=responses, openapi_extra=INFER_OPENAPI, tags=["inference"])
+
+    @app.get("/metrics", tags=["metrics"], responses={200: {"description": "Prometheus text format",
+                                                           "content": {"text/plain": {}}}})
+    async def metrics():
+        # Off the event loop: a GPU read (rocm-smi runs a process) may take a while.
+        content, media_type = await asyncio.to_thread(service.metrics.render)
+        return Response(content=content, media_type=media_type)
+
+    return app
+
+
+async def _read_body(request, limit: int) -> bytes:
+    """The body, refused with 413 past ``limit`` bytes (before reading when Content-Length says so),
+    inflated when the client compressed it (Content-Encoding gzip/deflate, which tritonclient can send)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ProtocolError(413, f"The request body is {int(declared)} bytes; this server accepts at most {limit} "
+                            "(--max-request-mb).")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ProtocolError(413, f"The request body exceeds {limit} bytes (--max-request-mb).")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "").lower()
+    if encoding in ("gzip", "deflate"):
+        inflater = zlib.decompressobj(31 if encoding == "gzip" else 15)
+        try:
+            body = inflater.decompress(body, limit + 1)
+        except zlib.error as exc:
+            raise ProtocolError(400, f"The body is not valid {encoding} data: {exc}.") from None
+        if len(body) > limit or inflater.unconsumed_tail:
+            raise ProtocolError(413, f"The inflated request body exceeds {limit} bytes (--max-request-mb).")
+    elif encoding not in ("", "identity"):
+        raise ProtocolError(400, f"Content-Encoding '{encoding}' is not supported; use gzip, deflate or none.")
+    return body

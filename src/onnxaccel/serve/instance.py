@@ -1,0 +1,206 @@
+"""A served model: its runners (one per instance), its signature, request validation, one execution.
+
+A model batches dynamically when every input and every output has a variable first axis (a dim_param or
+unknown, as exporters write a dynamic batch): requests are then joined along axis 0 and the outputs split
+back by the same row counts. A model with a fixed first axis runs each request as sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxaccel.engines import Runner
+from onnxaccel.model import Model, TensorSpec
+from onnxaccel.serve.config import ModelConfig
+from onnxaccel.serve.protocol import InferRequest, ProtocolError, bad_request, datatype_of
+
+VERSION = "1"
+PLATFORM = "onnxruntime_onnx"  # Triton's platform name for ONNX models (model_config.proto "platform")
+
+
+def _variable(dim) -> bool:
+    return not isinstance(dim, int)
+
+
+def has_batch_axis(model: Model) -> bool:
+    specs = list(model.inputs) + list(model.outputs)
+    return bool(specs) and all(s.shape is not None and len(s.shape) >= 1 and _variable(s.shape[0]) for s in specs)
+
+
+def metadata_shape(spec: TensorSpec) -> list[int]:
+    return [-1 if _variable(d) else int(d) for d in spec.shape] if spec.shape is not None else [-1]
+
+
+@dataclass
+class ModelInstance:
+    """The compiled runners of one model and what the batcher needs to know about it."""
+
+    config: ModelConfig
+    model: Model
+    runners: list[Runner]
+    warnings: list[str] = field(default_factory=list)
+    load_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.batching = has_batch_axis(self.model) and self.config.max_batch > 1
+        self.output_names = [o.name for o in self.model.outputs]
+        self._run_options = _run_options(self.runners[0], self.config) if self.runners else None
+
+    # -- signature -------------------------------------------------------------------------------------
+
+    @property
+    def max_batch(self) -> int:
+        return self.config.max_batch if self.batching else 0
+
+    def metadata(self) -> dict:
+        return {
+            "name": self.config.name, "versions": [VERSION], "platform": PLATFORM,
+            "inputs": [{"name": s.name, "datatype": datatype_of(s.dtype), "shape": metadata_shape(s)}
+                       for s in self.model.inputs],
+            "outputs": [{"name": s.name, "datatype": datatype_of(s.dtype), "shape": metadata_shape(s)}
+                        for s in self.model.outputs],
+        }
+
+    def triton_config(self) -> dict:
+        """Triton's model configuration as JSON (model_config.proto), for clients that read it."""
+        drop = 1 if self.batching else 0  # Triton's dims leave out the batch axis when max_batch_size > 0
+
+        def dims(spec: TensorSpec) -> list[int]:
+            return metadata_shape(spec)[drop:]
+
+        gpu = self.runners[0].target.is_gpu if self.runners else False
+        config = {
+            "name": self.config.name, "platform": PLATFORM, "backend": "onnxruntime",
+            "max_batch_size": self.max_batch,
+            "input": [{"name": s.name, "data_type": "TYPE_" + _triton_type(s.dtype), "dims": dims(s)}
+                      for s in self.model.inputs],
+            "output": [{"name": s.name, "data_type": "TYPE_" + _triton_type(s.dtype), "dims": dims(s)}
+                       for s in self.model.outputs],
+            "instance_group": [{"name": self.config.name, "count": self.config.instances,
+                                "kind": "KIND_GPU" if gpu else "KIND_CPU"}],
+        }
+        if self.batching:
+            config["dynamic_batching"] = {
+                "max_queue_delay_microseconds": int(self.config.max_queue_delay_ms * 1000)}
+        return config
+
+    # -- requests --------------------------------------------------------------------------------------
+
+    def validate(self, request: InferRequest) -> tuple[dict[str, np.ndarray], int]:
+        """Check names, datatypes and shapes against the signature; return the feeds and their row count."""
+        names = [s.name for s in self.model.inputs]
+        unknown = [n for n in request.inputs if n not in names]
+        if unknown:
+            raise bad_request(f"Model '{self.config.name}' has no input named '{unknown[0]}'; its inputs are: "
+                              f"{', '.join(names)}.")
+        missing = [n for n in names if n not in request.inputs]
+        if missing:
+            raise bad_request(f"The request has no value for input(s) {', '.join(missing)} of model "
+                              f"'{self.config.name}'.")
+        rows = None
+        feeds = {}
+        for spec in self.model.inputs:
+            value = request.inputs[spec.name]
+            want = datatype_of(spec.dtype)
+            sent = request.datatypes.get(spec.name, datatype_of(value.dtype))
+            if sent != want:
+                raise bad_request(f"Input '{spec.name}' of model '{self.config.name}' is {want}; the request "
+                                  f"sends {sent}.")
+            _check_shape(spec, value.shape, self.config.name)
+            if self.batching:
+                n = value.shape[0]
+                if rows is not None and n != rows:
+                    raise bad_request(f"The inputs of model '{self.config.name}' must share their first (batch) "
+                                      f"axis; '{spec.name}' has {n} rows, another input {rows}.")
+                rows = n
+                if n > self.config.max_batch:
+                    raise bad_request(f"Input '{spec.name}' has batch {n}, above the model's max_batch "
+                                      f"{self.config.max_batch}; split the request.")
+                if n == 0:
+                    raise bad_request(f"Input '{spec.name}' has an empty batch axis.")
+            feeds[spec.name] = _as_text(value, spec.name) if value.dtype == object else value
+        if request.outputs:
+            for out in request.outputs:
+                if out.name not in self.output_names:
+                    raise bad_request(f"Model '{self.config.name}' has no output named '{out.name}'; its outputs "
+                                      f"are: {', '.join(self.output_names)}.")
+        return feeds, rows or 1
+
+    def batch_key(self, feeds: Mapping[str, np.ndarray]) -> tuple:
+        """Requests with equal keys can be joined along axis 0 (same trailing shapes)."""
+        return tuple((name, value.shape[1:]) for name, value in feeds.items())
+
+    # -- running ---------------------------------------------------------------------------------------
+
+    def execute(self, index: int, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+        """Run on instance ``index``; the outputs and the seconds the run took."""
+        runner = self.runners[index]
+        start = time.perf_counter()
+        if self._run_options is not None:
+            session = runner.session  # OrtRunner: run with RunOptions (arena shrinkage)
+            values = session.run(self.output_names, dict(feeds), self._run_options)
+            outputs = dict(zip(self.output_names, values))
+        else:
+            outputs = runner.run(feeds)
+        return outputs, time.perf_counter() - start
+
+    def close(self) -> None:
+        for runner in self.runners:
+            runner.close()
+
+
+def _check_shape(spec: TensorSpec, shape: tuple[int, ...], model: str) -> None:
+    if spec.shape is None:
+        return
+    if len(shape) != len(spec.shape):
+        raise bad_request(f"Input '{spec.name}' of model '{model}' has rank {len(spec.shape)} "
+                          f"{metadata_shape(spec)}; the request sends shape {list(shape)}.")
+    for axis, (want, got) in enumerate(zip(spec.shape, shape)):
+        if isinstance(want, int) and want != got:
+            raise bad_request(f"Input '{spec.name}' of model '{model}' must have {want} on axis {axis} "
+                              f"(shape {metadata_shape(spec)}); the request sends shape {list(shape)}.")
+
+
+def _as_text(value: np.ndarray, name: str) -> np.ndarray:
+    """BYTES elements as str: ONNX string tensors hold UTF-8 text, and onnxruntime turns a bytes object into
+    its repr (b'...') rather than decoding it (seen with onnxruntime 1.32)."""
+    try:
+        return np.array([v.decode() if isinstance(v, bytes) else v for v in value.reshape(-1)],
+                        dtype=object).reshape(value.shape)
+    except UnicodeDecodeError as exc:
+        raise bad_request(f"Input '{name}' is an ONNX string tensor, which holds UTF-8 text; element bytes are not "
+                          f"UTF-8 ({exc.reason} at byte {exc.start}).") from None
+
+
+def _triton_type(dtype: str) -> str:
+    name = datatype_of(dtype)
+    return "STRING" if name == "BYTES" else name
+
+
+def _run_options(runner: Runner, config: ModelConfig):
+    """RunOptions with arena shrinkage, for ONNX Runtime runners when the config asks for it.
+
+    Key and value format from onnxruntime include/onnxruntime/core/session/onnxruntime_run_options_config_keys.h
+    (kOrtRunOptionsConfigEnableMemoryArenaShrinkage): "cpu:0;gpu:0"; "cpu" only while the CPU arena is on.
+    """
+    if not config.arena_shrinkage or not hasattr(runner, "session") or not hasattr(runner, "ort"):
+        return None
+    target = runner.target
+    devices = []
+    if target.option_dict.get("enable_cpu_mem_arena", "1") != "0":
+        devices.append("cpu:0")
+    if target.is_gpu:
+        devices.append(f"gpu:{target.device_id or 0}")
+    if not devices:
+        return None
+    options = runner.ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", ";".join(devices))
+    return options
+
+
+def unavailable(name: str, reason: str) -> ProtocolError:
+    return ProtocolError(503, f"Model '{name}' is not ready: {reason}")

@@ -1,0 +1,280 @@
+"""A perf_analyzer-style load test for any Open Inference Protocol server (onnxaccel, Triton, KServe).
+
+For each concurrency level N, N requests are kept outstanding (each client sends its next request when the
+previous one answers) for ``warmup_s`` (not measured) and then ``duration_s``; the report gives throughput
+(requests/s and inferences/s = rows/s), client-side latency percentiles, errors by status, and the server's
+own queue and compute time when it offers Triton's statistics extension. perf_analyzer's concurrency mode works
+the same way (triton-inference-server/perf_analyzer docs/cli.md, --concurrency-range).
+
+Requests are spread over ``workers`` processes (each an asyncio loop), so the generator is not the bottleneck.
+Every level is bounded by its duration and, when given, ``max_requests``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxaccel.bench.timing import LatencyStats
+from onnxaccel.errors import UsageError
+from onnxaccel.serve.load_client import GrpcCaller, HttpConnection, grpc_payload, http_payload
+from onnxaccel.serve.protocol import DATATYPES
+
+SCHEMA = "onnxaccel.loadtest/1"
+
+
+@dataclass(frozen=True)
+class LoadtestConfig:
+    url: str
+    model: str
+    protocol: str = "http"  # or "grpc"
+    binary: bool = False
+    concurrency: tuple[int, ...] = (1, 8, 32)
+    duration_s: float = 10.0
+    warmup_s: float = 2.0
+    batch: int = 1
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    workers: int = 0  # 0: automatic
+    max_requests: int | None = None  # per level, across workers
+    timeout_s: float = 30.0
+    grpc_url: str | None = None  # host:port; default: the URL's host with port 8001
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return {"url": self.url, "grpc_url": self.grpc_url, "model": self.model, "protocol": self.protocol,
+                "binary": self.binary, "concurrency": list(self.concurrency), "duration_s": self.duration_s,
+                "warmup_s": self.warmup_s, "batch": self.batch, "workers": self.workers,
+                "max_requests": self.max_requests, "shapes": {k: list(v) for k, v in self.shapes.items()}}
+
+
+@dataclass
+class LevelResult:
+    concurrency: int
+    requests: int
+    errors: dict[str, int]
+    seconds: float
+    batch: int
+    latency: LatencyStats | None
+    server_queue_ms: float | None = None
+    server_compute_ms: float | None = None
+
+    @property
+    def throughput(self) -> float:
+        """Successful requests per second."""
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    @property
+    def inferences_per_s(self) -> float:
+        return self.throughput * self.batch
+
+    def to_dict(self) -> dict:
+        return {"concurrency": self.concurrency, "requests": self.requests, "errors": self.errors,
+                "error_count": sum(self.errors.values()), "seconds": self.seconds,
+                "requests_per_s": self.throughput, "inferences_per_s": self.inferences_per_s,
+                "latency": self.latency.to_dict() if self.latency else None,
+                "server_queue_ms": self.server_queue_ms, "server_compute_ms": self.server_compute_ms}
+
+
+@dataclass
+class LoadtestReport:
+    config: LoadtestConfig
+    server: dict
+    input_shapes: dict[str, list[int]]
+    levels: list[LevelResult]
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "config": self.config.to_dict(), "server": self.server,
+                "input_shapes": self.input_shapes, "levels": [lv.to_dict() for lv in self.levels]}
+
+
+# --- inputs -----------------------------------------------------------------------------------------------
+
+def make_inputs(metadata: dict, batch: int, shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarray]:
+    """Random inputs from the model's metadata: -1 on axis 0 becomes ``batch``; other -1 need ``shapes``."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for tensor in metadata.get("inputs", []):
+        name, dims = tensor["name"], [int(d) for d in tensor["shape"]]
+        if name in shapes:
+            dims = list(shapes[name])
+        elif dims and dims[0] == -1:
+            dims[0] = batch
+        if any(d < 0 for d in dims):
+            raise UsageError(f"Input '{name}' has dynamic dims {tensor['shape']} besides the batch axis.",
+                             f"Give its full shape: --shape {name}=1x3x224x224.")
+        datatype = tensor["datatype"]
+        if datatype not in DATATYPES or datatype == "BYTES":
+            raise UsageError(f"Input '{name}' is {datatype}; the load test generates numeric inputs only.",
+                             "Load-test a model with numeric inputs.")
+        dtype = DATATYPES[datatype]
+        if dtype.kind == "f":
+            out[name] = rng.random(dims, dtype=np.float32).astype(dtype)
+        elif dtype.kind == "b":
+            out[name] = rng.random(dims) < 0.5
+        else:
+            out[name] = rng.integers(0, 100, size=dims).astype(dtype)
+    return out
+
+
+async def _fetch_json(url: str, path: str) -> tuple[int, dict]:
+    conn = HttpConnection(url)
+    try:
+        status, body = await conn.get(path)
+    except OSError as exc:
+        raise UsageError(f"Cannot reach {url}: {exc}.", "Is the server running? Check the URL and port.") from None
+    finally:
+        await conn.close()
+    try:
+        return status, json.loads(body) if body else {}
+    except json.JSONDecodeError:
+        return status, {}
+
+
+# --- one worker ---------------------------------------------------------------------------------------------
+
+async def _drive(config: LoadtestConfig, inputs: dict, concurrency: int, max_requests: int | None) -> dict:
+    """Keep ``concurrency`` requests outstanding; latencies of those finishing after the warm-up."""
+    protocol = config.protocol
+    payload = http_payload(config.model, inputs, config.binary) if protocol == "http" else \
+        grpc_payload(config.model, inputs)
+    grpc_caller = GrpcCaller(config.grpc_url) if protocol == "grpc" else None
+    start = time.perf_counter()
+    measure_from, stop_at = start + config.warmup_s, start + config.warmup_s + config.duration_s
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    sent = 0
+
+    async def client() -> None:
+        nonlocal sent
+        conn = HttpConnection(config.url) if protocol == "http" else None
+        try:
+            while time.perf_counter() < stop_at and (max_requests is None or sent < max_requests):
+                sent += 1
+                t0 = time.perf_counter()
+                try:
+                    if conn is not None:
+                        status, _ = await asyncio.wait_for(conn.post(payload), config.timeout_s)
+                        code = str(status)
+                        ok = status == 200
+                    else:
+                        code = await grpc_caller.call(payload, config.timeout_s)
+                        ok = code == "OK"
+                except (asyncio.TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                    code, ok = type(exc).__name__, False
+                    if conn is not None:
+                        await conn.close()
+                t1 = time.perf_counter()
+                if t0 < measure_from:
+                    continue
+                if ok:
+                    latencies.append(t1 - t0)
+                else:
+                    errors[code] = errors.get(code, 0) + 1
+                    if not ok and code in ("ConnectionRefusedError", "OSError"):
+                        await asyncio.sleep(0.05)  # a refused connection answers at once: do not spin
+        finally:
+            if conn is not None:
+                await conn.close()
+
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    if grpc_caller is not None:
+        await grpc_caller.close()
+    return {"latencies": latencies, "errors": errors,
+            "seconds": max(1e-9, min(time.perf_counter(), stop_at) - measure_from)}
+
+
+def _worker(config: LoadtestConfig, inputs: dict, concurrency: int, max_requests: int | None) -> dict:
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    return asyncio.run(_drive(config, inputs, concurrency, max_requests))
+
+
+# --- the test -------------------------------------------------------------------------------------------
+
+def run_loadtest(config: LoadtestConfig, progress=None) -> LoadtestReport:
+    """Run every concurrency level in turn; ``progress(level_result)`` after each."""
+    if config.protocol not in ("http", "grpc"):
+        raise UsageError(f"--protocol must be http or grpc, got '{config.protocol}'.", "Use --protocol grpc.")
+    if not config.concurrency or min(config.concurrency) < 1:
+        raise UsageError("Concurrency levels must be positive integers.", "e.g. --concurrency 1,8,32")
+    if config.protocol == "grpc" and not config.grpc_url:
+        host = config.url.split("://")[-1].split("/")[0].rsplit(":", 1)[0]
+        config = _replace(config, grpc_url=f"{host}:8001")
+    status, server = asyncio.run(_fetch_json(config.url, "/v2"))
+    status_m, metadata = asyncio.run(_fetch_json(config.url, f"/v2/models/{config.model}"))
+    if status_m != 200:
+        raise UsageError(f"The server has no ready model '{config.model}' (HTTP {status_m}: "
+                         f"{metadata.get('error', '')}).", "Check --model against GET /v2/repository/index.")
+    inputs = make_inputs(metadata, config.batch, config.shapes, config.seed)
+    levels = []
+    pool = None
+    try:
+        for concurrency in config.concurrency:
+            workers = _workers(config.workers, concurrency)
+            before = asyncio.run(_fetch_json(config.url, f"/v2/models/{config.model}/stats"))[1]
+            if workers == 1:
+                parts = [_worker(config, inputs, concurrency, config.max_requests)]
+            else:
+                pool = pool or ProcessPoolExecutor(max_workers=workers)
+                shares = [concurrency // workers + (i < concurrency % workers) for i in range(workers)]
+                cap = None if config.max_requests is None else -(-config.max_requests // workers)
+                parts = list(pool.map(_worker, [config] * workers, [inputs] * workers,
+                                      [s for s in shares], [cap] * workers))
+            after = asyncio.run(_fetch_json(config.url, f"/v2/models/{config.model}/stats"))[1]
+            level = _merge(concurrency, config.batch, parts)
+            level.server_queue_ms, level.server_compute_ms = _server_times(before, after)
+            levels.append(level)
+            if progress is not None:
+                progress(level)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return LoadtestReport(config, server if status == 200 else {},
+                          {k: list(v.shape) for k, v in inputs.items()}, levels)
+
+
+def _replace(config: LoadtestConfig, **changes) -> LoadtestConfig:
+    import dataclasses
+
+    return dataclasses.replace(config, **changes)
+
+
+def _workers(requested: int, concurrency: int) -> int:
+    if requested > 0:
+        return min(requested, concurrency)
+    cores = os.cpu_count() or 1
+    return max(1, min(concurrency // 8 or 1, cores // 2 or 1, 8))
+
+
+def _merge(concurrency: int, batch: int, parts: list[dict]) -> LevelResult:
+    latencies = [x for p in parts for x in p["latencies"]]
+    errors: dict[str, int] = {}
+    for part in parts:
+        for code, n in part["errors"].items():
+            errors[code] = errors.get(code, 0) + n
+    seconds = max(p["seconds"] for p in parts)
+    stats = LatencyStats.from_seconds(latencies) if latencies else None
+    return LevelResult(concurrency, len(latencies), errors, seconds, batch, stats)
+
+
+def _server_times(before: dict, after: dict) -> tuple[float | None, float | None]:
+    """Mean queue and compute milliseconds per request from two Triton statistics snapshots."""
+    try:
+        b, a = before["model_stats"][0]["inference_stats"], after["model_stats"][0]["inference_stats"]
+        n = a["success"]["count"] - b["success"]["count"]
+        if n <= 0:
+            return None, None
+        return ((a["queue"]["ns"] - b["queue"]["ns"]) / n / 1e6,
+                (a["compute_infer"]["ns"] - b["compute_infer"]["ns"]) / n / 1e6)
+    except (KeyError, IndexError, TypeError):
+        return None, None

@@ -1,0 +1,229 @@
+"""The model repository: which models exist, their configs, their load state; load and unload them.
+
+Layouts (a folder passed to ``serve``)::
+
+    REPO/NAME/model.onnx            + optional REPO/NAME/config.json
+    REPO/NAME/1/model.onnx          (Triton's layout; the version folder is read, only version 1 is served)
+    REPO/NAME/config.json           with "source": "zoo:resnet50" (or a path) and no .onnx file
+    REPO/NAME.onnx                  a bare model file, default config
+
+A single .onnx file or zoo:NAME is a repository of one model. A model that fails to load is recorded as
+UNAVAILABLE with the reason; the others load and serve regardless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onnxaccel.errors import InputError, OnnxAccelError
+from onnxaccel.model import ZOO_PREFIX, load_model
+from onnxaccel.serve.batcher import DynamicBatcher
+from onnxaccel.serve.config import ModelConfig, model_config_from
+from onnxaccel.serve.instance import ModelInstance
+from onnxaccel.serve.protocol import ProtocolError
+
+READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+
+
+@dataclass
+class ModelEntry:
+    name: str
+    source: str
+    config_file: Path | None = None
+    state: str = UNAVAILABLE
+    reason: str = "not loaded"
+    instance: ModelInstance | None = None
+    batcher: DynamicBatcher | None = None
+    config: ModelConfig | None = None
+    loaded_at: float | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def index_entry(self) -> dict:
+        entry = {"name": self.name, "version": "1", "state": self.state}
+        if self.state != READY:
+            entry["reason"] = self.reason
+        return entry
+
+
+def load_instance(config: ModelConfig) -> ModelInstance:
+    """Compile ``config.instances`` runners of the model (blocking; call it in a thread)."""
+    start = time.perf_counter()
+    target, notes = config.resolved_target()
+    model = load_model(config.source)
+    runners, warnings = [], list(notes)
+    shapes = _compile_shapes(model, config.shape_bindings())
+    try:
+        for _ in range(max(1, config.instances)):
+            bound, runner, notes = _compile(model, target, shapes)
+            runners.append(runner)
+            warnings.extend(w for w in notes if w not in warnings)
+    except BaseException:
+        for runner in runners:
+            runner.close()
+        raise
+    return ModelInstance(config, bound, runners, warnings, time.perf_counter() - start)
+
+
+def _compile(model, target, shapes: dict):
+    """pipeline.prepare; for inputs it cannot synthesize feeds for (strings), at a precision the provider
+    runs natively, the bind + compile steps alone: a server needs no feeds of its own."""
+    from onnxaccel.engines import compile_model
+    from onnxaccel.pipeline import prepare
+
+    try:
+        prepared = prepare(model, target, shapes=shapes or None, batch=1)
+        return prepared.model, prepared.runner, prepared.warnings
+    except InputError:
+        if not target.precision_is_native:
+            raise
+        bound = model.bind(shapes or None, batch=1)
+        runner = compile_model(bound, target)
+        return bound, runner, list(runner.warnings)
+
+
+def _compile_shapes(model, given: dict) -> dict:
+    """Shapes to compile with: the config's, plus 1 for every other unnamed dynamic dim. A server takes any
+    size on such axes per request; the binding only gives prepare() the shapes of its warm-up feeds."""
+    shapes = dict(given)
+    named = {d for s in model.inputs for d in (s.shape or ()) if isinstance(d, str)}
+    for spec in model.inputs:
+        if spec.name in shapes or spec.shape is None:
+            continue
+        if any(d is None for d in spec.shape[1:]) and not named & set(given):
+            shapes[spec.name] = tuple(d if isinstance(d, int) else 1 for d in spec.shape)
+    return shapes
+
+
+class ModelRepository:
+    """Models by name, each with its state; ``load``/``unload`` run compiles off the event loop."""
+
+    def __init__(self, source: str, defaults: dict, *,
+                 on_batch: Callable[[str], Callable[[int, float], None]] | None = None):
+        self.source = source
+        self.defaults = dict(defaults)
+        self.entries: dict[str, ModelEntry] = {}
+        self._on_batch = on_batch
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.scan()
+
+    # -- discovery -------------------------------------------------------------------------------------
+
+    def scan(self) -> None:
+        """Find the models of the source; existing entries keep their state."""
+        for name, source, config_file in discover(self.source):
+            if name not in self.entries:
+                self.entries[name] = ModelEntry(name, source, config_file)
+
+    @property
+    def is_folder(self) -> bool:
+        return Path(self.source).is_dir()
+
+    # -- state -----------------------------------------------------------------------------------------
+
+    def get(self, name: str) -> ModelEntry:
+        entry = self.entries.get(name)
+        if entry is None:
+            known = ", ".join(sorted(self.entries)) or "none"
+            raise ProtocolError(404, f"Unknown model '{name}'; this server has: {known}.")
+        return entry
+
+    def ready(self, name: str) -> ModelEntry:
+        entry = self.get(name)
+        if entry.state != READY or entry.batcher is None:
+            raise ProtocolError(503, f"Model '{name}' is {entry.state}: {entry.reason}")
+        return entry
+
+    def index(self, ready_only: bool = False) -> list[dict]:
+        return [e.index_entry() for e in self.entries.values() if not ready_only or e.state == READY]
+
+    # -- load / unload ---------------------------------------------------------------------------------
+
+    async def load(self, name: str) -> ModelEntry:
+        """Load (or reload) a model; failures are recorded in the entry, not raised."""
+        if name not in self.entries:
+            self.scan()
+        entry = self.get(name)
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            if entry.state == READY:
+                await self._release(entry)
+            entry.state, entry.reason = LOADING, "loading"
+            try:
+                config = model_config_from(name, entry.source, self.defaults, entry.config_file)
+                instance = await asyncio.to_thread(load_instance, config)
+            except OnnxAccelError as exc:
+                entry.state, entry.reason = UNAVAILABLE, exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
+                return entry
+            except Exception as exc:  # noqa: BLE001 - one model's failure must not stop the server
+                entry.state, entry.reason = UNAVAILABLE, f"{type(exc).__name__}: {exc}"
+                return entry
+            callback = self._on_batch(name) if self._on_batch else None
+            entry.config, entry.instance, entry.warnings = config, instance, instance.warnings
+            entry.batcher = DynamicBatcher(instance, on_batch=callback)
+            entry.state, entry.reason, entry.loaded_at = READY, "", time.time()
+        return entry
+
+    async def unload(self, name: str) -> ModelEntry:
+        entry = self.get(name)
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            await self._release(entry)
+            entry.state, entry.reason = UNAVAILABLE, "unloaded"
+        return entry
+
+    async def _release(self, entry: ModelEntry) -> None:
+        entry.state, entry.reason = UNLOADING, "unloading"
+        batcher, instance = entry.batcher, entry.instance
+        entry.batcher = entry.instance = None
+        if batcher is not None:
+            await batcher.close()
+        if instance is not None:
+            instance.close()
+
+    async def load_all(self) -> None:
+        for name in list(self.entries):
+            await self.load(name)
+
+    def flush(self) -> None:
+        for entry in self.entries.values():
+            if entry.batcher is not None:
+                entry.batcher.flush()
+
+    async def close(self) -> None:
+        for entry in self.entries.values():
+            if entry.state == READY:
+                await self._release(entry)
+                entry.state, entry.reason = UNAVAILABLE, "server stopped"
+
+
+def discover(source: str) -> list[tuple[str, str, Path | None]]:
+    """(name, model source, config file or None) for each model of a repository folder, file or zoo name."""
+    if source.startswith(ZOO_PREFIX):
+        return [(source[len(ZOO_PREFIX):], source, None)]
+    root = Path(source).expanduser()
+    if not root.is_dir():
+        return [(root.stem, str(root), None)]
+    found = []
+    for child in sorted(root.iterdir()):
+        if child.name.startswith("."):
+            continue
+        if child.is_file() and child.suffix == ".onnx":
+            found.append((child.stem, str(child), None))
+        elif child.is_dir():
+            config = child / "config.json"
+            model = _model_file(child)
+            if model is not None or config.exists():
+                # With no .onnx file the config must name a "source"; ModelConfig reports it if it does not.
+                found.append((child.name, str(model) if model else str(child / "model.onnx"),
+                              config if config.exists() else None))
+    return found
+
+
+def _model_file(folder: Path) -> Path | None:
+    for candidate in (folder / "model.onnx", folder / "1" / "model.onnx"):
+        if candidate.is_file():
+            return candidate
+    files = sorted(folder.glob("*.onnx"))
+    return files[0] if len(files) == 1 else None

@@ -1,0 +1,171 @@
+"""Run the server: HTTP (uvicorn) and gRPC (grpc.aio) on one event loop, models loaded in the background,
+and a graceful drain on SIGTERM/SIGINT.
+
+Drain: the service refuses new inference requests (503 / UNAVAILABLE) and reports not ready, the batchers run
+what is queued without waiting for fuller batches, in-flight requests finish (up to ``drain_timeout_s``), then
+the listeners close and :func:`serve` returns normally, so the process exits 0. uvicorn's own signal handling
+re-raises the signal after its shutdown (uvicorn/server.py ``capture_signals``), which would end the process
+with -15; it is replaced here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from onnxaccel.errors import MissingDependencyError, UsageError
+from onnxaccel.serve.config import ServerConfig
+from onnxaccel.serve.core import InferenceService
+from onnxaccel.serve.metrics import ServerMetrics
+from onnxaccel.serve.repository import ModelRepository
+
+SCHEMA = "onnxaccel.serve/1"
+
+
+@dataclass
+class ServeResult:
+    """What a finished server reports: its endpoints, models, and how the drain went."""
+
+    http_url: str
+    grpc_address: str | None
+    models: list[dict]
+    drained: bool = True
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "http_url": self.http_url, "grpc_address": self.grpc_address,
+                "models": self.models, "drained": self.drained, "warnings": self.warnings}
+
+
+def _uvicorn():
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise MissingDependencyError("uvicorn", "serve", "The HTTP server") from exc
+    return uvicorn
+
+
+def _gpu_source(interval_s: float) -> tuple[Callable[[], list[dict]] | None, Callable[[], None]]:
+    """The telemetry sampler's latest GPU readings, when onnxaccel.system.telemetry is present."""
+    if interval_s <= 0:
+        return None, lambda: None
+    from onnxaccel.serve.telemetry_bridge import gpu_source
+
+    return gpu_source(interval_s)
+
+
+class InferenceServer:
+    """One server: build it, ``await run()``; ``request_drain()`` (or SIGTERM) stops it gracefully."""
+
+    def __init__(self, source: str, model_defaults: dict, config: ServerConfig,
+                 on_ready: Callable[[InferenceServer], None] | None = None):
+        self.config = config
+        self.source = source
+        self.model_defaults = model_defaults
+        self.on_ready = on_ready
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+        self.drained = True
+        self._stop: asyncio.Event | None = None
+
+    async def run(self) -> ServeResult:
+        uvicorn = _uvicorn()
+        from onnxaccel.serve.grpc_service import create_grpc_server
+        from onnxaccel.serve.http_app import create_app
+
+        gpu, stop_gpu = _gpu_source(self.config.telemetry_interval_s)
+        metrics = ServerMetrics(gpu_source=gpu)
+        repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer)
+        if not repository.entries:
+            raise UsageError(f"No models found in {self.source}.",
+                             "Pass an .onnx file, zoo:NAME, or a folder of NAME/model.onnx (see docs/SERVING.md).")
+        self.service = service = InferenceService(repository, metrics, self.config)
+        self._stop = asyncio.Event()
+
+        http = uvicorn.Config(create_app(service), host=self.config.host, port=self.config.http_port,
+                              log_level=self.config.log_level, access_log=False, lifespan="off",
+                              limit_concurrency=self.config.max_connections, timeout_graceful_shutdown=5,
+                              timeout_keep_alive=30)
+        http_server = _QuietSignalsServer(http)
+        grpc_server = None
+        if self.config.grpc_port is not None:
+            grpc_server, self.grpc_port = create_grpc_server(service, f"{self.config.host}:{self.config.grpc_port}")
+            if self.grpc_port == 0:
+                raise UsageError(f"Cannot listen for gRPC on {self.config.host}:{self.config.grpc_port}.",
+                                 "Pick another --grpc-port, or --grpc-port 0 to turn gRPC off.")
+            await grpc_server.start()
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_drain)
+
+        http_task = asyncio.ensure_future(http_server.serve())
+        while not http_server.started and not http_task.done():
+            await asyncio.sleep(0.02)
+        if http_task.done():  # could not bind: uvicorn logs and exits
+            if grpc_server is not None:
+                await grpc_server.stop(0)
+            with contextlib.suppress(BaseException):  # uvicorn calls sys.exit(1) when it cannot bind
+                http_task.result()
+            raise UsageError(f"Cannot listen for HTTP on {self.config.host}:{self.config.http_port}.",
+                             "Pick another --http-port (is another server running?).")
+        self.http_port = http_server.servers[0].sockets[0].getsockname()[1]
+        await service.load_all()
+        if self.on_ready is not None:
+            self.on_ready(self)
+        try:
+            await self._stop.wait()
+            self.drained = await service.drain(self.config.drain_timeout_s)
+        finally:
+            http_server.should_exit = True
+            if grpc_server is not None:
+                await grpc_server.stop(grace=2.0)
+            await http_task
+            await repository.close()
+            stop_gpu()
+        return self.result()
+
+    def request_drain(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+    def result(self) -> ServeResult:
+        service = getattr(self, "service", None)
+        models = service.repository.index() if service else []
+        warnings = [w for e in service.repository.entries.values() for w in e.warnings] if service else []
+        grpc = f"{self.config.host}:{self.grpc_port}" if self.grpc_port else None
+        return ServeResult(f"http://{self.config.host}:{self.http_port}", grpc, models, self.drained, warnings)
+
+
+def _quiet_server_class():
+    uvicorn = _uvicorn()
+
+    class QuietSignalsServer(uvicorn.Server):
+        """uvicorn.Server without its signal handlers (the InferenceServer drains first, then stops it)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            yield
+
+    return QuietSignalsServer
+
+
+def _QuietSignalsServer(config):  # noqa: N802 - a class factory used like a class
+    return _quiet_server_class()(config)
+
+
+def serve(source: str, model_defaults: dict, config: ServerConfig,
+          on_ready: Callable[[InferenceServer], None] | None = None) -> ServeResult:
+    """Serve until SIGTERM/SIGINT; blocking. Uses uvloop when installed (uvicorn's "auto" choice does too)."""
+    server = InferenceServer(source, model_defaults, config, on_ready)
+    runner = asyncio.run
+    try:
+        import uvloop
+
+        return uvloop.run(server.run()) if hasattr(uvloop, "run") else runner(server.run())
+    except ImportError:
+        return runner(server.run())

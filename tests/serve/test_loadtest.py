@@ -1,0 +1,57 @@
+"""`onnxaccel loadtest` against the real server: HTTP JSON, HTTP binary and gRPC; the JSON report's schema; the
+loadtest counts refused requests as errors rather than failing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+LOADTEST = ("import typer\nfrom onnxaccel.cli import loadtest\napp = typer.Typer()\n"
+            "app.callback()(lambda: None)\nloadtest.register(app)\napp()")
+
+
+def run_loadtest(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", LOADTEST, "loadtest", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "100"})
+
+
+def test_loadtest_http_json_report(server, tmp_path):
+    report = tmp_path / "report.json"
+    done = run_loadtest(server.url, "--model", "mlp", "-c", "1,4", "--duration", "1", "--warmup", "0.2",
+                        "--report", str(report))
+    assert done.returncode == 0, done.stderr
+    assert "p99" in done.stdout and "req/s" in done.stdout
+    data = json.loads(report.read_text())
+    assert data["schema"] == "onnxaccel.loadtest/1" and data["server"]["name"] == "onnxaccel"
+    assert [lv["concurrency"] for lv in data["levels"]] == [1, 4]
+    for level in data["levels"]:
+        assert level["requests"] > 0 and level["error_count"] == 0 and level["requests_per_s"] > 0
+        assert level["latency"]["p50_ms"] <= level["latency"]["p99_ms"]
+        assert level["server_compute_ms"] is not None
+
+
+def test_loadtest_binary_and_grpc_json_output(server):
+    for extra in (["--binary"], ["--protocol", "grpc", "--grpc-url", server.grpc_url]):
+        done = run_loadtest(server.url, "--model", "cls", "-c", "2", "--duration", "1", "--warmup", "0.2",
+                            "--batch", "2", "--shape", "x=2x3x48x192", "--json", *extra)
+        assert done.returncode == 0, done.stderr
+        data = json.loads(done.stdout)
+        level = data["levels"][0]
+        assert level["requests"] > 0 and level["error_count"] == 0
+        assert level["inferences_per_s"] == level["requests_per_s"] * 2
+        assert data["input_shapes"] == {"x": [2, 3, 48, 192]}
+
+
+def test_loadtest_counts_refusals_as_errors(server):
+    done = run_loadtest(server.url, "--model", "mlp", "-c", "2", "--duration", "0.5", "--warmup", "0",
+                        "--batch", "17", "--json")  # above mlp's max_batch 16: every request is a 400
+    assert done.returncode == 0, done.stderr
+    level = json.loads(done.stdout)["levels"][0]
+    assert level["requests"] == 0 and set(level["errors"]) == {"400"} and level["latency"] is None
+
+
+def test_loadtest_unknown_model_is_a_clear_error(server):
+    done = run_loadtest(server.url, "--model", "nope", "--duration", "0.2")
+    assert done.returncode != 0 and "no ready model 'nope'" in done.stderr
