@@ -93,9 +93,15 @@ def test_fp16_on_cpu_runs_a_converted_model_close_to_fp32(pretrained_cls):
     np.testing.assert_allclose(a, b, atol=2e-2)
 
 
-def test_int8_without_a_quantized_model_is_explained(mlp_path):
-    with pytest.raises(TargetError, match="needs a quantized model"):
-        prepare(str(mlp_path), parse_target("cpu/int8"))
+def test_int8_on_cpu_runs_a_dynamically_quantized_model(mlp_path):
+    prepared = prepare(str(mlp_path), parse_target("cpu/int8"), batch=2)
+    out = prepared.runner.run(prepared.feeds)["probs"]
+    np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-4)
+
+
+def test_int8_on_cuda_without_a_provider_switch_is_explained(mlp_path):
+    with pytest.raises(TargetError, match="INT8 on cuda"):
+        prepare(str(mlp_path), parse_target("cuda/int8"))
 
 
 def test_probe_provider_loads_cpu_and_explains_others():

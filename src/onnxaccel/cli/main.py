@@ -7,7 +7,9 @@ from typing import Annotated
 import typer
 
 from onnxaccel import __version__
-from onnxaccel.cli import bench, compare, doctor, inspect, loadtest, monitor, profile, run, serve, zoo
+from onnxaccel.cli import (
+    bench, cache, compare, doctor, inspect, loadtest, monitor, optimize, profile, run, serve, zoo,
+)
 from onnxaccel.cli.common import STATE
 
 app = typer.Typer(
@@ -35,7 +37,7 @@ def root(
     STATE["debug"] = debug
 
 
-for module in (doctor, run, inspect, bench, compare, profile, serve, loadtest, monitor, zoo):
+for module in (doctor, run, inspect, optimize, bench, compare, profile, serve, loadtest, monitor, cache, zoo):
     module.register(app)
 
 

@@ -1,20 +1,24 @@
 """Prepare a model for a target's precision when the provider has no precision switch of its own.
 
-MIGraphX and TensorRT convert precision themselves (migraphx_fp16_enable, trt_fp16_enable); the CUDA, ROCm
-and CPU providers run what the model says, so FP16 there means an FP16 model (rocm_facts.md §3.2).
+MIGraphX and TensorRT convert precision themselves (migraphx_fp16_enable, trt_fp16_enable, *_int8_enable); the
+CUDA, ROCm and CPU providers run what the model says, so FP16 there means an FP16 model (rocm_facts.md §3.2)
+and INT8 means a quantized model. Converted models are cached beside the other runtime models, keyed by the
+source file, so `run`/`bench` convert once.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
+from pathlib import Path
 
 import onnx
 
-from onnxaccel.paths import runtime_models_dir
-from onnxaccel.errors import MissingDependencyError, TargetError
+from onnxaccel.errors import TargetError
 from onnxaccel.model import Model
+from onnxaccel.paths import runtime_models_dir
 from onnxaccel.target import Target
+from onnxaccel.transform.files import save_model
+from onnxaccel.transform.fp16 import convert_fp16, keep_fp32_nodes
 
 
 def prepare_for_target(model: Model, target: Target) -> tuple[Model, Target]:
@@ -23,34 +27,54 @@ def prepare_for_target(model: Model, target: Target) -> tuple[Model, Target]:
     if target.precision_is_native:
         return model, target
     if target.precision == "fp16":
-        converted = to_fp16(model)
-        return converted, dataclasses.replace(target, precision="fp32")
+        return to_fp16(model), dataclasses.replace(target, precision="fp32")
+    if target.device == "cpu":
+        return to_int8_dynamic(model), dataclasses.replace(target, precision="fp32")
     raise TargetError(
-        f"INT8 on {target.device} needs a quantized model; ONNX Runtime's {target.device} provider does not "
-        "quantize by itself.",
-        "Quantize the model first (onnxruntime.quantization.quantize_static / quantize_dynamic) and run the "
-        "quantized file at fp32.",
+        f"INT8 on {target.device} needs a provider with INT8 kernels; ONNX Runtime's {target.provider} runs "
+        "quantized models only partly or not at all (\"it is not possible to run quantized models on "
+        "CUDAExecutionProvider\", Hugging Face Optimum GPU guide; ConvInteger has no CUDA kernel).",
+        "Use --target tensorrt/int8 (NVIDIA) or migraphx/int8 (AMD) with a calibration table from "
+        "`onnxaccel optimize --int8 static --calibration DATA --target ...`; on the CPU, --target cpu/int8 works.",
     )
 
 
 def to_fp16(model: Model) -> Model:
     """Convert weights and compute to FP16, keeping FP32 inputs and outputs (keep_io_types=True).
 
-    The converted file is cached beside the other runtime models, keyed by the source file.
+    Nodes listed in the model's ``onnxaccel.fp16.keep_fp32_nodes`` metadata stay FP32 (set by
+    ``onnxaccel optimize --fp16 --amp``).
     """
-    try:
-        from onnxruntime.transformers.float16 import convert_float_to_float16
-    except ImportError as exc:
-        raise MissingDependencyError("onnxruntime", "cpu", "FP16 conversion") from exc
-    path = runtime_models_dir() / f"{model.path.stem}-{model.cache_key()}-fp16.onnx"
+    def convert(proto: onnx.ModelProto) -> onnx.ModelProto:
+        return convert_fp16(proto, keep_io_types=True)
+
+    kept = keep_fp32_nodes(model.proto)
+    note = "converted to FP16 with FP32 inputs/outputs"
+    if kept:
+        note += f", {len(kept)} node(s) kept in FP32 as the model's metadata asks"
+    return _cached_variant(model, "fp16", convert, note)
+
+
+def to_int8_dynamic(model: Model) -> Model:
+    """Dynamic INT8 quantization (weights INT8, activations quantized at run time from their own range).
+
+    Needs no calibration data, so it is sound for `run`/`bench --precision int8` on the CPU; for CNNs static
+    quantization with real calibration data (`onnxaccel optimize --int8 static`) is usually faster and more
+    accurate (ONNX Runtime quantization guide: dynamic for transformers/RNNs, static for CNNs).
+    """
+    from onnxaccel.transform.int8 import quantize_dynamic_proto
+
+    note = ("quantized to INT8 dynamically (no calibration data; for CNNs prefer `onnxaccel optimize --int8 "
+            "static --calibration DATA`)")
+    return _cached_variant(model, "int8-dynamic", lambda proto: quantize_dynamic_proto(proto), note)
+
+
+def _cached_variant(model: Model, tag: str, convert, note: str) -> Model:
+    path = runtime_models_dir() / f"{model.path.stem}-{model.cache_key()}-{tag}.onnx"
     if not path.exists():
         proto = onnx.load(str(model.path))
-        fp16 = convert_float_to_float16(proto, keep_io_types=True, disable_shape_infer=False)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        large = fp16.ByteSize() > 1_800_000_000
-        onnx.save(fp16, str(tmp), save_as_external_data=large, location=path.name + ".data" if large else None)
-        os.replace(tmp, path)
+        save_model(convert(proto), path)
     return dataclasses.replace(
-        model, path=path, proto=onnx.load(str(path), load_external_data=False),
-        notes=model.notes + (f"converted to FP16 with FP32 inputs/outputs (cached at {path})",),
+        model, path=Path(path), proto=onnx.load(str(path), load_external_data=False),
+        notes=model.notes + (f"{note} (cached at {path})",),
     )

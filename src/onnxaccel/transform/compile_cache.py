@@ -1,0 +1,232 @@
+"""Compile caches keyed by model content + target + precision + shapes + runtime versions + host.
+
+What is cached, per kind of target:
+
+* ``ort-optimized`` (cpu, cuda): the graph ONNX Runtime optimized for this provider, saved with
+  ``SessionOptions.optimized_model_filepath``; a warm start loads it with graph optimization disabled, so
+  session creation skips the optimizer (ORT docs, "Graph Optimizations": online vs offline mode).
+* ``migraphx`` (MIGraphX EP): the directory given as ``migraphx_model_cache_dir``, where the provider saves
+  one compiled program per input shape as ``<hash>.mxr`` (msgpack) and loads it on the next session
+  instead of compiling (rocm_facts.md §2.1, §2.4; "Model Compile: Begin"... "load model : Success").
+* ``tensorrt`` (TensorRT EP): ``trt_engine_cache_path`` and ``trt_timing_cache_path``.
+
+Each entry is a folder ``<cache_root>/compile/<kind>-<digest>`` with ``key.json`` (what it is keyed by,
+first-compile and warm-start seconds, hits). The digest covers every key field, so a new ONNX Runtime,
+MIGraphX, ROCm, TensorRT or driver version, another GPU, another shape or precision, or an edited model
+gives a new entry: old programs are never loaded by a runtime that did not build them. ``cache list``
+marks entries built by other runtime versions as stale; ``cache clear --stale`` removes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onnxaccel.model import Model
+from onnxaccel.paths import cache_root
+from onnxaccel.target import Target
+from onnxaccel.transform.runtime_info import host_id, runtime_versions
+
+KEY_FILE = "key.json"
+KEY_SCHEMA = "onnxaccel.compile-cache/1"
+#: Provider options that only point at caches; they are not part of what a program was compiled from.
+_CACHE_OPTIONS = {"migraphx_model_cache_dir", "trt_engine_cache_enable", "trt_engine_cache_path",
+                  "trt_timing_cache_enable", "trt_timing_cache_path", "graph_optimization_level"}
+
+
+def compile_cache_dir() -> Path:
+    return cache_root() / "compile"
+
+
+def cache_kind(target: Target) -> str | None:
+    """Which cache a target uses, or None when there is none (native MIGraphX engine, ROCm EP)."""
+    if target.engine != "ort":
+        return None
+    return {"cpu": "ort-optimized", "cuda": "ort-optimized", "migraphx": "migraphx",
+            "tensorrt": "tensorrt"}.get(target.device)
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    kind: str
+    model: str
+    model_sha256: str
+    target: str
+    precision: str
+    shapes: dict[str, list[int]]
+    runtime: dict[str, str]
+    host: str
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    @property
+    def entry(self) -> Path:
+        return compile_cache_dir() / f"{self.kind}-{self.digest}"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "model": self.model, "model_sha256": self.model_sha256, "target": self.target,
+                "precision": self.precision, "shapes": self.shapes, "runtime": self.runtime, "host": self.host}
+
+
+def cache_key(model: Model, target: Target, *, runtime: dict[str, str] | None = None, host: str | None = None
+              ) -> CacheKey:
+    """The key for compiling ``model`` (bound) for ``target``.
+
+    ``runtime`` and ``host`` default to what is installed here (:func:`runtime_versions`, :func:`host_id`);
+    passing them explicitly is how a caller (or a test) asks what the key would be under another runtime.
+    """
+    kind = cache_kind(target)
+    if kind is None:
+        raise ValueError(f"{target} has no compile cache")
+    if not model.is_bound:
+        model = model.bind()
+    options = tuple((k, v) for k, v in target.options if k not in _CACHE_OPTIONS)
+    clean = dataclasses.replace(target, options=options)
+    return CacheKey(
+        kind=kind, model=model.source, model_sha256=content_hash(model.path), target=str(clean),
+        precision=target.precision, shapes={k: list(v) for k, v in sorted(model.input_shapes.items())},
+        runtime=dict(sorted((runtime if runtime is not None else runtime_versions(target)).items())),
+        host=host if host is not None else host_id(target),
+    )
+
+
+def content_hash(path: Path) -> str:
+    """sha256 of the model file and its external data files (memoized on path, size and mtime)."""
+    path = Path(path).resolve()
+    st = path.stat()
+    return _content_hash(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _content_hash(path: str, size: int, mtime_ns: int) -> str:
+    import onnx
+
+    digest = hashlib.sha256()
+    files = [Path(path)]
+    proto = onnx.load(path, load_external_data=False)
+    for tensor in onnx.external_data_helper._get_all_tensors(proto):
+        if onnx.external_data_helper.uses_external_data(tensor):
+            location = next((e.value for e in tensor.external_data if e.key == "location"), None)
+            if location and Path(path).parent / location not in files:
+                files.append(Path(path).parent / location)
+    for file in files:
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class CacheEntry:
+    """One cache folder as ``cache list`` shows it."""
+
+    path: Path
+    key: dict
+    size_bytes: int
+    files: int
+    created: float | None = None
+    last_used: float | None = None
+    first_compile_seconds: float | None = None
+    warm_start_seconds: float | None = None
+    hits: int = 0
+    stale: bool = False
+    problem: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "path": str(self.path), "key": self.key, "size_bytes": self.size_bytes,
+                "files": self.files, "created": self.created, "last_used": self.last_used,
+                "first_compile_seconds": self.first_compile_seconds, "warm_start_seconds": self.warm_start_seconds,
+                "hits": self.hits, "stale": self.stale, "problem": self.problem}
+
+
+def read_entry(path: Path) -> CacheEntry:
+    files = [p for p in path.rglob("*") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    try:
+        record = json.loads((path / KEY_FILE).read_text())
+        key = record["key"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return CacheEntry(path, {}, size, len(files), problem=f"unreadable {KEY_FILE}: {exc}")
+    entry = CacheEntry(path, key, size, len(files), created=record.get("created"), last_used=record.get("last_used"),
+                       first_compile_seconds=record.get("first_compile_seconds"),
+                       warm_start_seconds=record.get("warm_start_seconds"), hits=int(record.get("hits", 0)))
+    entry.stale = _is_stale(key)
+    return entry
+
+
+def list_entries() -> list[CacheEntry]:
+    root = compile_cache_dir()
+    if not root.is_dir():
+        return []
+    return sorted((read_entry(p) for p in root.iterdir() if p.is_dir()), key=lambda e: e.last_used or 0, reverse=True)
+
+
+def remove_entries(entries: list[CacheEntry]) -> int:
+    """Delete the given entries; return the bytes freed."""
+    freed = 0
+    for entry in entries:
+        freed += entry.size_bytes
+        shutil.rmtree(entry.path, ignore_errors=True)
+    return freed
+
+
+def record_compile(key: CacheKey, *, seconds: float, hit: bool) -> dict:
+    """Update ``key.json`` after a compile: first-compile time on a miss, warm-start time on a hit."""
+    entry = key.entry
+    entry.mkdir(parents=True, exist_ok=True)
+    path = entry / KEY_FILE
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        record = {"schema": KEY_SCHEMA, "key": key.to_dict(), "created": time.time(), "hits": 0}
+    now = time.time()
+    record["last_used"] = now
+    if hit:
+        record["hits"] = int(record.get("hits", 0)) + 1
+        record["warm_start_seconds"] = seconds
+    else:
+        record["first_compile_seconds"] = seconds
+    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+    return record
+
+
+def _is_stale(key: dict) -> bool:
+    """True when the entry was built by other runtime versions than the ones installed here."""
+    try:
+        from onnxaccel.target import parse_target
+
+        target = parse_target(key["target"])
+        return dict(key.get("runtime", {})) != runtime_versions(target)
+    except Exception:  # noqa: BLE001 - an entry we cannot even parse is stale
+        return True
+
+
+@dataclass
+class CacheUse:
+    """How a compile used the cache: the key, whether it hit, and the time the session took."""
+
+    key: CacheKey | None
+    hit: bool
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        key = self.key
+        return {"entry": str(key.entry) if key else None, "digest": key.digest if key else None, "hit": self.hit,
+                "seconds": self.seconds, "key": key.to_dict() if key else None, "notes": self.notes}

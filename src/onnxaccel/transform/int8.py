@@ -1,0 +1,208 @@
+"""INT8 quantization with ONNX Runtime's quantizer: static QDQ with calibration, or dynamic.
+
+Facts this module relies on (onnxruntime.quantization, ORT 1.32; ORT docs "Quantize ONNX models",
+https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html):
+
+* Static QDQ inserts QuantizeLinear/DequantizeLinear pairs whose scales come from calibration
+  (MinMax, Entropy, Percentile); every execution provider reads QDQ, and compiling providers fuse the
+  pairs into INT8 kernels (TensorRT; MIGraphX's ``simplify_qdq`` pass "inserts quantized operators in place
+  of dq->quantizable_op->q", AMDMIGraphX src/include/migraphx/simplify_qdq.hpp).
+* The docs recommend S8S8 (int8 activations and weights) with QDQ as the first choice, dynamic quantization
+  for transformers and RNNs, static for CNNs; per-channel weights need opset >= 13 (DequantizeLinear's
+  ``axis`` attribute arrived in opset 13: an opset-11 model fails with "Unrecognized attribute: axis for
+  operator DequantizeLinear", seen on the PP-OCR classifier), so older models are upgraded first.
+* TensorRT needs symmetric activations (``ActivationSymmetric``); we set it for tensorrt and migraphx.
+* Dynamic quantization of Conv produces ConvInteger, which ran 1.8x slower than FP32 Conv on the PP-OCR
+  classifier on CPU (ORT 1.32, 2 cores); dynamic mode therefore quantizes MatMul/Gemm/Attention only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+
+from onnxaccel.errors import MissingDependencyError, ModelError, UsageError
+from onnxaccel.transform.calibration import CalibrationData
+from onnxaccel.transform.fp16 import PRECISION_KEY, set_metadata
+
+METHODS = ("minmax", "entropy", "percentile")
+MODES = ("static", "dynamic")
+#: Ops dynamic quantization touches (transformer MatMuls and fused Attention, classifier heads).
+DYNAMIC_OPS = ("MatMul", "Gemm", "Attention")
+#: Fused contrib ops (Attention, SkipLayerNormalization...) defeat the quantizer's shape inference ("Unable to
+#: find data type for weight_name=..."); its own error message suggests this default.
+_DEFAULT_TYPE = {"DefaultTensorType": onnx.TensorProto.FLOAT}
+_TAIL_OPS = {"Softmax", "LogSoftmax", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"}
+#: QDQ with per-channel weights needs DequantizeLinear's axis attribute (opset 13).
+MIN_QDQ_OPSET = 13
+
+
+@dataclass(frozen=True)
+class Int8Settings:
+    mode: str = "static"
+    method: str = "minmax"
+    per_channel: bool = True
+    #: int8 (S8S8, the ORT docs' first choice) or uint8 (U8S8).
+    activations: str = "int8"
+    symmetric_activations: bool = False
+    #: ORT's CalibPercentile for the percentile method.
+    percentile: float = 99.999
+    op_types: tuple[str, ...] = ()
+    exclude_nodes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise UsageError(f"Unknown INT8 mode '{self.mode}'.", f"Use one of: {', '.join(MODES)}.")
+        if self.method not in METHODS:
+            raise UsageError(f"Unknown calibration method '{self.method}'.", f"Use one of: {', '.join(METHODS)}.")
+        if self.activations not in ("int8", "uint8"):
+            raise UsageError(f"INT8 activations must be int8 or uint8, got '{self.activations}'.",
+                             "Use --int8-activations int8 (S8S8, recommended) or uint8.")
+        if not 90.0 <= self.percentile <= 100.0:
+            raise UsageError(f"--percentile must be within 90..100, got {self.percentile}.", "e.g. --percentile 99.999")
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "method": self.method if self.mode == "static" else None,
+                "per_channel": self.per_channel, "activations": self.activations,
+                "symmetric_activations": self.symmetric_activations, "percentile": self.percentile,
+                "op_types": list(self.op_types), "exclude_nodes": list(self.exclude_nodes)}
+
+
+def output_tail(proto: onnx.ModelProto) -> list[str]:
+    """Nodes between the last compute op and the graph outputs that only normalize or reshape (Softmax,
+    Reshape, Flatten...).
+
+    They are left in float: ORT's QDQ quantizer gives Softmax a fixed [0, 1] output range, so with int8 a
+    probability below 1/254 rounds to 0 (a 1000-class model's near-uniform output became all zeros on
+    zoo:squeezenet), and quantizing an output buys no speed.
+    """
+    producer = {out: n for n in proto.graph.node for out in n.output}
+    tail: list[str] = []
+    stack = [o.name for o in proto.graph.output]
+    while stack:
+        node = producer.get(stack.pop())
+        if node is None or node.op_type not in _TAIL_OPS or node.name in tail:
+            continue
+        tail.append(node.name)
+        stack.extend(node.input[:1])
+    return tail
+
+
+def quantize_static_proto(proto: onnx.ModelProto, data: CalibrationData, settings: Int8Settings) -> onnx.ModelProto:
+    """Static QDQ quantization of ``proto`` (weights loaded, nodes named) calibrated on ``data``; the
+    :func:`output_tail` stays float."""
+    q = _import_quantization()
+    with tempfile.TemporaryDirectory(prefix="onnxaccel-int8-") as tmp:
+        source = Path(tmp) / "model.onnx"
+        onnx.save_model(upgrade_for_qdq(proto), str(source), save_as_external_data=proto.ByteSize() > 1_800_000_000)
+        prepared = _preprocess(q, source, Path(tmp) / "pre.onnx")
+        out = Path(tmp) / "int8.onnx"
+        activation = q.QuantType.QInt8 if settings.activations == "int8" else q.QuantType.QUInt8
+        extra = {"ActivationSymmetric": settings.symmetric_activations, "CalibPercentile": settings.percentile,
+                 **_DEFAULT_TYPE}
+        method = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
+                  "percentile": q.CalibrationMethod.Percentile}[settings.method]
+        with _quiet():
+            try:
+                q.quantize_static(
+                    str(prepared), str(out), data.reader(), quant_format=q.QuantFormat.QDQ,
+                    op_types_to_quantize=list(settings.op_types) or None, per_channel=settings.per_channel,
+                    activation_type=activation, weight_type=q.QuantType.QInt8,
+                    nodes_to_exclude=sorted(set(settings.exclude_nodes) | set(output_tail(proto))) or None,
+                    calibrate_method=method,
+                    calibration_providers=["CPUExecutionProvider"], extra_options=extra,
+                    use_external_data_format=proto.ByteSize() > 1_800_000_000,
+                )
+            except Exception as exc:  # noqa: BLE001 - the quantizer raises plain exceptions
+                raise _quantize_error("Static INT8 quantization", exc, "or try --int8 dynamic") from exc
+        result = onnx.load(str(out))
+    set_metadata(result, PRECISION_KEY, f"int8-qdq-{settings.method}")
+    return result
+
+
+def quantize_dynamic_proto(proto: onnx.ModelProto, settings: Int8Settings | None = None) -> onnx.ModelProto:
+    """Dynamic quantization: INT8 weights for MatMul/Gemm/Attention; activations quantized per run."""
+    settings = settings or Int8Settings(mode="dynamic", per_channel=False)
+    q = _import_quantization()
+    with tempfile.TemporaryDirectory(prefix="onnxaccel-int8-") as tmp:
+        source = Path(tmp) / "model.onnx"
+        out = Path(tmp) / "int8.onnx"
+        large = proto.ByteSize() > 1_800_000_000
+        onnx.save_model(proto if not settings.per_channel else upgrade_for_qdq(proto), str(source),
+                        save_as_external_data=large)
+        with _quiet():
+            try:
+                q.quantize_dynamic(str(source), str(out), op_types_to_quantize=list(settings.op_types or DYNAMIC_OPS),
+                                   per_channel=settings.per_channel, weight_type=q.QuantType.QInt8,
+                                   nodes_to_exclude=list(settings.exclude_nodes) or None,
+                                   use_external_data_format=large, extra_options=_DEFAULT_TYPE)
+            except Exception as exc:  # noqa: BLE001
+                raise _quantize_error("Dynamic INT8 quantization", exc, "or --no-transformer-fusions") from exc
+        result = onnx.load(str(out))
+    set_metadata(result, PRECISION_KEY, "int8-dynamic")
+    return result
+
+
+def upgrade_for_qdq(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model at opset >= 13 (a copy converted with onnx.version_converter), or itself."""
+    from onnxaccel.transform.opset import convert_opset, default_opset
+
+    if default_opset(proto) >= MIN_QDQ_OPSET:
+        return proto
+    return convert_opset(proto, MIN_QDQ_OPSET)
+
+
+def quantized_node_count(proto: onnx.ModelProto) -> dict[str, int]:
+    """QuantizeLinear / DequantizeLinear / integer-op counts, for the report."""
+    ops = [n.op_type for n in proto.graph.node]
+    names = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+             "QLinearConv", "QLinearMatMul", "QAttention")
+    return {name: ops.count(name) for name in names if name in ops}
+
+
+def _preprocess(q, source: Path, dest: Path) -> Path:
+    """ORT's quant_pre_process (ONNX shape inference + graph optimization); symbolic shape inference is
+    skipped because it asserts on graphs it cannot follow (e.g. Paddle's Concat on axis != 0)."""
+    try:
+        with _quiet():
+            q.shape_inference.quant_pre_process(str(source), str(dest), skip_symbolic_shape=True)
+        return dest
+    except Exception:  # noqa: BLE001 - preprocessing is an optimization; quantize the model as it is
+        return source
+
+
+def _import_quantization():
+    try:
+        import onnxruntime.quantization as q
+        import onnxruntime.quantization.shape_inference  # noqa: F401 - used through q.shape_inference
+    except ImportError as exc:
+        raise MissingDependencyError("onnxruntime", "cpu", "INT8 quantization") from exc
+    return q
+
+
+def _quantize_error(what: str, exc: Exception, alternative: str) -> ModelError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ModelError(f"{what} failed: {first}",
+                      f"Exclude the node it names with --int8-exclude NODE, {alternative}; --debug shows the "
+                      "quantizer's full error.", details=repr(exc))
+
+
+class _quiet:
+    """The quantizer logs progress through the root logger and prints histogram progress to stdout
+    (calibrate.py, Entropy/Percentile); keep both off the user's screen and out of --json output."""
+
+    def __enter__(self):
+        self.level = logging.root.level
+        logging.root.setLevel(logging.ERROR)
+        self.stdout = contextlib.redirect_stdout(io.StringIO())
+        self.stdout.__enter__()
+
+    def __exit__(self, *exc):
+        self.stdout.__exit__(*exc)
+        logging.root.setLevel(self.level)

@@ -1,0 +1,256 @@
+"""``optimize``: graph steps, a precision step, save, then the accuracy gate and compile timings.
+
+Order, and why:
+1. opset/IR conversion, ``--fix-shape``, onnxslim: structural, provider-independent.
+2. transformer fusions, then ONNX Runtime's graph optimization (the order ORT's own tools use).
+   Before an FP16/INT8 conversion the level is capped at *basic*: extended/all insert com.microsoft fused
+   ops (FusedConv, FusedGemm...) that the converters do not handle; the runtime still applies them when a
+   session is created.
+3. precision: FP16 (plain or AMP), INT8 (static QDQ or dynamic), or, with ``native``, nothing: the model
+   stays FP32 and the provider converts (migraphx_fp16_enable; migraphx_int8_enable + a calibration table).
+4. save (never over the input), compare with the original on sample inputs, time a cold and a warm compile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+
+from onnxaccel.errors import UsageError
+from onnxaccel.inputs import ImagePreprocess
+from onnxaccel.model import Model, load_model
+from onnxaccel.target import NATIVE_PRECISION, Target
+from onnxaccel.transform import graph
+from onnxaccel.transform.accuracy import AccuracyTools, GateSpec
+from onnxaccel.transform.calibration import SYNTHETIC_WARNING, CalibrationData, load_calibration
+from onnxaccel.transform.files import OPTIMIZED_FROM_KEY, check_output_path, save_model
+from onnxaccel.transform.fp16 import convert_fp16, name_unnamed_nodes, set_metadata
+from onnxaccel.transform.gate import CPU, Gate, gate_samples
+from onnxaccel.transform.int8 import Int8Settings, quantize_dynamic_proto, quantize_static_proto
+from onnxaccel.transform.report import ModelSummary, OptimizeReport, StepRecord
+
+
+@dataclass
+class OptimizeOptions:
+    output: Path
+    target: Target = CPU
+    force: bool = False
+    check: bool = True
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    batch: int | None = None
+    fix_shape: bool = False
+    opset: int | None = None
+    ir_version: int | None = None
+    simplify: bool = False
+    graph_level: str = "auto"
+    transformer_fusions: bool | None = None  # None: when the graph looks like a transformer
+    model_type: str = "bert"
+    fp16: bool = False
+    amp: bool = False
+    fp16_block_ops: tuple[str, ...] = ()
+    keep_fp32_nodes: tuple[str, ...] = ()
+    int8: Int8Settings | None = None
+    calibration: str | None = None
+    calibration_samples: int = 128
+    preprocess: ImagePreprocess | None = None
+    native: bool = False
+    native_table_format: str = "flatbuffers"  # or "tensorrt"
+    eval_data: str | None = None
+    eval_samples: int = 8
+    seed: int = 0
+    gate: GateSpec = field(default_factory=lambda: GateSpec(atol=1e-4, rtol=1e-3))
+    #: The FP32 gate, for --native runs judged on the graph only (the provider is not here).
+    graph_gate: GateSpec = field(default_factory=lambda: GateSpec(atol=1e-4, rtol=1e-3))
+    compile_cache: bool = True
+
+    @property
+    def precision(self) -> str:
+        return "int8" if self.int8 else ("fp16" if self.fp16 or self.amp else "fp32")
+
+
+def optimize(source: str | Model, options: OptimizeOptions, tools: AccuracyTools) -> OptimizeReport:
+    """Transform ``source`` into ``options.output`` and report what changed and how accurate it is."""
+    model = source if isinstance(source, Model) else load_model(source, check=options.check)
+    _check_options(options)
+    output = check_output_path(model.path, options.output, force=options.force)
+    bound = model.bind(options.shapes, batch=options.batch)
+    target = options.target
+    report = OptimizeReport(model.source, str(output), str(target), ModelSummary.of(model.path, model.proto))
+    proto = onnx.load(str(model.path))
+    if (named := name_unnamed_nodes(proto)):
+        report.notes.append(f"named {named} unnamed node(s) <OpType>_<index> so reports and block lists can refer "
+                            "to them")
+    steps = _Steps(report)
+    proto = _graph_steps(proto, bound, options, steps)
+    calibration = _calibration(bound, options, report) if options.int8 and options.calibration else None
+    gate = Gate(bound, gate_samples(bound, eval_data=options.eval_data, calibration=calibration,
+                                    count=options.eval_samples, preprocess=options.preprocess, seed=options.seed),
+                options.gate, tools, candidate_target=_eval_target(target, report))
+    proto = _precision_step(proto, options, calibration, gate, steps, report)
+    if options.ir_version:
+        from onnxaccel.transform.opset import set_ir_version
+
+        proto = steps.run("ir-version", lambda p: set_ir_version(p, options.ir_version), proto)
+    set_metadata(proto, OPTIMIZED_FROM_KEY, Path(model.path).name)
+    save_model(proto, output)
+    report.after = ModelSummary.of(output, proto)
+    from onnxaccel.transform.gate_report import accuracy_and_timing
+
+    accuracy_and_timing(report, gate, output, options)
+    return report
+
+
+class _Steps:
+    def __init__(self, report: OptimizeReport):
+        self.report = report
+
+    def run(self, name: str, func, proto: onnx.ModelProto, detail: dict | None = None) -> onnx.ModelProto:
+        start = time.perf_counter()
+        result = func(proto)
+        self.report.steps.append(StepRecord(name, time.perf_counter() - start, len(result.graph.node), detail or {}))
+        return result
+
+
+def _check_options(options: OptimizeOptions) -> None:
+    target = options.target
+    if options.int8 and (options.fp16 or options.amp):
+        raise UsageError("--fp16/--amp and --int8 exclude each other.", "Choose one precision per run.")
+    if options.native:
+        want = options.precision
+        if want == "fp32" or (target.device, want) not in NATIVE_PRECISION:
+            raise UsageError(
+                f"--native leaves {want.upper()} to the provider, but {target.device} has no {want} switch.",
+                "Native precision exists for --target migraphx (fp16, int8) and tensorrt (fp16, int8); for other "
+                "targets drop --native and the model is converted.")
+        if options.amp:
+            raise UsageError("--amp converts the model; --native leaves precision to the provider.", "Choose one.")
+        if options.int8 and options.int8.mode != "static":
+            raise UsageError("--native INT8 needs calibration (--int8 static).", "Use --int8 static --native.")
+    if options.int8 and options.int8.mode == "static" and not options.calibration:
+        raise UsageError("--int8 static needs calibration data.",
+                         "Give --calibration DIR_OF_IMAGES or FILE.npz (or `synthetic` to test the pipeline only).")
+    if options.native_table_format not in ("flatbuffers", "tensorrt"):
+        raise UsageError(f"Unknown calibration table format '{options.native_table_format}'.",
+                         "Use flatbuffers (ORT-generated, the default) or tensorrt.")
+
+
+def _graph_steps(proto: onnx.ModelProto, bound: Model, options: OptimizeOptions, steps: _Steps) -> onnx.ModelProto:
+    report = steps.report
+    if options.opset:
+        from onnxaccel.transform.opset import convert_opset
+
+        proto = steps.run("opset", lambda p: convert_opset(p, options.opset), proto, {"opset": options.opset})
+    if options.fix_shape:
+        from onnxaccel.transform.shapes import fix_shapes
+
+        fixed = {}
+
+        def fix(p):
+            new, shapes = fix_shapes(p, bound)
+            fixed.update(shapes)
+            return new
+
+        proto = steps.run("fix-shape", fix, proto)
+        report.steps[-1].detail = {"shapes": fixed}
+    if options.simplify:
+        from onnxaccel.transform.simplify import simplify
+
+        proto = steps.run("simplify", simplify, proto, {"tool": "onnxslim"})
+    fusions = options.transformer_fusions
+    if fusions is None:
+        fusions = graph.is_transformer(proto)
+        if fusions:
+            report.notes.append("the graph looks like a transformer: applied attention/LayerNorm/GELU fusions")
+    if fusions:
+        stats: dict = {}
+
+        def fuse(p):
+            new, found = graph.transformer_fusions(p, model_type=options.model_type, use_gpu=options.target.is_gpu)
+            stats.update(found)
+            return new
+
+        proto = steps.run("transformer-fusions", fuse, proto)
+        report.steps[-1].detail = {"model_type": options.model_type, "fused": stats}
+    level, provider, notes = graph.choose_level(options.graph_level, options.target)
+    report.notes.extend(notes)
+    converting = options.precision != "fp32" and not options.native
+    if converting and level in ("extended", "all"):
+        report.notes.append(f"graph level '{level}' lowered to 'basic' before {options.precision.upper()} conversion: "
+                            "extended/all add fused contrib ops the converters do not handle; ONNX Runtime still "
+                            "applies them when it loads the model")
+        level = "basic"
+    if level != "none":
+        proto = steps.run("graph", lambda p: graph.ort_optimize(p, level, provider), proto,
+                          {"level": level, "provider": provider, "requested": options.graph_level})
+    return proto
+
+
+def _calibration(bound: Model, options: OptimizeOptions, report: OptimizeReport) -> CalibrationData:
+    data = load_calibration(options.calibration, bound, max_samples=options.calibration_samples,
+                            preprocess=options.preprocess, seed=options.seed)
+    if data.synthetic:
+        report.warnings.append(SYNTHETIC_WARNING)
+    report.precision["calibration"] = data.to_dict()
+    return data
+
+
+def _eval_target(target: Target, report: OptimizeReport) -> Target:
+    """The target the optimized model is judged on: the requested one when it loads here, else the CPU."""
+    from onnxaccel.transform.gate_report import loads_here
+
+    engine = dataclasses.replace(target, precision="fp32")
+    if loads_here(engine):
+        return engine
+    report.notes.append(f"{target.device} does not load on this machine: the optimized model was judged on the "
+                        "CPU provider; run the same `onnxaccel optimize` on the target machine to gate it there")
+    return CPU
+
+
+def _precision_step(proto, options: OptimizeOptions, calibration, gate: Gate, steps: _Steps, report: OptimizeReport):
+    precision = report.precision
+    precision["requested"] = options.precision
+    precision["native"] = options.native
+    if options.native:
+        from onnxaccel.transform.gate_report import native_precision
+
+        native_precision(proto, options, calibration, report)
+        return proto
+    if options.amp:
+        from onnxaccel.transform.amp import auto_mixed_precision
+
+        blocked_by_op = {n.name for n in proto.graph.node if n.op_type in set(options.fp16_block_ops)}
+        fp32 = proto
+        holder = {}
+
+        def amp(p):
+            result = auto_mixed_precision(p, gate.judge_proto, lambda keep: gate.locate(fp32, keep),
+                                          keep_fp32=set(options.keep_fp32_nodes) | blocked_by_op)
+            holder["result"] = result
+            return result.proto
+
+        proto = steps.run("fp16-amp", amp, proto)
+        precision["amp"] = holder["result"].to_dict()
+        precision["keep_fp32"] = holder["result"].keep_fp32
+    elif options.fp16:
+        proto = steps.run("fp16", lambda p: convert_fp16(p, op_block_list=options.fp16_block_ops,
+                                                         node_block_list=options.keep_fp32_nodes), proto)
+        precision["keep_fp32"] = list(options.keep_fp32_nodes)
+        precision["op_block_list"] = list(options.fp16_block_ops)
+    elif options.int8:
+        settings = options.int8
+        if options.target.device in ("tensorrt", "migraphx") and not settings.symmetric_activations:
+            settings = dataclasses.replace(settings, symmetric_activations=True)
+            report.notes.append("symmetric activation ranges for TensorRT/MIGraphX (TensorRT requires them)")
+        if settings.mode == "static":
+            proto = steps.run("int8-static", lambda p: quantize_static_proto(p, calibration, settings), proto)
+        else:
+            proto = steps.run("int8-dynamic", lambda p: quantize_dynamic_proto(p, settings), proto)
+        from onnxaccel.transform.int8 import quantized_node_count
+
+        precision["int8"] = settings.to_dict()
+        precision["quantized_nodes"] = quantized_node_count(proto)
+    return proto
