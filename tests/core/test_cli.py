@@ -91,8 +91,10 @@ def test_usage_errors_exit_2():
 
 
 def test_bench_reports_latency_percentiles_and_throughput(mlp_path):
-    data = json.loads(cli("bench", str(mlp_path), "-t", "cpu", "--batch", "4", "--warmup", "2", "--runs", "20",
-                          "--json", check=True).stdout)
+    report = json.loads(cli("bench", str(mlp_path), "-t", "cpu", "--batch", "4", "--warmup", "2", "--runs", "20",
+                            "--json", check=True).stdout)
+    assert report["schema"] == "onnxaccel.bench/2" and len(report["cells"]) == 1
+    data = report["cells"][0]
     lat = data["latency"]
     assert data["batch"] == 4 and lat["count"] == 20
     assert lat["min_ms"] <= lat["p50_ms"] <= lat["p99_ms"] <= lat["max_ms"]

@@ -1,75 +1,353 @@
-"""`onnxaccel bench`: latency and throughput of a model on a target."""
+"""`onnxaccel bench`: latency, throughput, accuracy and hardware efficiency of a model, one cell or a sweep."""
 
 from __future__ import annotations
 
+import json
+import sys
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from onnxaccel.bench.timing import measure
 from onnxaccel.cli.common import (
-    BatchOpt, EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, TargetOpt, console, err_console,
-    handle_errors, note, print_json, resolve_target, warn,
+    EpOptionOpt,
+    JsonOpt,
+    ShapeOpt,
+    StrictOpt,
+    console,
+    err_console,
+    handle_errors,
+    note,
+    resolve_target,
+    warn,
 )
-from onnxaccel.model import parse_shape_bindings
-from onnxaccel.pipeline import prepare
+from onnxaccel.errors import UsageError
 
-SCHEMA = "onnxaccel.bench/1"
+TargetsOpt = Annotated[list[str] | None, typer.Option(
+    "--target", "-t", help="Where to run (repeat for several): auto, cpu, cuda[:ID], migraphx[:ID], rocm, tensorrt; "
+    "optionally /PRECISION and ?KEY=VALUE options, e.g. cuda:0/fp16?prefer_nhwc=1. Default: auto.")]
+PrecisionsOpt = Annotated[str | None, typer.Option(
+    "--precision", "-p", help="Comma-separated precisions to sweep, e.g. fp32,fp16,int8 (overrides the target's).")]
+BatchesOpt = Annotated[list[str] | None, typer.Option(
+    "--batch", "-b", help="Batch sizes, comma-separated or repeated, e.g. 1,8,32,256.")]
+MaxErrorOpt = Annotated[float | None, typer.Option(
+    "--max-error", help="Accuracy gate: largest absolute error against the FP32 reference (replaces the "
+    "element-wise atol/rtol check).")]
+AtolOpt = Annotated[float | None, typer.Option("--atol", help="Element-wise gate: absolute tolerance (default "
+                                               "per precision: fp32 1e-4, fp16 1e-2, int8 5e-2).")]
+RtolOpt = Annotated[float | None, typer.Option("--rtol", help="Element-wise gate: relative tolerance (default per "
+                                               "precision: fp32 1e-3, fp16 5e-2, int8 1e-1).")]
+ReportOpt = Annotated[list[str] | None, typer.Option(
+    "--report", "-r", help="Write the report to FILE.json, .csv, .md or .html (repeatable); rewritten after every "
+    "cell, so an interrupted sweep keeps what finished.")]
+GpuOpt = Annotated[str | None, typer.Option(
+    "--gpu", help="GPU model for the peak-TFLOP/s table when the telemetry cannot tell, e.g. 'H200', 'MI300X'.")]
+InputOpt = Annotated[list[str] | None, typer.Option(
+    "--input", "-i", help="NAME=FILE (.npy, .npz, image) for an input; the others are synthesized.")]
 
 
 def register(app: typer.Typer) -> None:
-    app.command("bench", help="Measure latency (min/mean/p50...p99.9/max) and throughput of a model on a "
-                "target; session creation and the first run are reported apart.")(bench_command)
+    app.command("bench", help="Measure a model: session creation and first inference apart; latency min/mean/"
+                "p50/p90/p95/p99/p99.9/max; throughput; host/device copy split; GPU utilization, memory, power; "
+                "TFLOP/s against the device's peak; accuracy of FP16/INT8 against FP32. Sweep targets, precisions, "
+                "batches, IO binding and graph capture; write JSON/CSV/Markdown/HTML; compare with a baseline; "
+                "--resume an interrupted sweep.")(bench_command)
 
 
 @handle_errors
 def bench_command(
-    model: Annotated[str, typer.Argument(help="An .onnx file or zoo:NAME.")],
-    target: TargetOpt = "auto",
-    precision: PrecisionOpt = None,
+    model: Annotated[str | None, typer.Argument(
+        help="An .onnx file or zoo:NAME (default: the --config's model).")] = None,
+    target: TargetsOpt = None,
+    precision: PrecisionsOpt = None,
     ep_option: EpOptionOpt = None,
     shape: ShapeOpt = None,
-    batch: BatchOpt = None,
-    warmup: Annotated[int, typer.Option(help="Untimed runs before measuring.")] = 10,
-    runs: Annotated[int, typer.Option(help="Timed runs.")] = 100,
-    iobinding: Annotated[bool, typer.Option("--iobinding/--no-iobinding", help="Device-resident inputs and "
-                         "outputs (IO binding) or numpy in/out.")] = True,
+    batch: BatchesOpt = None,
+    iobinding: Annotated[str | None, typer.Option("--iobinding", help="on: inputs/outputs stay on the device (IO "
+                         "binding); off: numpy in/out, as most guides measure; both. Default on.")] = None,
+    no_iobinding: Annotated[bool, typer.Option("--no-iobinding", hidden=True)] = False,
+    graph: Annotated[str, typer.Option("--graph", help="Graph capture (enable_cuda_graph / enable_hip_graph / "
+                     "trt_cuda_graph_enable): on, off or both.")] = "off",
+    warmup: Annotated[int, typer.Option(help="Untimed runs before measuring (the first is reported apart).")] = 10,
+    runs: Annotated[int | None, typer.Option(help="Timed samples per cell (default 100 unless --duration).")] = None,
+    duration: Annotated[float | None, typer.Option(help="Measure each cell for this many seconds instead.")] = None,
+    calls_per_sample: Annotated[int | None, typer.Option(
+        "--calls-per-sample", help="Calls per timed sample (default: 1, or enough calls for 100 us when one call is "
+        "faster, as trtexec --avgRuns).")] = None,
+    concurrency: Annotated[str, typer.Option(help="Concurrent requests on one session, comma-separated, "
+                                             "e.g. 1,4.")] = "1",
+    report: ReportOpt = None,
+    baseline: Annotated[str | None, typer.Option(help="Compare with an earlier JSON report: regressions and gains "
+                        "beyond noise.")] = None,
+    noise: Annotated[float, typer.Option(help="Smallest relative change counted against --baseline.")] = 0.05,
+    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 when --baseline finds a "
+                                  "regression (for CI).")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Skip the cells already in the --report FILE.json.")] = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed",
+                                               help="With --resume, run failed cells again.")] = False,
+    max_error: MaxErrorOpt = None,
+    atol: AtolOpt = None,
+    rtol: RtolOpt = None,
+    inputs: InputOpt = None,
+    seed: Annotated[int, typer.Option(help="Seed for synthesized inputs.")] = 0,
+    gpu: GpuOpt = None,
+    telemetry: Annotated[bool, typer.Option("--telemetry/--no-telemetry", help="Sample GPU utilization, memory and "
+                         "power during GPU cells (every 0.1 s, in a background thread).")] = True,
+    config: Annotated[str | None, typer.Option("--config", help="A configuration written by `onnxaccel tune`: its "
+                      "model, target, batch, shapes and IO binding (flags given here override them).")] = None,
     strict: StrictOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    tgt = resolve_target(target, precision, ep_option)
-    prepared = prepare(model, tgt, shapes=parse_shape_bindings(shape or []), batch=batch, strict=strict)
-    batch_size = next(iter(prepared.model.input_shapes.values()))[0] if prepared.model.input_shapes else 1
-    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=err_console, transient=True, disable=as_json) as bar:
-        task = bar.add_task(f"{model} on {tgt}", total=runs)
-        timing = measure(prepared.runner, prepared.feeds, batch=batch_size, warmup=warmup, runs=runs,
-                         iobinding=iobinding, progress=lambda n, _: bar.update(task, completed=n))
-    result = {
-        "schema": SCHEMA, "model": model, "target": str(tgt), "providers": prepared.runner.providers,
-        "input_shapes": {k: list(v) for k, v in prepared.model.input_shapes.items()},
-        "compile_seconds": prepared.runner.compile_seconds, "placement": prepared.runner.placement.to_dict(),
-        "warnings": prepared.warnings, **timing.to_dict(),
-    }
+    from onnxaccel.bench.accuracy import AccuracyGate
+    from onnxaccel.bench.cells import grid
+    from onnxaccel.bench.report import check_report_paths, load_report
+    from onnxaccel.bench.sweep import Sweep, SweepSettings
+    from onnxaccel.model import parse_shape_bindings
+
+    tuned = _load_config(config)
+    model = model or (tuned.model if tuned else None)
+    if not model:
+        raise UsageError("No model given.", "Pass MODEL (an .onnx file or zoo:NAME), or --config FILE from `tune`.")
+    if iobinding is None:
+        iobinding = "off" if no_iobinding else ("on" if tuned is None or tuned.iobinding else "off")
+    targets = list(target or ([str(tuned.target)] if tuned else ["auto"]))
+    resolved = [str(resolve_target(t, None, ep_option)) for t in targets]
+    batches = _batches(batch) if batch else [tuned.batch if tuned else None]
+    shapes = parse_shape_bindings(shape) if shape else (dict(tuned.shapes) if tuned else {})
+    if runs is not None and duration is not None:
+        raise UsageError("--runs and --duration exclude each other.", "Give one: --runs 200, or --duration 5.")
+    limits = (("--warmup", warmup, 0), ("--runs", runs, 1), ("--calls-per-sample", calls_per_sample, 1))
+    for label, value, low in limits:
+        if value is not None and value < low:
+            raise UsageError(f"{label} must be at least {low}, got {value}.", f"e.g. {label} {max(low, 10)}")
+    if duration is not None and not duration > 0:
+        raise UsageError(f"--duration must be positive, got {duration}.", "e.g. --duration 5")
+    paths = check_report_paths(report or [])
+    json_paths = [p for p in paths if p.suffix.lower() == ".json"]
+    if resume and not json_paths:
+        raise UsageError("--resume needs the JSON report of the interrupted sweep.", "Add --report FILE.json (the same "
+                         "file as before).")
+    precisions = [p.strip().lower() for p in precision.split(",") if p.strip()] if precision else [None]
+    cells, skipped = grid(resolved, precisions=precisions, batches=batches, shapes=shapes,
+                          iobinding=_modes(iobinding, "--iobinding"), graph=_modes(graph, "--graph"),
+                          concurrency=_ints(concurrency, "--concurrency"))
+    settings = SweepSettings(warmup=warmup, runs=runs if runs is not None or duration is not None else 100,
+                             duration=duration, calls_per_sample=calls_per_sample,
+                             gate=AccuracyGate(max_error, atol, rtol), seed=seed, inputs=tuple(inputs or ()),
+                             strict=strict, gpu_name=gpu, telemetry=telemetry)
+    previous = load_report(json_paths[0]) if resume and json_paths[0].exists() else None
+    if resume and previous is None:
+        note(f"{json_paths[0]} does not exist yet: nothing to resume, starting a new sweep.")
+    old = load_report(baseline) if baseline else None
+    with SweepProgress(disable=as_json) as progress:
+        sweep = Sweep(model, settings, paths, report=previous, on_event=progress.event)
+        if tuned is not None:
+            problem = tuned.check_model(sweep.model.path)
+            if problem:
+                warn(problem)
+        sweep.report.skipped = [s.to_dict() for s in skipped]
+        sweep.run(cells, retry_failed=retry_failed)
+    report_obj = sweep.report
+    report_obj.complete = all(report_obj.cell(c.id) is not None for c in cells)
+    comparison = None
+    if old is not None:
+        from onnxaccel.bench.baseline import compare_reports
+
+        comparison = compare_reports(report_obj, old, baseline_name=str(baseline), threshold=noise)
+        report_obj.baseline = comparison.to_dict()
+    sweep.write()
     if as_json:
-        print_json(result)
-        return
-    for message in prepared.warnings:
-        (warn if "fall" in message or "took" in message else note)(message)
-    lat = timing.latency
-    console.print(f"[bold]{escape(model)}[/] on [bold]{escape(str(tgt))}[/] ({prepared.runner.providers[0]}), batch {batch_size}, "
-                  f"{'IO binding' if iobinding else 'numpy in/out'}")
-    console.print(f"placement: {prepared.runner.placement.summary()}", markup=False)
+        from onnxaccel.bench.report import clean
+
+        sys.stdout.write(json.dumps(clean(report_obj.to_dict()), indent=2) + "\n")
+    else:
+        render_report(report_obj)
+        if not paths and len(cells) > 1:
+            note("--report out.json keeps results as each cell finishes and lets --resume continue a sweep.")
+    if not report_obj.ok_cells and report_obj.cells:
+        first = report_obj.failed_cells[0].error or {}
+        if not as_json:
+            err_console.print(f"[bold red]error:[/] every cell failed; the first: {escape(str(first.get('message')))}",
+                              highlight=False)
+            if first.get("hint"):
+                err_console.print(f"[bold cyan]hint:[/] {escape(str(first['hint']))}", highlight=False)
+        raise typer.Exit(1)
+    if fail_on_regression and comparison is not None and comparison.regressions:
+        raise typer.Exit(1)
+
+
+# -- shared with `tune` ---------------------------------------------------------------------------------
+
+class SweepProgress:
+    """Rich progress bars on stderr for sweep events: one bar for cells, one for the current cell's runs."""
+
+    def __init__(self, disable: bool = False):
+        self.disable = disable or not err_console.is_terminal
+        self.bar = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                            TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err_console,
+                            transient=True, disable=self.disable)
+        self.cells = self.current = None
+        self.quiet = disable
+
+    def __enter__(self) -> SweepProgress:  # noqa: PYI034 - a plain class, not subclassed
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+    def log(self, text: str) -> None:
+        if not self.quiet:
+            self.bar.console.print(text, highlight=False)
+
+    def event(self, event) -> None:
+        kind = event.kind
+        if kind == "start":
+            if self.cells is None:
+                self.cells = self.bar.add_task("cells", total=event.total)
+            else:
+                self.bar.update(self.cells, total=(self.bar.tasks[self.cells].total or 0) + event.total)
+        elif kind == "stage":
+            self.log(f"[bold]{escape(event.message)}[/]")
+        elif kind == "cell-skip":
+            self.log(f"[dim]done before, skipped: {escape(event.cell.id)}[/]")
+        elif kind == "cell-start":
+            if self.current is not None:
+                self.bar.remove_task(self.current)
+            self.current = self.bar.add_task(escape(event.cell.id), total=None)
+        elif kind == "cell-progress" and self.current is not None:
+            self.bar.update(self.current, completed=event.done, total=event.runs or None)
+        elif kind == "cell-done":
+            if self.cells is not None:
+                self.bar.advance(self.cells)
+            self.log(cell_line(event.result))
+
+
+def cell_line(result) -> str:
+    if result.ok:
+        lat = result.latency
+        extra = " [yellow](unstable)[/]" if result.warnings else ""
+        acc = result.accuracy or {}
+        if acc.get("passed") is False:
+            extra += " [red]accuracy FAIL[/]"
+        return (f"[green]ok[/] {escape(result.id)}: p50 {lat.p50:.3f} ms, p99 {lat.p99:.3f} ms, "
+                f"{result.throughput:,.1f} items/s{extra}")
+    error = result.error or {}
+    return f"[red]failed[/] {escape(result.id)}: {escape(str(error.get('message')))}"
+
+
+def render_report(report) -> None:
+    env = report.environment
+    console.print(f"[bold]{escape(str(report.model.get('source')))}[/]: onnxruntime {env.get('onnxruntime')}, "
+                  f"{escape(str(env.get('cpu')))}")
     table = Table(title_justify="left")
-    for col in ("session", "first run", "min", "mean", "p50", "p90", "p99", "max", "throughput"):
-        table.add_column(col, justify="right")
-    table.add_row(f"{prepared.runner.compile_seconds * 1e3:.0f} ms", f"{timing.first_run_ms:.2f} ms",
-                  f"{lat.min:.3f} ms", f"{lat.mean:.3f} ms", f"{lat.p50:.3f} ms", f"{lat.p90:.3f} ms",
-                  f"{lat.p99:.3f} ms", f"{lat.max:.3f} ms", f"{timing.throughput:,.1f} items/s")
+    for header in ("target", "batch", "io", "session", "first", "p50 ms", "p99 ms", "cv", "items/s", "FLOP/s",
+                   "accuracy"):
+        table.add_column(header, justify="left" if header in ("target", "io", "accuracy") else "right",
+                         overflow="fold")
+    for cell in report.cells:
+        table.add_row(*terminal_row(cell), style=None if cell.ok else "red")
     console.print(table)
-    if lat.unstable:
-        warn(f"unstable measurement: coefficient of variation {lat.cv:.0%} (> 10%); the machine may be busy, "
-             "or use more --runs.")
+    _render_notes(report)
+    base = report.baseline
+    if base:
+        console.print(f"against {escape(str(base['baseline']))}: {base['regressions']} regression(s), "
+                      f"{base['gains']} gain(s) beyond noise")
+        for change in base["changes"]:
+            if change["verdict"] in ("regression", "gain", "now-failing", "now-passing"):
+                delta = change.get("change")
+                console.print(f"  {change['verdict']}: {escape(change['id'])}"
+                              + (f" {100 * delta:+.1f}% latency" if isinstance(delta, float) else ""))
+
+
+def terminal_row(cell) -> list[str]:
+    from onnxaccel.bench.report_text import accuracy_text
+
+    target = cell.cell.effective_target
+    io = ("on" if cell.cell.iobinding else "off") + (f" x{cell.cell.concurrency}" if cell.cell.concurrency > 1 else "")
+    if not cell.ok:
+        return [escape(str(target)), str(cell.batch or "-"), io, "-", "-", "-", "-", "-", "-", "-", "FAILED"]
+    lat, session, roof = cell.latency, cell.session or {}, cell.roofline or {}
+    rate = si(roof["achieved_tflops"] * 1e12) if roof.get("achieved_tflops") is not None else "-"
+    if roof.get("pct_of_peak") is not None:
+        rate += f" ({roof['pct_of_peak']:.0f}% peak)"
+    return [escape(str(target)), str(cell.batch), io, f"{session.get('create_s', 0):.2f} s",
+            f"{cell.timing.get('first_run_ms', 0):.1f} ms", f"{lat.p50:.3f}", f"{lat.p99:.3f}", f"{lat.cv:.0%}",
+            si(cell.throughput), rate, escape(accuracy_text(cell, short=True))]
+
+
+def si(value: float) -> str:
+    """3 significant digits with an SI prefix: 1.23k, 45.6M, 7.89T."""
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{prefix}"
+    return f"{value:.3g}"
+
+
+def _render_notes(report) -> None:
+    seen: set[str] = set()
+    for cell in report.ok_cells:
+        for message in (cell.session or {}).get("warnings") or []:
+            if message not in seen:
+                seen.add(message)
+                warn(f"{cell.cell.effective_target}: {message}")
+    unstable = [c for c in report.ok_cells if c.latency.unstable]
+    if unstable:
+        warn(f"{len(unstable)} cell(s) with an unstable measurement (coefficient of variation > 10%, worst "
+             f"{max(c.latency.cv for c in unstable):.0%}): the machine may be busy or its clocks changing; use more "
+             "--runs or --duration, and compare medians rather than means.")
+    for cell in report.ok_cells:
+        t = cell.transfer
+        if not (cell.cell.effective_target.is_gpu and t and "h2d_ms" in t):
+            continue
+        if t["h2d_ms"] + t["d2h_ms"] > 0.2 * t["compute_ms"]:
+            note(f"{cell.id}: copies host->device {t['h2d_ms']:.3f} ms and device->host {t['d2h_ms']:.3f} ms against "
+                 f"{t['compute_ms']:.3f} ms of compute: keep data on the device (IO binding) where you can.")
+    failures: dict[tuple, list] = {}
+    for cell in report.failed_cells:
+        error = cell.error or {}
+        failures.setdefault((error.get("message"), error.get("hint")), []).append(cell)
+    for (message, hint), cells in failures.items():
+        which = cells[0].id if len(cells) == 1 else f"{len(cells)} cells ({cells[0].id}, ...)"
+        err_console.print(f"[red]failed[/] {escape(which)}: {escape(str(message))}", highlight=False)
+        if hint:
+            err_console.print(f"  [cyan]hint:[/] {escape(str(hint))}", highlight=False)
+
+
+# -- parsing --------------------------------------------------------------------------------------------
+
+def _load_config(path: str | None):
+    if not path:
+        return None
+    from onnxaccel.bench.config import load_config
+
+    return load_config(path)
+
+
+def _ints(text: str, option: str) -> list[int]:
+    values = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if not item.isdigit() or int(item) < 1:
+            raise UsageError(f"{option} takes positive integers, got '{item}'.", f"e.g. {option} 1,8,32")
+        values.append(int(item))
+    if not values:
+        raise UsageError(f"{option} is empty.", f"e.g. {option} 1,8,32")
+    return list(dict.fromkeys(values))
+
+
+def _batches(items: list[str]) -> list[int]:
+    return list(dict.fromkeys(v for item in items for v in _ints(item, "--batch")))
+
+
+def _modes(text: str, option: str) -> list[bool]:
+    modes = {"on": [True], "off": [False], "both": [True, False]}
+    value = str(text).strip().lower()
+    if value not in modes:
+        raise UsageError(f"{option} takes on, off or both, got '{text}'.", f"e.g. {option} both")
+    return modes[value]
+

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU figures of issues 4-7 in few device calls (docs/BENCHMARKS.md). Run from the repo root on the GPU
+# machine after onnxruntime-gpu is installed (../shared/device/ort-gpu-prepare); wheels the image lacks
+# travel in .servewheels and .whl. Usage: benchmarks/gpu_session.sh STAGE... ; results go to $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD/src:/tmp/serve-site:/tmp/ortgpu-site${PYTHONPATH:+:$PYTHONPATH}
+export ONNXACCEL_CACHE_DIR=${ONNXACCEL_CACHE_DIR:-/tmp/oa-cache} PYTHONUNBUFFERED=1
+for stage in "$@"; do
+  echo "== $stage $(date +%T)"
+  case $stage in
+    setup)
+      [ -d /tmp/serve-site/fastapi ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/serve-site .servewheels/*.whl ;;
+    optimize)
+      timeout 240 python3 benchmarks/optimize_precisions.py --target cuda --batch 8 --runs 50 \
+        --models zoo:squeezenet,zoo:resnet50,zoo:bert-base --out "$OUT/optimize" > "$OUT/optimize.md" 2> "$OUT/optimize.err"
+      echo "rc=$?"; tail -20 "$OUT/optimize.md"
+      python3 -m onnxaccel.cli.main cache warm zoo:resnet50 -t cuda --json > "$OUT/cache_warm1.json" 2>&1
+      python3 -m onnxaccel.cli.main cache warm zoo:resnet50 -t cuda --json > "$OUT/cache_warm2.json" 2>&1
+      tail -c 600 "$OUT/cache_warm2.json" ;;
+    hfbert)
+      timeout 200 python3 benchmarks/gpu_hf_bert_placement.py /tmp/hf-bert > "$OUT/hf_bert.json" 2> "$OUT/hf_bert.err"
+      echo "rc=$?"; head -c 2500 "$OUT/hf_bert.json" ;;
+    tune)
+      python3 benchmarks/tune_h200.py "$OUT/tune" > "$OUT/tune.md" 2> "$OUT/tune.err"
+      echo "rc=$?"; tail -15 "$OUT/tune.md" ;;
+    serve)
+      timeout 280 python3 benchmarks/serve_throughput.py --model zoo:resnet50 --target cuda:0 --precision fp16 \
+        --batch 64 --concurrency 64 --duration 30 --soak 60 --json "$OUT/serve_b1.json" > "$OUT/serve_b1.log" 2>&1
+      echo "rc=$?"; tail -12 "$OUT/serve_b1.log"
+      timeout 200 python3 benchmarks/serve_throughput.py --model zoo:resnet50 --target cuda:0 --precision fp16 \
+        --batch 64 --request-batch 8 --concurrency 64 --duration 30 --json "$OUT/serve_b8.json" > "$OUT/serve_b8.log" 2>&1
+      echo "rc=$?"; tail -12 "$OUT/serve_b8.log" ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+done

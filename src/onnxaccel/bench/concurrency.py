@@ -1,0 +1,107 @@
+"""Concurrent requests on one session: N threads each call the model back to back.
+
+ONNX Runtime allows concurrent ``Run`` calls on one session and releases the GIL while it runs
+(onnxruntime_pybind_state.cc wraps Run in ``py::gil_scoped_release``), so Python threads overlap real work.
+Each thread gets its own IO binding (a binding is not thread-safe). CUDA graphs cannot be replayed from
+several threads on one session ("Multi-threaded usage is currently not supported", ORT CUDA EP docs,
+"Using CUDA Graphs"), so the sweep skips that combination.
+
+Throughput here is what the threads completed over the wall time; latency percentiles are per call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from onnxaccel.bench.stats import LatencyStats
+from onnxaccel.bench.timing import TimingResult
+from onnxaccel.engines.base import Runner
+
+
+def measure_concurrent(
+    runner: Runner,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    concurrency: int,
+    batch: int = 1,
+    warmup: int = 10,
+    runs: int | None = 100,
+    duration: float | None = None,
+    iobinding: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> TimingResult:
+    """``runs`` calls per thread (or calls for ``duration`` seconds) after ``warmup`` per thread.
+
+    ``first_run_ms`` is the slowest first call of any thread.
+    """
+    calls: list[Callable[[], object]] = []
+    for _ in range(concurrency):
+        if iobinding:
+            calls.append(runner.bind(feeds).run)
+        else:
+            host = dict(feeds)
+            calls.append(lambda host=host: runner.run(host))
+    firsts = [0.0] * concurrency
+    samples: list[list[float]] = [[] for _ in range(concurrency)]
+    errors: list[BaseException] = []
+    ready = threading.Barrier(concurrency + 1)
+    stop = threading.Event()
+    total = (runs or 0) * concurrency
+
+    def worker(index: int) -> None:
+        call, mine, clock = calls[index], samples[index], time.perf_counter
+        try:
+            t0 = clock()
+            call()
+            firsts[index] = clock() - t0
+            for _ in range(max(0, warmup - 1)):
+                call()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+            stop.set()
+        ready.wait()
+        try:
+            while not stop.is_set():
+                t0 = clock()
+                call()
+                mine.append(clock() - t0)
+                if runs is not None and len(mine) >= runs:
+                    break
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    ready.wait()
+    start = time.perf_counter()
+    while any(t.is_alive() for t in threads):
+        time.sleep(0.02)
+        if progress is not None:
+            progress(sum(len(s) for s in samples), total)
+        if duration is not None and time.perf_counter() - start >= duration:
+            stop.set()
+    wall = time.perf_counter() - start
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    merged = [s for per_thread in samples for s in per_thread]
+    if not merged:
+        raise RuntimeError("no call completed")
+    stats = LatencyStats.from_seconds(merged)
+    return _ConcurrentTiming(latency=stats, batch=batch, first_run_ms=max(firsts) * 1e3, iobinding=iobinding,
+                             wall_seconds=wall, calls_per_sample=1, samples_ms=[s * 1e3 for s in merged])
+
+
+class _ConcurrentTiming(TimingResult):
+    """With several requests in flight, throughput is what completed over the wall time."""
+
+    @property
+    def throughput(self) -> float:
+        return self.wall_throughput

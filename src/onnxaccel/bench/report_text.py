@@ -1,0 +1,141 @@
+"""CSV (one row per cell, every scalar metric) and Markdown (tables for people and pull requests)."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from onnxaccel.bench.cells import CellResult
+from onnxaccel.bench.report import BenchReport
+
+ROW_HEADERS = ("cell", "status", "batch", "session s", "first ms", "p50 ms", "p99 ms", "p99.9 ms", "cv",
+               "items/s", "h2d / d2h ms", "TFLOP/s", "% peak", "accuracy", "GPU util %", "power W", "GPU mem GB")
+
+CSV_COLUMNS = (
+    "id", "target", "device", "precision", "batch", "iobinding", "graph", "concurrency", "status", "error",
+    "error_message", "error_hint", "prepare_s", "create_s", "first_inference_ms", "first_run_ms",
+    "calls_per_sample", "count", "mean_ms", "stddev_ms", "min_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms",
+    "p99_9_ms", "max_ms", "cv", "unstable", "throughput_items_per_s", "throughput_basis", "h2d_ms", "compute_ms",
+    "d2h_ms", "gpu_name", "gpu_util_mean_pct", "gpu_util_peak_pct", "power_mean_w", "power_peak_w",
+    "device_peak_bytes", "device_delta_bytes", "host_rss_bytes", "host_peak_rss_bytes", "flops_per_inference",
+    "achieved_tflops", "peak_tflops", "pct_of_peak", "bound", "accuracy_passed", "accuracy_max_abs",
+    "accuracy_reference",
+)
+
+
+def series_name(cell: CellResult) -> str:
+    """Cells that differ only in batch form one line in the plots."""
+    name = f"{cell.cell.effective_target} io={'on' if cell.cell.iobinding else 'off'}"
+    if cell.cell.concurrency > 1:
+        name += f" c={cell.cell.concurrency}"
+    if cell.cell.tag:
+        name += f" {cell.cell.tag}"
+    return name
+
+
+def cell_row(cell: CellResult) -> tuple:
+    if not cell.ok:
+        message = (cell.error or {}).get("message", "")
+        return (cell.id, "FAILED", cell.batch or "-", *(["-"] * (len(ROW_HEADERS) - 4)), message[:80])
+    lat, session = cell.latency, cell.session or {}
+    roof, tel, transfer = cell.roofline or {}, cell.telemetry or {}, cell.transfer or {}
+    copies = (f"{transfer['h2d_ms']:.3f} / {transfer['d2h_ms']:.3f}" if "h2d_ms" in transfer else "-")
+    memory = (cell.memory or {}).get("device_peak_bytes")
+    return (
+        cell.id, "ok" if not cell.warnings else "ok (unstable)", cell.batch, _f(session.get("create_s"), 2),
+        _f(cell.timing.get("first_run_ms"), 2), _f(lat.p50, 3), _f(lat.p99, 3), _f(lat.p999, 3), f"{lat.cv:.1%}",
+        _f(cell.throughput, 1), copies, _f(roof.get("achieved_tflops"), 3), _f(roof.get("pct_of_peak"), 1),
+        accuracy_text(cell), _f((tel.get("utilization_pct") or {}).get("mean"), 0),
+        _f((tel.get("power_w") or {}).get("mean"), 0), _f(memory / 1e9 if memory else None, 2),
+    )
+
+
+def accuracy_text(cell: CellResult, *, short: bool = False) -> str:
+    accuracy = cell.accuracy or {}
+    if not accuracy:
+        return "-"
+    if accuracy.get("reference") == "self":
+        return "ref" if short else "reference"
+    if accuracy.get("passed") is None:
+        return "n/a"
+    max_abs = accuracy.get("max_abs")
+    value = (f" {max_abs:.1e}" if short else f" max|err| {max_abs:.2g}") if isinstance(max_abs, (int, float)) else ""
+    return ("ok" if short else "pass") + value if accuracy["passed"] else "FAIL" + value
+
+
+def _f(value, digits: int) -> str:
+    return f"{value:,.{digits}f}" if isinstance(value, (int, float)) else "-"
+
+
+def csv_row(cell: CellResult) -> dict:
+    lat = cell.latency.to_dict() if cell.latency else {}
+    session, tel, roof = cell.session or {}, cell.telemetry or {}, cell.roofline or {}
+    transfer, memory, accuracy, error = cell.transfer or {}, cell.memory or {}, cell.accuracy or {}, cell.error or {}
+    target = cell.cell.effective_target
+    row = {
+        "id": cell.id, "target": str(target), "device": target.device, "precision": target.precision,
+        "batch": cell.batch, "iobinding": cell.cell.iobinding, "graph": cell.cell.uses_graph,
+        "concurrency": cell.cell.concurrency, "status": cell.status, "error": error.get("error"),
+        "error_message": error.get("message"), "error_hint": error.get("hint"), "prepare_s": session.get("prepare_s"),
+        "create_s": session.get("create_s"), "first_inference_ms": session.get("first_inference_ms"),
+        "first_run_ms": cell.timing.get("first_run_ms"), "calls_per_sample": cell.timing.get("calls_per_sample"),
+        "throughput_items_per_s": cell.timing.get("throughput_items_per_s"),
+        "throughput_basis": cell.timing.get("throughput_basis"),
+        "h2d_ms": transfer.get("h2d_ms"), "compute_ms": transfer.get("compute_ms"), "d2h_ms": transfer.get("d2h_ms"),
+        "gpu_name": tel.get("name"), "gpu_util_mean_pct": (tel.get("utilization_pct") or {}).get("mean"),
+        "gpu_util_peak_pct": (tel.get("utilization_pct") or {}).get("peak"),
+        "power_mean_w": (tel.get("power_w") or {}).get("mean"), "power_peak_w": (tel.get("power_w") or {}).get("peak"),
+        "device_peak_bytes": memory.get("device_peak_bytes"), "device_delta_bytes": memory.get("device_delta_bytes"),
+        "host_rss_bytes": memory.get("rss_bytes"), "host_peak_rss_bytes": memory.get("peak_rss_bytes"),
+        "flops_per_inference": roof.get("flops_per_inference"), "achieved_tflops": roof.get("achieved_tflops"),
+        "peak_tflops": roof.get("peak_tflops"), "pct_of_peak": roof.get("pct_of_peak"), "bound": roof.get("bound"),
+        "accuracy_passed": accuracy.get("passed"), "accuracy_max_abs": accuracy.get("max_abs"),
+        "accuracy_reference": accuracy.get("reference"),
+    }
+    for key in ("count", "mean_ms", "stddev_ms", "min_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p99_9_ms",
+                "max_ms", "cv", "unstable"):
+        row[key] = lat.get(key)
+    return row
+
+
+def to_csv(report: BenchReport) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for cell in report.cells:
+        writer.writerow({k: ("" if v is None else v) for k, v in csv_row(cell).items()})
+    return buffer.getvalue()
+
+
+def to_markdown(report: BenchReport) -> str:
+    env = report.environment
+    lines = [f"# onnxaccel bench: {report.model.get('source')}", "",
+             f"- started {report.created}, updated {report.updated}, "
+             f"{'complete' if report.complete else 'incomplete (resume with --resume)'}",
+             f"- onnxaccel {env.get('onnxaccel')}, onnxruntime {env.get('onnxruntime')}, Python {env.get('python')}",
+             f"- CPU: {env.get('cpu')} ({env.get('logical_cpus')} logical)", "",
+             "| " + " | ".join(ROW_HEADERS) + " |", "|" + "---|" * len(ROW_HEADERS)]
+    lines += ["| " + " | ".join(_md(v) for v in cell_row(c)) + " |" for c in report.cells]
+    if report.failed_cells:
+        lines += ["", "## Failed cells", "", "| cell | stage | error | hint |", "|---|---|---|---|"]
+        for cell in report.failed_cells:
+            error = cell.error or {}
+            lines.append(f"| {_md(cell.id)} | {_md(error.get('stage'))} | {_md(error.get('message'))} | "
+                         f"{_md(error.get('hint'))} |")
+    if report.baseline:
+        base = report.baseline
+        lines += ["", f"## Against baseline {base.get('baseline')}", "",
+                  f"{base.get('regressions')} regression(s), {base.get('gains')} gain(s).", "",
+                  "| cell | verdict | old p50 ms | new p50 ms | change |", "|---|---|---|---|---|"]
+        for change in base.get("changes", []):
+            delta = change.get("change")
+            lines.append(f"| {_md(change['id'])} | {change['verdict']} | {_f(change.get('old_p50_ms'), 3)} | "
+                         f"{_f(change.get('new_p50_ms'), 3)} | "
+                         f"{f'{100 * delta:+.1f}%' if isinstance(delta, (int, float)) else '-'} |")
+    if report.skipped:
+        lines += ["", "## Skipped", ""] + [f"- `{s['id']}`: {s['reason']}" for s in report.skipped]
+    return "\n".join(lines) + "\n"
+
+
+def _md(value) -> str:
+    return str(value if value is not None else "-").replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,121 @@
+"""Achieved TFLOP/s, its share of the device's peak, and where the cell sits on the roofline.
+
+FLOPs per inference come from ``analysis.graph_stats`` at the bound shapes (1 MAC = 2 FLOPs). Bytes moved are
+an estimate with no cache reuse and no fusion: every weight read once, every intermediate tensor written once
+and read once, inputs and outputs once, so the arithmetic intensity is a lower bound. FP16 halves float
+weights and activations; dynamic INT8 (what ``--precision int8`` makes on the CPU) quarters weights and keeps
+float activations. The roofline (Williams, Waterman, Patterson, CACM 2009): attainable = min(peak,
+intensity x bandwidth); below the ridge point (peak / bandwidth) a kernel is memory-bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnxaccel.bench.gpu_specs import GpuSpec, peak_key
+
+# Bytes relative to FP32 for (weights, activations) by precision.
+_SCALE = {"fp32": (1.0, 1.0), "fp16": (0.5, 0.5), "int8": (0.25, 1.0)}
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """FLOPs and estimated bytes of one inference at the bound shapes (FP32 model)."""
+
+    flops: int
+    param_bytes: int
+    activation_bytes: int
+    io_bytes: int
+
+    def bytes_for(self, precision: str) -> int:
+        weights, acts = _SCALE.get(precision, (1.0, 1.0))
+        return int(self.param_bytes * weights + 2 * self.activation_bytes * acts + self.io_bytes)
+
+    def to_dict(self) -> dict:
+        return {"flops": self.flops, "param_bytes": self.param_bytes, "activation_bytes": self.activation_bytes,
+                "io_bytes": self.io_bytes}
+
+
+def model_cost(bound_model) -> ModelCost:
+    """Cost of one inference of a bound Model (shape inference on a light copy; weights are not read)."""
+    import numpy as np
+
+    from onnxaccel.analysis.graph_stats import graph_stats
+
+    stats = graph_stats(bound_model)
+    io = 0
+    for spec in bound_model.inputs:
+        shape = bound_model.input_shapes.get(spec.name, ())
+        io += int(np.prod(shape)) * _itemsize(spec.dtype)
+    return ModelCost(stats.total_flops, stats.param_bytes, stats.activation_total_bytes, io)
+
+
+def _itemsize(dtype: str) -> int:
+    import numpy as np
+
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:
+        return 4
+
+
+@dataclass(frozen=True)
+class Roofline:
+    flops_per_inference: int
+    achieved_tflops: float
+    bytes_estimate: int
+    intensity: float | None
+    peak_tflops: float | None = None
+    peak_basis: str | None = None
+    bandwidth_gbps: float | None = None
+    device: str | None = None
+    source: str | None = None
+
+    @property
+    def pct_of_peak(self) -> float | None:
+        return 100.0 * self.achieved_tflops / self.peak_tflops if self.peak_tflops else None
+
+    @property
+    def ridge(self) -> float | None:
+        """FLOPs per byte where the device turns compute-bound."""
+        if not self.peak_tflops or not self.bandwidth_gbps:
+            return None
+        return self.peak_tflops * 1e12 / (self.bandwidth_gbps * 1e9)
+
+    @property
+    def attainable_tflops(self) -> float | None:
+        if not self.peak_tflops or not self.bandwidth_gbps or self.intensity is None:
+            return None
+        return min(self.peak_tflops, self.intensity * self.bandwidth_gbps * 1e9 / 1e12)
+
+    @property
+    def bound(self) -> str | None:
+        ridge = self.ridge
+        if ridge is None or self.intensity is None:
+            return None
+        return "memory" if self.intensity < ridge else "compute"
+
+    def to_dict(self) -> dict:
+        attainable = self.attainable_tflops
+        return {
+            "flops_per_inference": self.flops_per_inference, "achieved_tflops": self.achieved_tflops,
+            "bytes_estimate": self.bytes_estimate, "intensity_flops_per_byte": self.intensity,
+            "device": self.device, "peak_tflops": self.peak_tflops, "peak_basis": self.peak_basis,
+            "pct_of_peak": self.pct_of_peak, "bandwidth_gbps": self.bandwidth_gbps, "ridge_flops_per_byte": self.ridge,
+            "bound": self.bound, "attainable_tflops": attainable,
+            "pct_of_attainable": 100.0 * self.achieved_tflops / attainable if attainable else None,
+            "spec_source": self.source,
+        }
+
+
+def roofline(cost: ModelCost, *, seconds_per_inference: float, precision: str, device: str,
+             options: dict[str, str], spec: GpuSpec | None) -> Roofline:
+    """Achieved rate of one inference taking ``seconds_per_inference``; peaks from ``spec`` when known."""
+    achieved = cost.flops / seconds_per_inference / 1e12 if seconds_per_inference > 0 else 0.0
+    moved = cost.bytes_for(precision)
+    intensity = cost.flops / moved if moved else None
+    if spec is None:
+        return Roofline(cost.flops, achieved, moved, intensity)
+    key = peak_key(precision, device, options, spec)
+    return Roofline(cost.flops, achieved, moved, intensity, spec.peak(key), key, spec.bandwidth_gbps, spec.name,
+                    spec.source)

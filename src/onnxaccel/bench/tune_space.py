@@ -1,0 +1,76 @@
+"""What `tune` tries on each device, in the order it tries it.
+
+Sources of the knobs (option names as validated in target.PROVIDER_OPTIONS):
+
+* CUDA EP (ORT docs "CUDA Execution Provider" and "Tune performance > CUDA"): ``prefer_nhwc`` (NHWC
+  convolution kernels, tensor-core friendly), ``enable_cuda_graph`` (replay one captured graph: removes
+  kernel-launch cost; needs IO binding and every node on the CUDA EP), ``cudnn_conv_algo_search``
+  (EXHAUSTIVE is the default; HEURISTIC skips the benchmark-based search). Measured on an H200: FP16 + IO
+  binding + NHWC + CUDA graph = 3.87x a plain FP16 session at batch 1 (shared/research/h200-anchors).
+* ROCm EP (ORT <= 1.22): ``enable_hip_graph``, ``miopen_conv_exhaustive_search``.
+* MIGraphX EP: ``migraphx_exhaustive_tune`` (compile-time kernel tuning; slower compile, faster kernels);
+  FP16/INT8 through the provider's own switches (``/fp16``, ``/int8`` targets).
+* TensorRT EP: ``trt_cuda_graph_enable``; FP16/INT8 through its own switches.
+* CPU EP: ``intra_op_num_threads`` (ORT defaults to one thread per physical core); dynamic INT8.
+
+Precisions the provider cannot run usefully are left out by default (FP16 on the CPU EP runs mostly as
+FP32 kernels between inserted casts: ORT's InsertCastTransformer, onnxruntime/core/optimizer/
+insert_cast_transformer.cc, rewrites FP16 nodes that have no CPU kernel; INT8 on CUDA/ROCm has no kernels
+for quantized convolutions: transform.precision), and can be asked for with ``--precision``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from onnxaccel.target import Target
+
+DEFAULT_PRECISIONS = {
+    "cpu": ("fp32", "int8"),
+    "cuda": ("fp32", "fp16"),
+    "rocm": ("fp32", "fp16"),
+    "migraphx": ("fp32", "fp16", "int8"),
+    "tensorrt": ("fp32", "fp16", "int8"),
+}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Variants tried on top of the best configuration so far; each variant is a set of options."""
+
+    name: str
+    variants: tuple[dict[str, str], ...]
+    needs_iobinding: bool = False
+
+
+def precisions_for(target: Target) -> tuple[str, ...]:
+    return DEFAULT_PRECISIONS.get(target.device, ("fp32",))
+
+
+def stages_for(target: Target, *, threads: tuple[int, ...] | None = None) -> list[Stage]:
+    device = target.device
+    if device == "cuda":
+        return [Stage("layout (prefer_nhwc)", ({"prefer_nhwc": "1"},)),
+                Stage("graph capture (enable_cuda_graph)", ({"enable_cuda_graph": "1"},), needs_iobinding=True),
+                Stage("cuDNN algorithm search", ({"cudnn_conv_algo_search": "HEURISTIC"},))]
+    if device == "rocm":
+        return [Stage("graph capture (enable_hip_graph)", ({"enable_hip_graph": "1"},), needs_iobinding=True),
+                Stage("MIOpen algorithm search", ({"miopen_conv_exhaustive_search": "1"},))]
+    if device == "migraphx":
+        return [Stage("MIGraphX exhaustive tune", ({"migraphx_exhaustive_tune": "1"},))]
+    if device == "tensorrt":
+        return [Stage("graph capture (trt_cuda_graph_enable)", ({"trt_cuda_graph_enable": "1"},),
+                      needs_iobinding=True)]
+    if device == "cpu":
+        counts = threads or cpu_thread_counts()
+        return [Stage("CPU threads (intra_op_num_threads)",
+                      tuple({"intra_op_num_threads": str(n)} for n in counts))] if counts else []
+    return []
+
+
+def cpu_thread_counts() -> tuple[int, ...]:
+    """Thread counts worth trying besides ONNX Runtime's default (physical cores): every logical CPU, half,
+    and one (the best for tiny models, where threads only add synchronization)."""
+    logical = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return tuple(sorted({logical, max(1, logical // 2), 1}, reverse=True))
