@@ -295,6 +295,10 @@ def validated(target: Target) -> Target:
             f"The native MIGraphX engine runs only on AMD GPUs; the target names '{target.device}'.",
             "Use migraphx@migraphx (or --engine migraphx --target migraphx), or drop @migraphx.",
         )
+    if target.engine != "ort":
+        # The native engine checks its own options (engines/migraphx_setup.py NATIVE_OPTIONS: arguments of
+        # parse_onnx / program.compile and the .mxr cache), which differ from the EP's provider options.
+        return target
     known = dict(PROVIDER_OPTIONS[target.device])
     if target.device == "migraphx":
         known.update(_MIGRAPHX_NEWER)

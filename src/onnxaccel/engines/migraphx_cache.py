@@ -1,0 +1,194 @@
+"""The native MIGraphX engine's program cache: one compiled program per key, saved with ``migraphx.save``.
+
+A compiled MIGraphX program holds GPU code objects for one architecture and one set of input shapes, built
+by one MIGraphX version; ``migraphx.save(prog, path)`` writes it as msgpack (the default format) and
+``migraphx.load(path)`` gives it back ready to run, without parsing or compiling (rocm_facts.md §4;
+src/py/migraphx_py.cpp ``save``/``load``, ``format="msgpack"``). So the key covers everything that changes
+the program: the model's content, the target string (precision and compile options), the input shapes, the
+calibration data for INT8, the MIGraphX and ROCm versions and the GPU architecture(s) (KFD topology,
+``HSA_OVERRIDE_GFX_VERSION``).
+
+Layout: ``<dir>/migraphx-native-<digest>/program.mxr`` and ``key.json``, the same record format as
+``onnxaccel cache`` reads for the other compile caches (``onnxaccel.compile-cache/1``: key, created,
+last_used, first_compile_seconds, warm_start_seconds, hits). ``<dir>`` is ``<cache_root>/compile`` unless
+the target says ``model_cache_dir=DIR``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import glob
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from onnxaccel.model import Model
+from onnxaccel.paths import cache_root
+from onnxaccel.target import Target
+
+KIND = "migraphx-native"
+KEY_FILE = "key.json"
+KEY_SCHEMA = "onnxaccel.compile-cache/1"
+PROGRAM_FILE = "program.mxr"
+#: Options that say where or whether to cache, not how the program is built.
+_NOT_KEYED = {"cache", "model_cache_dir"}
+
+
+@dataclass(frozen=True)
+class ProgramKey:
+    model: str
+    model_sha256: str
+    target: str
+    precision: str
+    shapes: dict[str, list[int]]
+    runtime: dict[str, str]
+    host: str
+    calibration: str | None = None
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:20]
+
+    def to_dict(self) -> dict:
+        return {"kind": KIND, "model": self.model, "model_sha256": self.model_sha256, "target": self.target,
+                "precision": self.precision, "shapes": self.shapes, "runtime": self.runtime, "host": self.host,
+                "calibration": self.calibration}
+
+
+def program_key(model: Model, target: Target, shapes: Mapping[str, Sequence[int]], *, runtime: dict[str, str],
+                calibration: str | None = None, host: str | None = None) -> ProgramKey:
+    options = tuple((k, v) for k, v in target.options if k not in _NOT_KEYED)
+    return ProgramKey(
+        model=model.source, model_sha256=content_hash(model.path),
+        target=str(dataclasses.replace(target, options=options)), precision=target.precision,
+        shapes={k: [int(d) for d in v] for k, v in sorted(shapes.items())},
+        runtime=dict(sorted(runtime.items())), host=host if host is not None else host_id(), calibration=calibration,
+    )
+
+
+def native_runtime_versions(mgx_version: str, module_origin: str | None = None) -> dict[str, str]:
+    """What builds the program besides the model: MIGraphX's version and ROCm's release.
+
+    ``__version__`` is "dev" for builds without VERSION_INFO, so the module file is part of the key then.
+    """
+    found = {"migraphx": mgx_version}
+    rocm = Path(os.environ.get("ROCM_PATH", "/opt/rocm"))
+    with contextlib.suppress(OSError):
+        found["rocm"] = (rocm / ".info" / "version").read_text().strip()
+    if mgx_version in ("dev", "unknown") and module_origin:
+        with contextlib.suppress(OSError):
+            found["migraphx_module"] = f"{module_origin}@{os.stat(module_origin).st_mtime_ns}"
+    return found
+
+
+def host_id() -> str:
+    """The GPU architectures the code objects are built for: gfx names from KFD's topology
+    (``gfx_target_version`` 90402 -> gfx942, 110000 -> gfx1100, 90010 -> gfx90a; rocm_facts.md §6.3)."""
+    names = set()
+    for props in glob.glob("/sys/class/kfd/kfd/topology/nodes/*/properties"):
+        with contextlib.suppress(OSError, ValueError):
+            found = re.search(r"gfx_target_version\s+(\d+)", Path(props).read_text())
+            if found and int(found.group(1)):
+                value = int(found.group(1))
+                names.add(f"gfx{value // 10000}{(value // 100) % 100:x}{value % 100:x}")
+    text = "amd " + (",".join(sorted(names)) if names else "unknown-gpu")
+    override = os.environ.get("HSA_OVERRIDE_GFX_VERSION")
+    return f"{text} (HSA_OVERRIDE_GFX_VERSION={override})" if override else text
+
+
+def content_hash(path: Path) -> str:
+    """sha256 of the model file and its external data files (memoized on path, size and mtime)."""
+    path = Path(path).resolve()
+    st = path.stat()
+    return _content_hash(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _content_hash(path: str, size: int, mtime_ns: int) -> str:
+    import onnx
+
+    files = [Path(path)]
+    proto = onnx.load(path, load_external_data=False)
+    for tensor in onnx.external_data_helper._get_all_tensors(proto):
+        if onnx.external_data_helper.uses_external_data(tensor):
+            location = next((e.value for e in tensor.external_data if e.key == "location"), None)
+            if location and Path(path).parent / location not in files:
+                files.append(Path(path).parent / location)
+    digest = hashlib.sha256()
+    for file in files:
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def calibration_fingerprint(spec: str, samples: int) -> str:
+    """Identify INT8 calibration data without reading it (so a warm start does not load images): the
+    resolved path with each file's name, size and mtime, and the sample count."""
+    if not spec or spec.strip().lower() == "synthetic":
+        return f"synthetic|{samples}"
+    path = Path(spec).expanduser().resolve()
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    parts = [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files if p.exists()]
+    return hashlib.sha256(f"{path}|{samples}|{'|'.join(parts)}".encode()).hexdigest()[:20]
+
+
+class ProgramCache:
+    """Entries under ``root`` (``<cache_root>/compile`` by default)."""
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        self.root = Path(root).expanduser() if root else cache_root() / "compile"
+
+    def entry(self, key: ProgramKey) -> Path:
+        return self.root / f"{KIND}-{key.digest}"
+
+    def program_path(self, key: ProgramKey) -> Path:
+        return self.entry(key) / PROGRAM_FILE
+
+    def lookup(self, key: ProgramKey) -> Path | None:
+        path = self.program_path(key)
+        return path if path.is_file() and path.stat().st_size > 0 else None
+
+    def store(self, key: ProgramKey, save) -> Path:
+        """Write a program through ``save(path)`` (migraphx.save), atomically: a reader never sees half a file."""
+        path = self.program_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{PROGRAM_FILE}.{os.getpid()}.tmp")
+        try:
+            save(str(tmp))
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        return path
+
+    def discard(self, key: ProgramKey) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.program_path(key).unlink()
+
+    def record(self, key: ProgramKey, *, seconds: float, hit: bool) -> dict:
+        """Update ``key.json``: first-compile time on a miss, warm-start time and hit count on a hit."""
+        folder = self.entry(key)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / KEY_FILE
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            record = {"schema": KEY_SCHEMA, "key": key.to_dict(), "created": time.time(), "hits": 0}
+        record["last_used"] = time.time()
+        if hit:
+            record["hits"] = int(record.get("hits", 0)) + 1
+            record["warm_start_seconds"] = seconds
+        else:
+            record["first_compile_seconds"] = seconds
+        tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}")
+        tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
+        os.replace(tmp, path)
+        return record

@@ -1,0 +1,216 @@
+"""What the native MIGraphX engine needs before it compiles: the ``migraphx`` module and its own options.
+
+``migraphx`` is a pybind11 module that ships with ROCm, not with pip: ``apt install migraphx`` from AMD's
+repositories puts ``migraphx.cpython-*.so`` in ``/opt/rocm/lib``, and the docs say to
+``export PYTHONPATH=/opt/rocm/lib:$PYTHONPATH``. The PyPI project ``migraphx`` 0.0.1 is an empty placeholder
+("Placeholder reserving the AMD MIGraphX Python package name"), dist-info only (rocm_facts.md §1.2, §4).
+
+The engine's options are arguments of ``parse_onnx``, ``program.compile`` and the engine's program cache, not
+ONNX Runtime provider options: ``migraphx@migraphx?exhaustive_tune=1&fast_math=0``. Defaults are MIGraphX's
+own: ``compile(t, offload_copy=True, fast_math=True, exhaustive_tune=False)`` (src/py/migraphx_py.cpp).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from onnxaccel.errors import MissingDependencyError, ProviderOptionError, TargetError
+from onnxaccel.target import PROVIDER_OPTIONS, SESSION_OPTIONS, Target
+
+#: Where ROCm installs the module (MIGraphX README and docs, rocm_facts.md §4).
+ROCM_PYTHON_DIR = "/opt/rocm/lib"
+
+#: Native engine option keys and value kinds. target.py should carry the same table for engine=migraphx.
+NATIVE_OPTIONS: dict[str, str] = {
+    "offload_copy": "bool",         # compile(): the program copies inputs/outputs host<->device itself
+    "fast_math": "bool",            # compile(): "slight accuracy degradation when enabled" (MIGraphX docs)
+    "exhaustive_tune": "bool",      # compile(): tune every kernel (slow compile, sometimes faster run)
+    "default_dim_value": "int",     # parse_onnx(): size of a symbolic dim that map_input_dims does not set
+    "cache": "bool",                # reuse/fill the engine's .mxr program cache
+    "model_cache_dir": "str",       # where the .mxr programs live (default: <cache_root>/compile)
+    "calibration": "str",           # INT8: images folder, .npz, .npy, folder of arrays, or `synthetic`
+    "calibration_samples": "int",   # INT8: how many samples quantize_int8 calibrates on
+}
+_DEFAULTS = {"offload_copy": "1", "fast_math": "1", "exhaustive_tune": "0", "default_dim_value": "1", "cache": "1",
+             "model_cache_dir": "", "calibration": "", "calibration_samples": "128"}
+
+# ONNX Runtime MIGraphX EP keys that have a native counterpart (rocm_facts.md §2.1).
+_EP_EQUIVALENT = {
+    "migraphx_exhaustive_tune": "exhaustive_tune=1",
+    "migraphx_fp16_enable": "the /fp16 precision (migraphx/fp16@migraphx)",
+    "migraphx_bf16_enable": "the /bf16 precision (migraphx/bf16@migraphx)",
+    "migraphx_int8_enable": "the /int8 precision with calibration=DATA",
+    "migraphx_int8_calibration_table_name": "calibration=DATA (a folder of inputs, not an ORT table)",
+    "migraphx_model_cache_dir": "model_cache_dir=DIR",
+    "device_id": "the device id in the target (migraphx:0@migraphx)",
+}
+
+#: shape.type_string() -> numpy dtype (migraphx::shape type names, src/include/migraphx/shape.hpp).
+TYPE_TO_NUMPY = {
+    "float_type": np.float32, "half_type": np.float16, "double_type": np.float64,
+    "int8_type": np.int8, "uint8_type": np.uint8, "int16_type": np.int16, "uint16_type": np.uint16,
+    "int32_type": np.int32, "uint32_type": np.uint32, "int64_type": np.int64, "uint64_type": np.uint64,
+    "bool_type": np.bool_,
+}
+
+
+class MigraphxNotInstalledError(MissingDependencyError):
+    """The ``migraphx`` module cannot be imported, or what imports is not AMD's module."""
+
+    def __init__(self, message: str, hint: str, details: str | None = None):
+        # MissingDependencyError's own message is about pip extras; MIGraphX does not come from pip.
+        Exception.__init__(self, message)
+        self.message, self.hint, self.details = message, hint, details
+        self.package, self.extra = "migraphx", "migraphx"
+
+
+def import_migraphx():
+    """Import AMD's ``migraphx`` module, or explain how to get it and why what is there is not it."""
+    try:
+        import migraphx
+    except ImportError as exc:
+        raise _not_installed(exc) from exc
+    if not hasattr(migraphx, "parse_onnx"):
+        where = getattr(migraphx, "__file__", None) or ", ".join(getattr(migraphx, "__path__", [])) or "?"
+        raise MigraphxNotInstalledError(
+            f"The module 'migraphx' imported from {where} is not AMD's MIGraphX (it has no parse_onnx).",
+            _placeholder_hint() + _install_hint(),
+        )
+    return migraphx
+
+
+def _not_installed(exc: ImportError) -> MigraphxNotInstalledError:
+    text = str(exc)
+    absent = isinstance(exc, ModuleNotFoundError) and exc.name == "migraphx"
+    rocm_module = sorted(glob.glob(os.path.join(ROCM_PYTHON_DIR, "migraphx*.so")))
+    if rocm_module and ROCM_PYTHON_DIR not in sys.path and absent:
+        return MigraphxNotInstalledError(
+            f"MIGraphX is installed ({rocm_module[0]}) but Python does not look in {ROCM_PYTHON_DIR}.",
+            f"export PYTHONPATH={ROCM_PYTHON_DIR}:$PYTHONPATH (the MIGraphX docs' setup step), then rerun.",
+            details=text,
+        )
+    if not absent:  # the module is there but a shared library it links is not
+        return MigraphxNotInstalledError(
+            f"The MIGraphX Python module is present but does not load: {text}",
+            "Its ROCm libraries are missing or from another release: install ROCm and migraphx from one "
+            "release (docs/AMD.md) and make /opt/rocm/lib visible (ldconfig or LD_LIBRARY_PATH).",
+            details=text,
+        )
+    return MigraphxNotInstalledError(
+        "The native MIGraphX engine needs AMD's 'migraphx' Python module, which is not installed.",
+        _placeholder_hint() + _install_hint(), details=text,
+    )
+
+
+def _placeholder_hint() -> str:
+    with contextlib.suppress(metadata.PackageNotFoundError):
+        version = metadata.version("migraphx")
+        return (f"The PyPI package migraphx {version} is installed: it is an empty placeholder, not MIGraphX; "
+                "pip uninstall -y migraphx. ")
+    return ""
+
+
+def _install_hint() -> str:
+    return ("MIGraphX comes with ROCm, not from PyPI: on Ubuntu with AMD's ROCm repository, "
+            f"`sudo apt install migraphx`, then `export PYTHONPATH={ROCM_PYTHON_DIR}:$PYTHONPATH`; or use a ROCm "
+            "container (docker/Dockerfile.rocm). See docs/AMD.md. Without it, --target migraphx runs through "
+            "ONNX Runtime's MIGraphX EP (pip install 'onnxaccel[migraphx]').")
+
+
+def migraphx_version(mgx) -> str:
+    """``migraphx.__version__``: VERSION_INFO at build time, or "dev" (src/py/migraphx_py.cpp)."""
+    return str(getattr(mgx, "__version__", "unknown"))
+
+
+@dataclass(frozen=True)
+class NativeOptions:
+    offload_copy: bool = True
+    fast_math: bool = True
+    exhaustive_tune: bool = False
+    default_dim_value: int = 1
+    cache: bool = True
+    model_cache_dir: str = ""
+    calibration: str = ""
+    calibration_samples: int = 128
+
+    @classmethod
+    def from_target(cls, target: Target) -> NativeOptions:
+        """Read and check the target's options; EP and session options get a hint naming the native key."""
+        values = dict(_DEFAULTS)
+        for key, value in target.options:
+            if key not in NATIVE_OPTIONS:
+                raise ProviderOptionError(*_unknown(key))
+            values[key] = _check(key, value, NATIVE_OPTIONS[key])
+        return cls(
+            offload_copy=values["offload_copy"] == "1", fast_math=values["fast_math"] == "1",
+            exhaustive_tune=values["exhaustive_tune"] == "1", default_dim_value=int(values["default_dim_value"]),
+            cache=values["cache"] == "1", model_cache_dir=values["model_cache_dir"],
+            calibration=values["calibration"], calibration_samples=int(values["calibration_samples"]),
+        )
+
+    def compile_args(self) -> dict[str, bool]:
+        return {"offload_copy": self.offload_copy, "fast_math": self.fast_math,
+                "exhaustive_tune": self.exhaustive_tune}
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _unknown(key: str) -> tuple[str, str]:
+    valid = ", ".join(sorted(NATIVE_OPTIONS))
+    if key in _EP_EQUIVALENT:
+        return (f"'{key}' is an option of ONNX Runtime's MIGraphX EP, not of the native MIGraphX engine.",
+                f"Use {_EP_EQUIVALENT[key]}, or drop @migraphx to run through the EP. Native options: {valid}.")
+    if key in SESSION_OPTIONS:
+        return (f"'{key}' is an ONNX Runtime session option; the native MIGraphX engine has no session.",
+                f"Remove it. Native options: {valid}.")
+    if key in PROVIDER_OPTIONS["migraphx"]:
+        return (f"'{key}' is an option of ONNX Runtime's MIGraphX EP, not of the native MIGraphX engine.",
+                f"Drop @migraphx to use it. Native options: {valid}.")
+    return f"'{key}' is not an option of the native MIGraphX engine.", f"Native options: {valid}."
+
+
+def _check(key: str, value: str, kind: str) -> str:
+    text = value.strip()
+    if kind == "bool":
+        low = text.lower()
+        if low in ("1", "true", "on", "yes"):
+            return "1"
+        if low in ("0", "false", "off", "no"):
+            return "0"
+        raise ProviderOptionError(f"Option {key}={value!r}: the value must be 0 or 1.", f"e.g. {key}=1")
+    if kind == "int":
+        if not text.isdigit() or (key == "calibration_samples" and int(text) < 1):
+            raise ProviderOptionError(f"Option {key}={value!r}: the value must be a whole number"
+                                      f"{' of at least 1' if key == 'calibration_samples' else ''}.",
+                                      f"e.g. {key}={_DEFAULTS[key]}")
+        return text
+    return text
+
+
+def check_device(target: Target) -> None:
+    """The Python API has no device argument: MIGraphX compiles for the current HIP device, which is the
+    first one HIP_VISIBLE_DEVICES leaves visible. Refuse ids it cannot honour instead of silently using 0."""
+    if target.engine != "migraphx" or target.device != "migraphx":
+        raise TargetError(f"{target} is not a native MIGraphX target.", "Use migraphx@migraphx.")
+    if target.device_id in (None, 0):
+        return
+    raise TargetError(
+        f"The native MIGraphX engine cannot pick GPU {target.device_id}: migraphx.program.compile() has no device "
+        "argument and uses the first GPU the process sees.",
+        f"Run with HIP_VISIBLE_DEVICES={target.device_id} and --target migraphx@migraphx (device 0 of what is "
+        f"visible), or use --target migraphx:{target.device_id} (ONNX Runtime's EP takes a device id).",
+    )
+
+
+def module_origin(mgx) -> str | None:
+    path = getattr(mgx, "__file__", None)
+    return str(Path(path).resolve()) if path else None
