@@ -65,7 +65,14 @@ def load_instance(config: ModelConfig) -> ModelInstance:
         for runner in runners:
             runner.close()
         raise
-    return ModelInstance(config, bound, runners, warnings, time.perf_counter() - start)
+    instance = ModelInstance(config, bound, runners, warnings, time.perf_counter() - start)
+    try:
+        instance.warm_up()
+    except Exception as exc:  # noqa: BLE001 - a model that cannot run at a padded size serves unpadded
+        instance.buckets = ()
+        instance.warnings.append(f"batch padding disabled: warm-up failed ({exc})")
+    instance.load_seconds = time.perf_counter() - start
+    return instance
 
 
 def _compile(model, target, shapes: dict):
