@@ -8,6 +8,7 @@ runtime reads the weights from the file itself. A model that must be rewritten f
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -223,6 +224,30 @@ def parse_shape_bindings(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
             )
         out[name.strip()] = tuple(int(d) for d in re.split(r"[x,]", dims.strip()))
     return out
+
+
+def content_hash(path: Path) -> str:
+    """sha256 of the model file and its external data files (memoized on path, size and mtime)."""
+    path = Path(path).resolve()
+    st = path.stat()
+    return _content_hash(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _content_hash(path: str, size: int, mtime_ns: int) -> str:
+    files = [Path(path)]
+    proto = onnx.load(path, load_external_data=False)
+    for tensor in onnx.external_data_helper._get_all_tensors(proto):
+        if onnx.external_data_helper.uses_external_data(tensor):
+            location = next((e.value for e in tensor.external_data if e.key == "location"), None)
+            if location and Path(path).parent / location not in files:
+                files.append(Path(path).parent / location)
+    digest = hashlib.sha256()
+    for file in files:
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 # --- loading -------------------------------------------------------------------------------------------

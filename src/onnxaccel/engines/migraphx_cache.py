@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import glob
 import hashlib
 import json
@@ -29,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from onnxaccel.model import Model
+from onnxaccel.model import Model, content_hash
 from onnxaccel.paths import cache_root
 from onnxaccel.target import Target
 
@@ -101,32 +100,6 @@ def host_id() -> str:
     text = "amd " + (",".join(sorted(names)) if names else "unknown-gpu")
     override = os.environ.get("HSA_OVERRIDE_GFX_VERSION")
     return f"{text} (HSA_OVERRIDE_GFX_VERSION={override})" if override else text
-
-
-def content_hash(path: Path) -> str:
-    """sha256 of the model file and its external data files (memoized on path, size and mtime)."""
-    path = Path(path).resolve()
-    st = path.stat()
-    return _content_hash(str(path), st.st_size, st.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=64)
-def _content_hash(path: str, size: int, mtime_ns: int) -> str:
-    import onnx
-
-    files = [Path(path)]
-    proto = onnx.load(path, load_external_data=False)
-    for tensor in onnx.external_data_helper._get_all_tensors(proto):
-        if onnx.external_data_helper.uses_external_data(tensor):
-            location = next((e.value for e in tensor.external_data if e.key == "location"), None)
-            if location and Path(path).parent / location not in files:
-                files.append(Path(path).parent / location)
-    digest = hashlib.sha256()
-    for file in files:
-        with open(file, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def calibration_fingerprint(spec: str, samples: int) -> str:

@@ -20,7 +20,6 @@ marks entries built by other runtime versions as stale; ``cache clear --stale`` 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import os
@@ -29,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onnxaccel.model import Model
+from onnxaccel.model import Model, content_hash
 from onnxaccel.paths import cache_root
 from onnxaccel.target import Target
 from onnxaccel.transform.runtime_info import host_id, runtime_versions
@@ -98,32 +97,6 @@ def cache_key(model: Model, target: Target, *, runtime: dict[str, str] | None = 
         runtime=dict(sorted((runtime if runtime is not None else runtime_versions(target)).items())),
         host=host if host is not None else host_id(target),
     )
-
-
-def content_hash(path: Path) -> str:
-    """sha256 of the model file and its external data files (memoized on path, size and mtime)."""
-    path = Path(path).resolve()
-    st = path.stat()
-    return _content_hash(str(path), st.st_size, st.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=64)
-def _content_hash(path: str, size: int, mtime_ns: int) -> str:
-    import onnx
-
-    digest = hashlib.sha256()
-    files = [Path(path)]
-    proto = onnx.load(path, load_external_data=False)
-    for tensor in onnx.external_data_helper._get_all_tensors(proto):
-        if onnx.external_data_helper.uses_external_data(tensor):
-            location = next((e.value for e in tensor.external_data if e.key == "location"), None)
-            if location and Path(path).parent / location not in files:
-                files.append(Path(path).parent / location)
-    for file in files:
-        with open(file, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass
