@@ -114,8 +114,23 @@ def run_command(
     bgr: Annotated[bool, typer.Option("--bgr", help="Feed images as BGR instead of RGB.")] = False,
     seed: Annotated[int, typer.Option(help="Seed for synthesized inputs.")] = 0,
     no_check: Annotated[bool, typer.Option("--no-check", help="Skip the ONNX checker.")] = False,
+    config: Annotated[Path | None, typer.Option("--config", help="A configuration written by `onnxaccel tune`: "
+                      "its target, shapes, batch and IO binding are used unless given here.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
+    if config is not None:
+        from onnxaccel.bench.config import load_config
+
+        tuned = load_config(config)
+        if target == "auto":
+            target = str(tuned.target)
+        if not shape:
+            shape = [f"{k}={'x'.join(map(str, v))}" for k, v in tuned.shapes.items()]
+        batch = batch if batch is not None else tuned.batch
+        iobinding = tuned.iobinding if tuned.iobinding is not None else iobinding
+        mismatch = tuned.check_model(model) if not model.startswith("zoo:") else None
+        if mismatch:
+            warn(mismatch)
     tgt = resolve_target(target, precision, ep_option)
     pre = ImagePreprocess(
         resize=resize, mean=_floats(mean, "--mean") if mean else IMAGENET_MEAN,
