@@ -23,18 +23,16 @@ import hashlib
 import json
 import os
 import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from onnxaccel.model import Model, content_hash
+from onnxaccel.paths import record_cache_use
 from onnxaccel.paths import cache_root
 from onnxaccel.target import Target
 
 KIND = "migraphx-native"
-KEY_FILE = "key.json"
-KEY_SCHEMA = "onnxaccel.compile-cache/1"
 PROGRAM_FILE = "program.mxr"
 #: Options that say where or whether to cache, not how the program is built.
 _NOT_KEYED = {"cache", "model_cache_dir"}
@@ -148,20 +146,4 @@ class ProgramCache:
 
     def record(self, key: ProgramKey, *, seconds: float, hit: bool) -> dict:
         """Update ``key.json``: first-compile time on a miss, warm-start time and hit count on a hit."""
-        folder = self.entry(key)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / KEY_FILE
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            record = {"schema": KEY_SCHEMA, "key": key.to_dict(), "created": time.time(), "hits": 0}
-        record["last_used"] = time.time()
-        if hit:
-            record["hits"] = int(record.get("hits", 0)) + 1
-            record["warm_start_seconds"] = seconds
-        else:
-            record["first_compile_seconds"] = seconds
-        tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}")
-        tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
-        os.replace(tmp, path)
-        return record
+        return record_cache_use(self.entry(key), key.to_dict(), seconds=seconds, hit=hit)

@@ -409,7 +409,6 @@ def capture_native_stderr():
         os.close(fd)
 
 
-
 def _probe_model() -> bytes:
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])], "probe",
@@ -434,17 +433,6 @@ class ProbeResult:
     def to_dict(self) -> dict:
         return {"loaded": self.loaded, "providers": self.providers, "cause": self.cause, "fix": self.fix,
                 "details": self.details}
-
-
-def _relu_model() -> bytes:
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])], "probe",
-        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
-    return model.SerializeToString()
 
 
 def probe(target: Target) -> ProbeResult:

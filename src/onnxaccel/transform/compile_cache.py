@@ -22,19 +22,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaccel.model import Model, content_hash
+from onnxaccel.paths import KEY_FILE, record_cache_use
 from onnxaccel.paths import cache_root
 from onnxaccel.target import Target
 from onnxaccel.transform.runtime_info import host_id, runtime_versions
 
-KEY_FILE = "key.json"
-KEY_SCHEMA = "onnxaccel.compile-cache/1"
 #: Provider options that only point at caches; they are not part of what a program was compiled from.
 _CACHE_OPTIONS = {"migraphx_model_cache_dir", "trt_engine_cache_enable", "trt_engine_cache_path",
                   "trt_timing_cache_enable", "trt_timing_cache_path", "graph_optimization_level"}
@@ -159,24 +156,7 @@ def remove_entries(entries: list[CacheEntry]) -> int:
 
 def record_compile(key: CacheKey, *, seconds: float, hit: bool) -> dict:
     """Update ``key.json`` after a compile: first-compile time on a miss, warm-start time on a hit."""
-    entry = key.entry
-    entry.mkdir(parents=True, exist_ok=True)
-    path = entry / KEY_FILE
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        record = {"schema": KEY_SCHEMA, "key": key.to_dict(), "created": time.time(), "hits": 0}
-    now = time.time()
-    record["last_used"] = now
-    if hit:
-        record["hits"] = int(record.get("hits", 0)) + 1
-        record["warm_start_seconds"] = seconds
-    else:
-        record["first_compile_seconds"] = seconds
-    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
-    os.replace(tmp, path)
-    return record
+    return record_cache_use(key.entry, key.to_dict(), seconds=seconds, hit=hit)
 
 
 def _is_stale(key: dict) -> bool:
