@@ -8,7 +8,7 @@ import typer
 
 from onnxaccel import __version__
 from onnxaccel.cli import (
-    bench, cache, compare, doctor, inspect, loadtest, monitor, optimize, profile, run, serve, tune, zoo,
+    batch, bench, cache, compare, doctor, inspect, loadtest, monitor, optimize, profile, run, serve, tune, zoo,
 )
 from onnxaccel.cli.common import STATE
 
@@ -37,8 +37,8 @@ def root(
     STATE["debug"] = debug
 
 
-for module in (doctor, run, inspect, optimize, bench, tune, compare, profile, serve, loadtest, monitor, cache,
-               zoo):
+for module in (doctor, run, inspect, optimize, bench, tune, compare, profile, serve, loadtest, batch, monitor,
+               cache, zoo):
     module.register(app)
 
 

@@ -60,6 +60,13 @@ def serve_command(
     strict_readiness: Annotated[bool, typer.Option("--strict-readiness", help="Ready only when every model "
                                 "loaded (default: when at least one did).")] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "warning",
+    ray: Annotated[str | None, typer.Option("--ray", help="Serve as a Ray Serve deployment: auto (RAY_ADDRESS, a "
+                   "cluster running here, else a new local one), local, or the cluster's ADDRESS. One replica per GPU, "
+                   "autoscaling on queued requests; HTTP only.")] = None,
+    replicas: Annotated[int | None, typer.Option("--replicas", help="With --ray: a fixed replica count (default: "
+                        "autoscale from --min-replicas up to one per GPU).")] = None,
+    min_replicas: Annotated[int, typer.Option("--min-replicas", help="With --ray: fewest replicas when "
+                            "autoscaling.")] = 1,
     as_json: JsonOpt = False,
 ) -> None:
     from onnxaccel.serve.config import ServerConfig, target_from_tuned
@@ -98,7 +105,13 @@ def serve_command(
             console.print(f"  {escape(model['name'])} {state}{reason}")
         console.print("[dim]SIGTERM or Ctrl+C drains in-flight requests and stops.[/]")
 
-    result = serve(source, defaults, server_config, on_ready)
+    if ray is not None:
+        from onnxaccel.scale.serve_ray import run as serve_on_ray
+
+        result = serve_on_ray(source, defaults, server_config, on_ready, address=ray, replicas=replicas,
+                              min_replicas=min_replicas)
+    else:
+        result = serve(source, defaults, server_config, on_ready)
     if as_json:
         print_json({"event": "stopped", **result.to_dict()})
     elif not result.drained:

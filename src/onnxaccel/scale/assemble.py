@@ -1,0 +1,80 @@
+"""Gather unit results into whole shards, prove that every row came back exactly once, and write each shard
+when its last row arrives.
+
+Runners hand over rows in any order (Ray returns units as actors finish them, and retries a unit whose actor
+died). A row that arrives twice, or a shard written with a row missing, would be silent data corruption, so both
+are errors here rather than something a test has to catch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxaccel.errors import OnnxAccelError
+from onnxaccel.scale.datasets import Dataset
+from onnxaccel.scale.writer import OutputStore, ShardRecord
+
+
+class RowAccountingError(OnnxAccelError):
+    """A row came back twice, or a shard ended with rows missing: a bug, never written to disk."""
+
+
+@dataclass
+class _Pending:
+    rows: int
+    filled: np.ndarray
+    ids: list[str | None]
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class ShardAssembler:
+    def __init__(self, dataset: Dataset, store: OutputStore, on_shard: Callable[[ShardRecord], None] | None = None):
+        self.dataset = dataset
+        self.store = store
+        self.on_shard = on_shard
+        self.pending: dict[int, _Pending] = {}
+        self.written: list[ShardRecord] = []
+
+    def add(self, shard: int, rows: np.ndarray, row_ids: list[str], outputs: dict[str, np.ndarray]) -> None:
+        """Rows ``rows`` (indices within the shard) of shard ``shard``, with their ids and outputs."""
+        spec = self.dataset.shards[shard]
+        pending = self.pending.get(shard)
+        if pending is None:
+            pending = self.pending[shard] = _Pending(spec.rows, np.zeros(spec.rows, bool), [None] * spec.rows)
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= spec.rows):
+            raise RowAccountingError(f"Shard {spec.name} got row {int(rows.max())}; it has {spec.rows} rows.",
+                                     "This is a bug in onnxaccel; please report it.")
+        if pending.filled[rows].any() or len(np.unique(rows)) != len(rows):
+            raise RowAccountingError(f"Shard {spec.name}: row(s) {rows[pending.filled[rows]][:5].tolist()} came back "
+                                     "twice.", "This is a bug in onnxaccel; please report it.")
+        for name, value in outputs.items():
+            buffer = pending.outputs.get(name)
+            if buffer is None:
+                buffer = pending.outputs[name] = np.empty((spec.rows, *value.shape[1:]), value.dtype)
+            buffer[rows] = value
+        for r, row_id in zip(rows.tolist(), row_ids, strict=True):
+            pending.ids[r] = row_id
+        pending.filled[rows] = True
+        if pending.filled.all():
+            self._write(shard)
+
+    def _write(self, shard: int) -> None:
+        spec = self.dataset.shards[shard]
+        pending = self.pending.pop(shard)
+        record = self.store.write(spec.name, spec.index, spec.fingerprint, list(pending.ids), pending.outputs)
+        self.written.append(record)
+        if self.on_shard is not None:
+            self.on_shard(record)
+
+    def check_complete(self) -> None:
+        """After the runner ends: no shard may be left with rows missing."""
+        if self.pending:
+            shard, pending = next(iter(self.pending.items()))
+            missing = np.flatnonzero(~pending.filled)
+            raise RowAccountingError(
+                f"Shard {self.dataset.shards[shard].name} ended with {missing.size} row(s) missing "
+                f"(first: {missing[:5].tolist()}).", "This is a bug in onnxaccel; please report it.")

@@ -1,0 +1,283 @@
+"""Input datasets for `batch`: a folder of images, .npy/.npz shards, or parquet columns, as shards of rows with
+stable row ids.
+
+A *shard* is the unit of output and of resume: one input file (.npy, .npz, .parquet) or, for images, a run of
+``images_per_shard`` files in sorted order. A *unit* is the unit of work: up to ``batch`` consecutive rows of one
+shard, run as one model call. Units always start at a multiple of ``batch`` inside their shard, so every row is
+computed in the same batch composition whichever runner (in-process or Ray) and whichever worker runs it.
+
+Row ids: images use their path relative to the input folder; array and parquet rows use ``FILE:ROW`` (or the
+value of ``id_column`` in parquet). Everything here is picklable, because Ray actors read their own units.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from onnxaccel.errors import InputError, MissingDependencyError
+from onnxaccel.inputs import IMAGE_SUFFIXES, ImagePreprocess
+from onnxaccel.model import Model, TensorSpec
+
+ARRAY_SUFFIXES = {".npy", ".npz"}
+PARQUET_SUFFIXES = {".parquet", ".pq"}
+IMAGES_PER_SHARD = 1024
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int
+    #: Stable name: the output file is ``NAME.parquet``.
+    name: str
+    #: One file (arrays, parquet) or the image files of this shard, relative to the dataset root.
+    files: tuple[str, ...]
+    rows: int
+    #: Sizes and mtimes of the files; a changed input shard is recomputed on resume.
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Rows [start, stop) of shard ``shard`` (its index), run as one model call."""
+
+    shard: int
+    start: int
+    stop: int
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """What `batch` reads: its kind, root, shards, and how model inputs map to the data."""
+
+    kind: str  # "images", "arrays" or "parquet"
+    root: str
+    shards: tuple[Shard, ...]
+    #: input name -> parquet column (parquet) or npz array name (arrays).
+    columns: Mapping[str, str] = field(default_factory=dict)
+    id_column: str | None = None
+    preprocess: ImagePreprocess = field(default_factory=ImagePreprocess)
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.shards)
+
+    def fingerprint(self) -> str:
+        """Identifies the shard layout: same files, same sizes, same split into shards."""
+        h = hashlib.sha256(self.kind.encode())
+        for shard in self.shards:
+            h.update(f"|{shard.name}:{shard.rows}:{shard.fingerprint}".encode())
+        return h.hexdigest()[:16]
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "path": self.root, "shards": len(self.shards), "rows": self.rows,
+                "columns": dict(self.columns), "id_column": self.id_column}
+
+
+def plan_units(dataset: Dataset, shard_indices: Sequence[int], batch: int) -> list[Unit]:
+    """Units of ``batch`` rows (the last of a shard may be shorter) for the given shards, in order."""
+    units = []
+    for index in shard_indices:
+        rows = dataset.shards[index].rows
+        units.extend(Unit(index, start, min(start + batch, rows)) for start in range(0, rows, batch))
+    return units
+
+
+# --- discovery ----------------------------------------------------------------------------------------------
+
+def open_dataset(path: str | Path, model: Model, *, columns: Mapping[str, str] | None = None,
+                 id_column: str | None = None, preprocess: ImagePreprocess | None = None,
+                 images_per_shard: int = IMAGES_PER_SHARD) -> Dataset:
+    """Find the shards under ``path`` (a folder or one .parquet/.npy/.npz file) and check them against the
+    model's inputs: columns present, row shapes right. Raises InputError with a hint on anything wrong."""
+    root = Path(path).expanduser()
+    pre = preprocess or ImagePreprocess()
+    if not root.exists():
+        raise InputError(f"--input {path} does not exist.", "Pass a folder of images, .npy/.npz files or "
+                         ".parquet files, or one such file.")
+    files = [root] if root.is_file() else sorted(
+        p for p in root.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    base = root.parent if root.is_file() else root
+    kinds = {_kind(p) for p in files} - {None}
+    if not kinds:
+        raise InputError(
+            f"--input {path} holds no images, .npy/.npz or .parquet files" + (" (it is empty)." if not files else "."),
+            "Point --input at a folder of images (" + ", ".join(sorted(IMAGE_SUFFIXES)) + "), of .npy/.npz "
+            "shards, or of .parquet files.")
+    if len(kinds) > 1:
+        raise InputError(f"--input {path} mixes {' and '.join(sorted(kinds))}; one batch job reads one kind.",
+                         "Put each kind of data in its own folder.")
+    kind = kinds.pop()
+    files = [p for p in files if _kind(p) == kind]
+    if kind == "images":
+        shards = _image_shards(files, base, model, images_per_shard)
+    elif kind == "arrays":
+        shards = _array_shards(files, base, model, dict(columns or {}))
+    else:
+        shards = _parquet_shards(files, base, model, dict(columns or {}), id_column)
+    if not any(s.rows for s in shards):
+        raise InputError(f"--input {path} has files but no rows.", "Check that the arrays/tables are not empty.")
+    mapping = dict(columns or {})
+    if kind == "parquet":
+        mapping = {s.name: mapping.get(s.name, s.name) for s in model.inputs}
+    return Dataset(kind, str(base), tuple(shards), mapping, id_column, pre)
+
+
+def _kind(path: Path) -> str | None:
+    suffix = path.suffix.lower()
+    if suffix in IMAGE_SUFFIXES:
+        return "images"
+    if suffix in ARRAY_SUFFIXES:
+        return "arrays"
+    if suffix in PARQUET_SUFFIXES:
+        return "parquet"
+    return None
+
+
+def _stamp(paths: Sequence[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        st = p.stat()
+        h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}|".encode())
+    return h.hexdigest()[:16]
+
+
+def _shard_name(rel: Path) -> str:
+    return str(rel.with_suffix("")).replace("/", "__")
+
+
+def _image_shards(files: list[Path], base: Path, model: Model, per_shard: int) -> list[Shard]:
+    if len(model.inputs) != 1:
+        raise InputError(f"The model has {len(model.inputs)} inputs; an image folder feeds a model with one image "
+                         "input.", "Write the inputs as .npz shards (one array per input) or parquet columns.")
+    shards = []
+    for index, start in enumerate(range(0, len(files), per_shard)):
+        chunk = files[start:start + per_shard]
+        shards.append(Shard(index, f"images-{index:05d}", tuple(str(p.relative_to(base)) for p in chunk),
+                            len(chunk), _stamp(chunk)))
+    return shards
+
+
+def _npy_rows(handle, where: str) -> tuple[tuple[int, ...], np.dtype]:
+    try:
+        version = np.lib.format.read_magic(handle)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read_header(handle)  # the header only, not the data
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(f"Cannot read {where}: it is not a valid .npy array ({exc}).",
+                         "Write shards with numpy.save / numpy.savez.") from None
+    if dtype.hasobject:
+        raise InputError(f"{where} holds Python objects (pickled data), which onnxaccel does not load.",
+                         "Save plain numeric arrays.")
+    return tuple(shape), dtype
+
+
+def _array_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    if path.suffix.lower() == ".npy":
+        with open(path, "rb") as handle:
+            return {"": _npy_rows(handle, str(path))}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return {name[:-4]: _npy_rows(archive.open(name), f"{path}:{name}")
+                    for name in archive.namelist() if name.endswith(".npy")}
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(f"Cannot read {path}: it is not a valid .npz file ({exc}).",
+                         "Write shards with numpy.savez.") from None
+
+
+def _array_shards(files: list[Path], base: Path, model: Model, columns: dict[str, str]) -> list[Shard]:
+    shards = []
+    for index, path in enumerate(files):
+        headers = _array_headers(path)
+        rows = None
+        for spec in model.inputs:
+            key = _array_key(path, headers, spec, columns, model)
+            shape, dtype = headers[key]
+            if not shape:
+                raise InputError(f"{path} holds a scalar for input '{spec.name}'; a shard needs rows on axis 0.",
+                                 "Save arrays of shape [rows, ...].")
+            _check_row_shape(spec, model, shape[1:], dtype, str(path))
+            if rows is not None and shape[0] != rows:
+                raise InputError(f"{path}: the arrays for the model's inputs have different row counts "
+                                 f"({rows} and {shape[0]}).", "Every array of a shard needs the same axis 0.")
+            rows = shape[0]
+        shards.append(Shard(index, _shard_name(path.relative_to(base)), (str(path.relative_to(base)),), rows or 0,
+                            _stamp([path])))
+    return shards
+
+
+def _array_key(path: Path, headers: dict, spec: TensorSpec, columns: dict[str, str], model: Model) -> str:
+    if "" in headers:  # .npy: one array, one input
+        if len(model.inputs) != 1:
+            raise InputError(f"{path} is a .npy file, but the model has {len(model.inputs)} inputs.",
+                             "Use .npz shards with one array per input (named after it).")
+        return ""
+    name = columns.get(spec.name, spec.name)
+    if name in headers:
+        return name
+    if len(model.inputs) == 1 and len(headers) == 1 and spec.name not in columns:
+        return next(iter(headers))
+    raise InputError(f"{path} has no array '{name}' for input '{spec.name}' (it has: {', '.join(headers) or 'none'}).",
+                     f"Name the arrays after the inputs, or map them: --column {spec.name}=ARRAY.")
+
+
+def parquet_modules():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise MissingDependencyError("pyarrow", "ray", "Reading and writing parquet") from exc
+    return pa, pq
+
+
+def _parquet_shards(files: list[Path], base: Path, model: Model, columns: dict[str, str],
+                    id_column: str | None) -> list[Shard]:
+    pa, pq = parquet_modules()
+    shards = []
+    for index, path in enumerate(files):
+        try:
+            meta = pq.ParquetFile(path)
+            schema = meta.schema_arrow
+        except (pa.ArrowException, OSError) as exc:
+            raise InputError(f"Cannot read {path}: it is not a valid parquet file ({exc}).",
+                             "Write it with pyarrow.parquet.write_table, pandas.to_parquet or Spark.") from None
+        names = list(schema.names)
+        for spec in model.inputs:
+            column = columns.get(spec.name, spec.name)
+            if column not in names:
+                raise InputError(f"{path} has no column '{column}' for the model input '{spec.name}' "
+                                 f"(columns: {', '.join(names)}).",
+                                 f"Map a column to the input: --column {spec.name}=COLUMN.")
+        if id_column is not None and id_column not in names:
+            raise InputError(f"{path} has no id column '{id_column}' (columns: {', '.join(names)}).",
+                             "Pass an existing column to --id-column, or leave it out (ids become FILE:ROW).")
+        shards.append(Shard(index, _shard_name(path.relative_to(base)), (str(path.relative_to(base)),),
+                            meta.metadata.num_rows, _stamp([path])))
+    return shards
+
+
+def _check_row_shape(spec: TensorSpec, model: Model, row_shape: tuple, dtype: np.dtype, where: str) -> None:
+    want = row_shape_of(model, spec.name)
+    if want is not None and tuple(row_shape) != want:
+        raise InputError(f"{where}: rows for input '{spec.name}' have shape {list(row_shape)}; the model takes "
+                         f"{list(want)} per row (bound shape {list(model.input_shapes[spec.name])}).",
+                         f"Save rows of shape {list(want)}, or bind the model's dims with --shape.")
+    if not np.can_cast(dtype, np.dtype(spec.dtype), casting="safe"):
+        raise InputError(f"{where}: input '{spec.name}' expects {spec.dtype}; the data is {dtype}.",
+                         f"Save it as {spec.dtype}.")
+
+
+def row_shape_of(model: Model, name: str) -> tuple[int, ...] | None:
+    """The per-row shape of an input (its bound shape without axis 0), when the model is bound."""
+    shape = model.input_shapes.get(name)
+    return tuple(shape[1:]) if shape is not None else None

@@ -1,0 +1,69 @@
+"""The throughput report of one `batch` run (schema ``onnxaccel.batch/1``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SCHEMA = "onnxaccel.batch/1"
+
+
+@dataclass
+class WorkerStats:
+    """What one worker (the CLI's process, or one Ray actor) did."""
+
+    name: str
+    units: int = 0
+    rows: int = 0
+    read_s: float = 0.0
+    run_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "units": self.units, "rows": self.rows, "read_s": self.read_s,
+                "run_s": self.run_s, "rows_per_run_s": self.rows / self.run_s if self.run_s else None}
+
+
+@dataclass
+class BatchReport:
+    model: str
+    target: str
+    runner: str  # "in-process" or "ray"
+    input: dict
+    output: str
+    batch: int
+    shards_total: int
+    shards_done: int
+    shards_skipped: int
+    rows_total: int
+    rows_done: int
+    rows_skipped: int
+    #: Seconds from the start of the run to its last shard written, model compile and cluster start included.
+    wall_s: float
+    #: Seconds before the first unit started running (cluster connect, actor start, model compile).
+    startup_s: float
+    workers: list[WorkerStats] = field(default_factory=list)
+    ray: dict | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def steady_s(self) -> float:
+        return max(1e-9, self.wall_s - self.startup_s)
+
+    @property
+    def rows_per_s(self) -> float:
+        """Rows per second once running (startup excluded): the figure that scales with workers."""
+        return self.rows_done / self.steady_s if self.rows_done else 0.0
+
+    @property
+    def rows_per_s_wall(self) -> float:
+        return self.rows_done / self.wall_s if self.wall_s > 0 and self.rows_done else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA, "model": self.model, "target": self.target, "runner": self.runner,
+            "input": self.input, "output": self.output, "batch": self.batch,
+            "shards": {"total": self.shards_total, "done": self.shards_done, "skipped": self.shards_skipped},
+            "rows": {"total": self.rows_total, "done": self.rows_done, "skipped": self.rows_skipped},
+            "wall_s": self.wall_s, "startup_s": self.startup_s, "rows_per_s": self.rows_per_s,
+            "rows_per_s_wall": self.rows_per_s_wall, "workers": [w.to_dict() for w in self.workers],
+            "ray": self.ray, "warnings": self.warnings,
+        }

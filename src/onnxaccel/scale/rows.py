@@ -1,0 +1,162 @@
+"""Reading the rows of a unit into model feeds: image decoding, .npy slices (memory-mapped), .npz arrays, parquet
+row groups, each cast to the input's dtype when the cast is lossless."""
+
+from __future__ import annotations
+
+import io
+import threading
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from onnxaccel.errors import InputError
+from onnxaccel.inputs import load_image
+from onnxaccel.model import Model, TensorSpec
+from onnxaccel.scale.datasets import Dataset, Shard, Unit, parquet_modules, row_shape_of
+
+
+class RowReader:
+    """Reads the rows of units into feeds for a bound model. Keeps the last parquet/npz file open, since the
+    units of one shard usually follow one another."""
+
+    def __init__(self, dataset: Dataset, model: Model):
+        self.dataset = dataset
+        self.model = model
+        self._cache_key: str | None = None
+        self._cache = None
+        self._lock = threading.Lock()  # an actor may read two units at once, in threads
+
+    def read(self, unit: Unit) -> tuple[list[str], dict[str, np.ndarray]]:
+        shard = self.dataset.shards[unit.shard]
+        kind = self.dataset.kind
+        if kind == "images":
+            return self._images(shard, unit)
+        if kind == "arrays":
+            return self._arrays(shard, unit)
+        return self._parquet(shard, unit)
+
+    def _path(self, rel: str) -> Path:
+        return Path(self.dataset.root) / rel
+
+    def _images(self, shard: Shard, unit: Unit):
+        spec = self.model.inputs[0]
+        shape = (1, *row_shape_of(self.model, spec.name))
+        rows = []
+        ids = list(shard.files[unit.start:unit.stop])
+        for rel in ids:
+            rows.append(load_image(self._path(rel), spec, shape, self.dataset.preprocess))
+        return ids, {spec.name: np.concatenate(rows, axis=0)}
+
+    def _arrays(self, shard: Shard, unit: Unit):
+        rel = shard.files[0]
+        path = self._path(rel)
+        ids = [f"{rel}:{i}" for i in range(unit.start, unit.stop)]
+        feeds = {}
+        if path.suffix.lower() == ".npy":
+            spec = self.model.inputs[0]
+            try:
+                data = np.load(path, mmap_mode="r", allow_pickle=False)
+            except (ValueError, OSError) as exc:
+                raise InputError(f"Cannot read {path}: {exc}", "Write shards with numpy.save.") from None
+            feeds[spec.name] = _cast(np.array(data[unit.start:unit.stop]), spec, path)
+            return ids, feeds
+        arrays = self._cached(rel, lambda: _load_npz(path))
+        for spec in self.model.inputs:
+            key = self.dataset.columns.get(spec.name, spec.name)
+            if key not in arrays and len(arrays) == 1:
+                key = next(iter(arrays))
+            feeds[spec.name] = _cast(arrays[key][unit.start:unit.stop], spec, path)
+        return ids, feeds
+
+    def _parquet(self, shard: Shard, unit: Unit):
+        pa, pq = parquet_modules()
+        rel = shard.files[0]
+        path = self._path(rel)
+        handle = self._cached(rel, lambda: pq.ParquetFile(path))
+        wanted = sorted({*self.dataset.columns.values(), *([self.dataset.id_column] if self.dataset.id_column else [])})
+        table = _read_rows(handle, unit.start, unit.stop, wanted)
+        if self.dataset.id_column:
+            ids = [str(v) for v in table.column(self.dataset.id_column).to_pylist()]
+        else:
+            ids = [f"{rel}:{i}" for i in range(unit.start, unit.stop)]
+        feeds = {}
+        for spec in self.model.inputs:
+            column = self.dataset.columns[spec.name]
+            feeds[spec.name] = self._column(table.column(column), spec, f"{path} column '{column}'")
+        return ids, feeds
+
+    def _column(self, column, spec: TensorSpec, where: str) -> np.ndarray:
+        pa, _ = parquet_modules()
+        column = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+        kind = column.type
+        row_shape = row_shape_of(self.model, spec.name) or ()
+        if isinstance(kind, pa.BaseExtensionType) and not hasattr(column, "to_numpy_ndarray"):
+            column, kind = column.storage, column.storage.type  # e.g. Ray's tensor type: a list underneath
+        if hasattr(column, "to_numpy_ndarray"):  # arrow.fixed_shape_tensor
+            values = column.to_numpy_ndarray()
+        elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+            shape = (1, *row_shape)
+            values = np.concatenate([load_image(io.BytesIO(b), spec, shape, self.dataset.preprocess)
+                                     for b in column.to_pylist()], axis=0)
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+            flat = column.flatten()
+            while pa.types.is_list(flat.type) or pa.types.is_large_list(flat.type) or \
+                    pa.types.is_fixed_size_list(flat.type):
+                flat = flat.flatten()
+            values = flat.to_numpy(zero_copy_only=False)
+            per_row = int(np.prod(row_shape)) if row_shape else 1
+            if values.size != per_row * len(column):
+                raise InputError(f"{where}: {values.size // max(1, len(column))} values per row; input '{spec.name}' "
+                                 f"takes {per_row} ({list(row_shape)}).",
+                                 "Store each row as a flat list of the input's per-row size, or bind --shape.")
+            values = values.reshape(len(column), *row_shape)
+        elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+            values = column.to_numpy(zero_copy_only=False)
+            if row_shape not in ((), (1,)):
+                raise InputError(f"{where} holds one number per row; input '{spec.name}' takes {list(row_shape)} "
+                                 "per row.",
+                                 "Store tensors as list<...> or fixed_shape_tensor columns.")
+            values = values.reshape(len(column), *row_shape)
+        else:
+            raise InputError(f"{where} has type {kind}, which `batch` cannot feed to a model.",
+                             "Use numeric list/fixed_size_list/fixed_shape_tensor columns, or binary image bytes.")
+        return _cast(values, spec, where)
+
+    def _cached(self, key: str, load):
+        with self._lock:
+            if self._cache_key != key:
+                self._cache, self._cache_key = load(), key
+            return self._cache
+
+
+def _read_rows(handle, start: int, stop: int, columns: list[str]):
+    """Rows [start, stop) reading only the row groups that hold them."""
+    meta = handle.metadata
+    groups, first, offset = [], None, 0
+    for g in range(meta.num_row_groups):
+        n = meta.row_group(g).num_rows
+        if offset + n > start and offset < stop:
+            groups.append(g)
+            first = offset if first is None else first
+        offset += n
+    table = handle.read_row_groups(groups, columns=columns)
+    return table.slice(start - (first or 0), stop - start)
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise InputError(f"Cannot read {path}: {exc}", "Write shards with numpy.savez.") from None
+
+
+def _cast(values: np.ndarray, spec: TensorSpec, where) -> np.ndarray:
+    want = np.dtype(spec.dtype)
+    if values.dtype != want:
+        if not np.can_cast(values.dtype, want, casting="safe"):
+            raise InputError(f"{where}: input '{spec.name}' expects {want.name}; the data is {values.dtype.name}.",
+                             f"Store it as {want.name}.")
+        values = values.astype(want)
+    return np.ascontiguousarray(values)

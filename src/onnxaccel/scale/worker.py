@@ -1,0 +1,105 @@
+"""One batch worker: a model compiled for a target, reading units of a dataset and running them.
+
+The same class runs in the CLI's process (in-process runner) and inside each Ray actor (Ray Data runner), so the
+two paths compile the same model the same way and compute every unit with the same batch composition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxaccel.errors import InferenceError
+from onnxaccel.scale.datasets import Dataset, Unit
+from onnxaccel.scale.rows import RowReader
+from onnxaccel.target import parse_target
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs, picklable: it travels to Ray actors."""
+
+    model: str
+    target: str
+    batch: int
+    dataset: Dataset
+    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: Extra target options for this worker (e.g. intra_op_num_threads for a CPU actor).
+    options: Mapping[str, str] = field(default_factory=dict)
+    #: Ray pins one GPU per actor through CUDA/HIP_VISIBLE_DEVICES, so the actor's GPU is device 0.
+    drop_device_id: bool = False
+
+
+@dataclass
+class UnitResult:
+    unit: Unit
+    row_ids: list[str]
+    outputs: dict[str, np.ndarray]
+    read_s: float
+    run_s: float
+    worker: str
+
+
+class BatchWorker:
+    """Compiles the model once, then ``read(unit)`` and ``infer(unit, data)`` (or ``run(unit)``) per unit."""
+
+    def __init__(self, spec: WorkerSpec):
+        from onnxaccel.pipeline import prepare
+
+        self.spec = spec
+        target = parse_target(spec.target, options=dict(spec.options))
+        if spec.drop_device_id:
+            target = dataclasses.replace(target, device_id=None)
+        start = time.perf_counter()
+        prepared = prepare(spec.model, target, shapes=dict(spec.shapes) or None, batch=spec.batch)
+        self.compile_s = time.perf_counter() - start
+        self.runner = prepared.runner
+        self.model = prepared.model
+        self.warnings = prepared.warnings
+        self.fixed_batch = _fixed_batch(self.model)
+        self.output_names = [o.name for o in self.model.outputs]
+        self.reader = RowReader(spec.dataset, self.model)
+        self.name = f"{os.uname().nodename}:{os.getpid()}"
+
+    def read(self, unit: Unit) -> tuple[list[str], dict[str, np.ndarray], float]:
+        start = time.perf_counter()
+        ids, feeds = self.reader.read(unit)
+        return ids, feeds, time.perf_counter() - start
+
+    def infer(self, unit: Unit, data: tuple[list[str], dict[str, np.ndarray], float]) -> UnitResult:
+        ids, feeds, read_s = data
+        rows = unit.rows
+        if self.fixed_batch is not None and rows < self.fixed_batch:
+            # A model with a fixed batch axis: pad with copies of the last row and drop their outputs.
+            pad = self.fixed_batch - rows
+            feeds = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) for k, v in feeds.items()}
+        start = time.perf_counter()
+        outputs = self.runner.run(feeds)
+        run_s = time.perf_counter() - start
+        result = {}
+        for name in self.output_names:
+            value = outputs[name]
+            if value.ndim == 0 or value.shape[0] < rows:
+                raise InferenceError(
+                    f"Output '{name}' has shape {list(value.shape)}; `batch` needs one output row per input row "
+                    f"({rows} here).", "Batch inference needs a model whose outputs have the batch axis first.")
+            result[name] = np.ascontiguousarray(value[:rows])
+        return UnitResult(unit, ids, result, read_s, run_s, self.name)
+
+    def run(self, unit: Unit) -> UnitResult:
+        return self.infer(unit, self.read(unit))
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def _fixed_batch(model) -> int | None:
+    spec = model.inputs[0]
+    if spec.shape and isinstance(spec.shape[0], int):
+        return spec.shape[0]
+    return None

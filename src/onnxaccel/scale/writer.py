@@ -1,0 +1,222 @@
+"""Output of `batch`: one parquet file per input shard, written atomically, and a manifest of finished shards.
+
+A shard's file is written to a temporary name in the output folder, flushed to disk, then renamed over its
+final name (``os.replace`` is atomic on POSIX), and only then recorded in ``_manifest.json`` (itself replaced
+atomically). A run killed at any point leaves finished shards complete and listed, and no partial file under a
+final name; the next run skips what the manifest lists (same input fingerprint, file present) and redoes the rest.
+
+Columns: ``row_id`` (string), ``row`` (int64, the row's index in its input shard), then one column per model
+output: an Arrow ``fixed_shape_tensor`` holding the output's per-row shape (read it back with
+``column.combine_chunks().to_numpy_ndarray()``, or :func:`load_results`), or a plain numeric column for outputs
+of one number per row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from onnxaccel.errors import OnnxAccelError, UsageError
+
+MANIFEST = "_manifest.json"
+MANIFEST_SCHEMA = "onnxaccel.batch-manifest/1"
+
+
+class OutputError(OnnxAccelError):
+    """The output folder cannot be written, or holds the results of another job."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    name: str
+    index: int
+    file: str
+    rows: int
+    fingerprint: str
+    finished_at: float
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "file": self.file, "rows": self.rows, "fingerprint": self.fingerprint,
+                "finished_at": self.finished_at}
+
+
+class OutputStore:
+    """The output folder of one job. ``job`` describes the job (model, target, batch, input); a folder that holds
+    another job's results is refused unless ``overwrite``."""
+
+    def __init__(self, folder: str | Path, job: dict, *, overwrite: bool = False):
+        self.folder = Path(folder).expanduser()
+        self.job = job
+        _make_writable(self.folder)
+        self.path = self.folder / MANIFEST
+        for stale in self.folder.glob(".*.tmp-*"):  # left by a run killed while writing; never under a final name
+            stale.unlink(missing_ok=True)
+        self.records: dict[str, ShardRecord] = {}
+        existing = _read_manifest(self.path)
+        if existing is not None:
+            if overwrite:
+                self._clear(existing)
+            elif existing.get("job") != job:
+                raise OutputError(
+                    f"{self.folder} holds the results of a different batch job "
+                    f"({_difference(existing.get('job'), job)}).",
+                    "Use another --output folder, or --overwrite to discard those results.")
+            else:
+                self.records = {name: ShardRecord(name, r["index"], r["file"], r["rows"], r["fingerprint"],
+                                                  r["finished_at"])
+                                for name, r in existing.get("shards", {}).items()}
+        self._save()
+
+    def is_done(self, name: str, fingerprint: str, rows: int) -> bool:
+        record = self.records.get(name)
+        return (record is not None and record.fingerprint == fingerprint and record.rows == rows
+                and (self.folder / record.file).is_file())
+
+    def write(self, name: str, index: int, fingerprint: str, row_ids: list[str],
+              outputs: dict[str, np.ndarray]) -> ShardRecord:
+        pa, pq = _arrow()
+        n = len(row_ids)
+        columns = {"row_id": pa.array(row_ids, pa.string()), "row": pa.array(np.arange(n, dtype=np.int64))}
+        for key, value in outputs.items():
+            columns[key] = _tensor_column(pa, value)
+        table = pa.table(columns)
+        file = f"{name}.parquet"
+        final = self.folder / file
+        tmp = self.folder / f".{file}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "wb") as handle:
+                pq.write_table(table, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, final)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise OutputError(f"Cannot write {final}: {exc}", "Check free space and permissions of --output.") from None
+        record = ShardRecord(name, index, file, n, fingerprint, time.time())
+        self.records[name] = record
+        self._save()
+        return record
+
+    def _save(self) -> None:
+        doc = {"schema": MANIFEST_SCHEMA, "job": self.job,
+               "shards": {name: r.to_dict() for name, r in sorted(self.records.items())}}
+        _write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+    def _clear(self, existing: dict) -> None:
+        for record in existing.get("shards", {}).values():
+            (self.folder / record.get("file", "")).unlink(missing_ok=True)
+        self.records = {}
+
+
+@dataclass
+class BatchOutputs:
+    """Every finished row of an output folder, in shard order (manifest order) and row order."""
+
+    row_ids: list[str]
+    outputs: dict[str, np.ndarray]
+    shards: list[str]
+
+
+def load_results(folder: str | Path) -> BatchOutputs:
+    """Read back the finished shards of a `batch` output folder."""
+    _, pq = _arrow()
+    folder = Path(folder).expanduser()
+    manifest = _read_manifest(folder / MANIFEST)
+    if manifest is None:
+        raise UsageError(f"{folder} has no {MANIFEST}: it is not a `batch` output folder.",
+                         "Pass the folder given to `onnxaccel batch --output`.")
+    ids: list[str] = []
+    parts: dict[str, list[np.ndarray]] = {}
+    shards = manifest.get("shards", {})
+    names = sorted(shards, key=lambda n: shards[n].get("index", 0))
+    for name in names:
+        table = pq.read_table(folder / manifest["shards"][name]["file"])
+        ids.extend(table.column("row_id").to_pylist())
+        for key in table.column_names:
+            if key in ("row_id", "row"):
+                continue
+            parts.setdefault(key, []).append(_column_numpy(table.column(key)))
+    return BatchOutputs(ids, {k: np.concatenate(v) for k, v in parts.items()}, names)
+
+
+def _tensor_column(pa, value: np.ndarray):
+    value = np.ascontiguousarray(value)
+    if value.ndim == 1:
+        return pa.array(value)
+    return pa.FixedShapeTensorArray.from_numpy_ndarray(value)
+
+
+def _column_numpy(column) -> np.ndarray:
+    column = column.combine_chunks()
+    if hasattr(column, "to_numpy_ndarray"):
+        return column.to_numpy_ndarray()
+    return column.to_numpy(zero_copy_only=False)
+
+
+def _arrow():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        from onnxaccel.errors import MissingDependencyError
+
+        raise MissingDependencyError("pyarrow", "ray", "Writing parquet output") from exc
+    return pa, pq
+
+
+def _make_writable(folder: Path) -> None:
+    hint = "Pass a folder you can write to (it is created when missing)."
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise OutputError(f"--output {folder} is a file (or lies under one), not a folder.", hint) from None
+    except OSError as exc:
+        raise OutputError(f"Cannot create --output {folder}: {exc.strerror}.", hint) from None
+    probe = folder / f".write-probe-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(f"Cannot write to --output {folder}: {exc.strerror}.", hint) from None
+
+
+def _read_manifest(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise OutputError(f"{path} is not a readable batch manifest: {exc}.",
+                          "Delete it to recompute every shard, or use another --output folder.") from None
+    if not isinstance(doc, dict) or doc.get("schema") != MANIFEST_SCHEMA:
+        raise OutputError(f"{path} is not an onnxaccel batch manifest ({MANIFEST_SCHEMA}).",
+                          "Use another --output folder.")
+    return doc
+
+
+def _difference(old: dict | None, new: dict) -> str:
+    if not isinstance(old, dict):
+        return "its manifest names no job"
+    keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    return "; ".join(f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in keys[:3])
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"Cannot write {path}: {exc.strerror}.",
+                          "Check free space and permissions of --output.") from None
