@@ -141,6 +141,8 @@ class OrtRunner(Runner):
         self.version = ort_version()
         self._strict = strict
         self.session, self.compile_seconds, log = self._create_session()
+        # Read once: get_outputs() builds new objects on every call (~1 µs each, measurable on tiny models).
+        self._output_names = [o.name for o in self.session.get_outputs()]
         actual = self.session.get_providers()
         if actual[0] != target.provider:
             raise _provider_failed(target, log, actual)
@@ -245,7 +247,7 @@ class OrtRunner(Runner):
         return dict(self.session.get_provider_options().get(self.target.provider, {}))
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        names = [o.name for o in self.session.get_outputs()]
+        names = self._output_names
         try:
             values = self.session.run(names, dict(feeds))
         except Exception as exc:  # noqa: BLE001
