@@ -55,3 +55,19 @@ def test_loadtest_counts_refusals_as_errors(server):
 def test_loadtest_unknown_model_is_a_clear_error(server):
     done = run_loadtest(server.url, "--model", "nope", "--duration", "0.2")
     assert done.returncode != 0 and "no ready model 'nope'" in done.stderr
+
+
+def test_serve_config_is_read_by_the_tune_config_reader(tmp_path, mlp_path):
+    """`serve --config` takes the file `onnxaccel tune` writes, validated like `run/bench --config`."""
+    import subprocess
+    import sys
+
+    bad = tmp_path / "tuned.json"
+    bad.write_text('{"target": "cuda:0/fp16"}')  # no schema: not a tune configuration
+    proc = subprocess.run([sys.executable, "-m", "onnxaccel.cli.main", "serve", str(mlp_path), "--config", str(bad),
+                           "--http-port", "0", "--no-grpc"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "hint:" in proc.stderr and "Traceback" not in proc.stderr
+    missing = subprocess.run([sys.executable, "-m", "onnxaccel.cli.main", "serve", str(mlp_path), "--config",
+                              str(tmp_path / "none.json")], capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "Configuration file not found" in " ".join(missing.stderr.split())

@@ -30,8 +30,8 @@ def serve_command(
                       "config.json overrides it): cpu, cuda:0, migraphx:0/fp16?..., or auto.")] = "auto",
     precision: PrecisionOpt = None,
     ep_option: EpOptionOpt = None,
-    config: Annotated[Path | None, typer.Option("--config", help="A tuned result (JSON with 'target') whose "
-                      "target every model uses.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="A configuration written by `onnxaccel tune`: "
+                      "its target (and shapes, unless --shape is given) apply to every model.")] = None,
     shape: ShapeOpt = None,
     host: Annotated[str, typer.Option(help="Address to listen on. 127.0.0.1 keeps the server private; 0.0.0.0 "
                     "exposes it to the network.")] = "127.0.0.1",
@@ -69,10 +69,18 @@ def serve_command(
                             "autoscaling.")] = 1,
     as_json: JsonOpt = False,
 ) -> None:
-    from onnxaccel.serve.config import ServerConfig, target_from_tuned
+    from onnxaccel.serve.config import ServerConfig
     from onnxaccel.serve.server import serve
 
-    target_text = target_from_tuned(config) if config is not None else target
+    target_text = target
+    if config is not None:
+        # The same reader as run/bench/batch: schema-checked, and its shapes apply unless --shape is given.
+        from onnxaccel.bench.config import load_config
+
+        tuned = load_config(config)
+        target_text = str(tuned.target)
+        if not shape:
+            shape = [f"{k}={'x'.join(map(str, v))}" for k, v in tuned.shapes.items()]
     tgt = resolve_target(target_text, precision, ep_option)
     defaults = {
         "target": str(tgt), "max_batch": max_batch, "max_queue_delay_ms": max_queue_delay_ms,

@@ -107,19 +107,6 @@ def read_config_file(path: Path) -> dict:
     return data
 
 
-def target_from_tuned(path: Path) -> str:
-    """The target string of a tune/bench result (``{"target": ...}`` or ``{"best": {"target": ...}}``)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"Cannot read --config {path}: {exc}", "Pass the JSON written by `onnxaccel tune`.") from None
-    for candidate in (data.get("best"), data) if isinstance(data, dict) else ():
-        if isinstance(candidate, dict) and isinstance(candidate.get("target"), str):
-            return candidate["target"]
-    raise UsageError(f"--config {path} has no 'target' (nor 'best.target') string.",
-                     "Pass the JSON written by `onnxaccel tune --json`, or a {\"target\": \"cuda:0/fp16\"} file.")
-
-
 @dataclass(frozen=True)
 class ServerConfig:
     """The server: where it listens, its limits, and the defaults every model gets."""
