@@ -7,7 +7,10 @@
 3. Ratio = server inferences/s / in-process inferences/s (numpy in/out). The issue's target on the H200:
    >= 0.80 for zoo:resnet50 FP16, binary, concurrency 64.
 4. Added latency per request: server p50 at concurrency 1 minus the in-process p50 at the request's batch.
-5. ``--soak S``: a further S seconds of load at concurrency C while the telemetry sampler reads GPU memory and
+5. ``--server-workers 1,4``: one server run per value (``serve --workers N``: N processes decoding requests, each
+   with its own session); the in-process reference is measured once. ``--py-spy S`` samples the (single-process)
+   server's Python stacks for S seconds under load and prints where its time goes (needs py-spy on PATH).
+6. ``--soak S``: a further S seconds of load at concurrency C while the telemetry sampler reads GPU memory and
    /metrics gives the server's RSS; reports memory after warm-up and at the end (growth should be ~0 with
    arena_extend_strategy kSameAsRequested).
 
@@ -63,12 +66,12 @@ def in_process(args) -> dict:
     return out
 
 
-def start_server(args, log: Path) -> tuple[subprocess.Popen, str, str]:
+def start_server(args, log: Path, workers: int = 1) -> tuple[subprocess.Popen, str, str]:
     http, grpc = free_port(), free_port()
     cmd = [sys.executable, "-c", SERVE, "serve", args.model, "--target", args.target, "--http-port", str(http),
            "--grpc-port", str(grpc), "--max-batch", str(args.batch), "--max-queue-delay-ms", str(args.delay_ms),
            "--instances", str(args.instances), "--max-queue", str(max(256, 4 * args.concurrency)),
-           "--max-request-mb", "512"]
+           "--max-request-mb", "512", "--workers", str(workers)]
     if args.precision:
         cmd += ["--precision", args.precision]
     if parse_target(args.target).is_gpu:
@@ -98,6 +101,41 @@ def load(args, url, grpc, concurrency, duration, batch) -> dict:
                             binary=not args.json_tensors, concurrency=(concurrency,), duration_s=duration,
                             warmup_s=args.warmup, batch=batch, workers=args.workers)
     return run_loadtest(config).levels[0].to_dict()
+
+
+def server_batches(url: str, model: str) -> dict:
+    """Executions, rows and mean batch from the server's statistics (all workers)."""
+    stats = httpx.get(f"{url}/v2/models/{model}/stats", timeout=10).json()["model_stats"][0]
+    runs, rows = stats["execution_count"], stats["inference_count"]
+    return {"executions": runs, "rows": rows, "mean_batch": rows / runs if runs else None,
+            "compute_ms_per_request": stats["inference_stats"]["compute_infer"]["ns"] / 1e6
+            / max(1, stats["inference_stats"]["compute_infer"]["count"])}
+
+
+def py_spy(pid: int, seconds: float, out: Path) -> list[tuple[str, float]]:
+    """py-spy's raw samples of the server under load, reduced to the functions holding the most samples."""
+    import collections
+
+    import shutil
+
+    raw = out.with_suffix(".pyspy.txt")
+    beside = Path(sys.executable).parent / "py-spy"
+    exe = os.environ.get("PY_SPY") or shutil.which("py-spy") or (str(beside) if beside.exists() else None)
+    if exe is None:
+        sys.stderr.write("py-spy not found (PATH, PY_SPY, or beside the Python executable): no profile\n")
+        return []
+    subprocess.run([exe, "record", "-p", str(pid), "-d", str(int(seconds)), "-f", "raw", "-o", str(raw),
+                    "--nonblocking", "--threads"], check=False, capture_output=True, timeout=seconds + 60)
+    if not raw.exists():
+        return []
+    own, total = collections.Counter(), 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        total += int(count)
+        own[stack.split(";")[-1][:110]] += int(count)
+    return [(name, n / total) for name, n in own.most_common(15)] if total else []
 
 
 def soak(args, url, grpc) -> dict:
@@ -146,47 +184,78 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--inprocess-duration", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=0, help="load generator processes (0: automatic)")
+    parser.add_argument("--server-workers", type=lambda v: [int(x) for x in v.split(",")], default=[1],
+                        help="comma-separated serve --workers values, one server run each")
+    parser.add_argument("--py-spy", type=float, default=0.0, help="seconds of py-spy sampling (workers=1 run)")
     parser.add_argument("--soak", type=float, default=0.0, help="seconds of GPU memory soak after the run")
     parser.add_argument("--load-timeout", type=float, default=600.0)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
     reference = in_process(args)
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"serve_throughput_{os.getpid()}.log"
-    proc, url, grpc = start_server(args, log)
-    try:
-        server = load(args, url, grpc, args.concurrency, args.duration, args.request_batch)
-        single = load(args, url, grpc, 1, min(args.duration, 10.0), args.request_batch)
-        soaked = soak(args, url, grpc) if args.soak > 0 else None
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        exit_code = proc.wait(60)
     base = reference[f"b{args.batch}_numpy"]
-    ratio = server["inferences_per_s"] / base["items_per_s"] if base["items_per_s"] else 0.0
-    added = single["latency"]["p50_ms"] - reference[f"b{args.request_batch}_numpy"]["p50_ms"] \
-        if single["latency"] else None
+    runs = []
+    for workers in args.server_workers:
+        log = Path(os.environ.get("TMPDIR", "/tmp")) / f"serve_throughput_{os.getpid()}_{workers}.log"
+        proc, url, grpc = start_server(args, log, workers)
+        profile = None
+        try:
+            if args.py_spy and workers == 1:
+                import threading
+
+                holder = {}
+                spy = threading.Thread(target=lambda h=holder, pid=proc.pid, out=log: h.update(
+                    top=py_spy(pid, args.py_spy, out)))
+                spy.start()
+            server = load(args, url, grpc, args.concurrency, args.duration, args.request_batch)
+            if args.py_spy and workers == 1:
+                spy.join()
+                profile = holder.get("top")
+            batches = server_batches(url, model_name(args.model))
+            single = load(args, url, grpc, 1, min(args.duration, 10.0), args.request_batch) \
+                if workers == args.server_workers[0] else None
+            soaked = soak(args, url, grpc) if args.soak > 0 and workers == args.server_workers[-1] else None
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            exit_code = proc.wait(90)
+        ratio = server["inferences_per_s"] / base["items_per_s"] if base["items_per_s"] else 0.0
+        added = single["latency"]["p50_ms"] - reference[f"b{args.request_batch}_numpy"]["p50_ms"] \
+            if single and single["latency"] else None
+        runs.append({"server_workers": workers, "server": server, "server_batches": batches,
+                     "server_concurrency_1": single, "ratio_server_over_in_process": ratio,
+                     "added_latency_p50_ms_at_concurrency_1": added, "server_exit_code": exit_code,
+                     "soak": soaked, "py_spy_top": profile})
+    best = max(runs, key=lambda r: r["ratio_server_over_in_process"])
     result = {
-        "schema": "onnxaccel.bench.serve-throughput/1", "date": datetime.now(timezone.utc).isoformat(),
+        "schema": "onnxaccel.bench.serve-throughput/2", "date": datetime.now(timezone.utc).isoformat(),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "in_process": reference, "server": server, "server_concurrency_1": single,
-        "ratio_server_over_in_process": ratio, "added_latency_p50_ms_at_concurrency_1": added,
-        "server_exit_code": exit_code, "soak": soaked,
+        "in_process": reference, "runs": runs, "best_ratio": best["ratio_server_over_in_process"],
+        "best_server_workers": best["server_workers"],
     }
-    lat = server["latency"] or {}
     sys.stdout.write(
         f"{args.model} on {args.target}{'/' + args.precision if args.precision else ''}, batch {args.batch}, "
         f"{args.protocol}{'' if args.json_tensors or args.protocol == 'grpc' else ' binary'}, "
-        f"concurrency {args.concurrency}\n"
+        f"concurrency {args.concurrency}, requests of {args.request_batch} row(s)\n"
         f"  in-process (numpy in/out) b{args.batch}: {base['items_per_s']:,.1f} items/s, "
-        f"p99 {base['p99_ms']:.2f} ms; IO binding: {reference[f'b{args.batch}_iobinding']['items_per_s']:,.1f}\n"
-        f"  server: {server['inferences_per_s']:,.1f} infer/s, p50 {lat.get('p50_ms', float('nan')):.2f} ms, "
-        f"p99 {lat.get('p99_ms', float('nan')):.2f} ms, errors {server['error_count']}\n"
-        f"  ratio server / in-process: {ratio:.1%}\n"
-        f"  added latency per request (c=1, p50): {added if added is None else f'{added:.2f} ms'}\n")
-    if soaked:
-        sys.stdout.write(f"  soak {args.soak:g} s: GPU memory growth {soaked['gpu_memory_growth_bytes']} bytes, "
-                         f"server RSS growth {soaked['rss_growth_bytes'] / 2**20:.1f} MiB\n")
+        f"p99 {base['p99_ms']:.2f} ms; IO binding: {reference[f'b{args.batch}_iobinding']['items_per_s']:,.1f}\n")
+    for run in runs:
+        server, lat = run["server"], run["server"]["latency"] or {}
+        sys.stdout.write(
+            f"  server --workers {run['server_workers']}: {server['inferences_per_s']:,.1f} infer/s "
+            f"({run['ratio_server_over_in_process']:.1%} of in-process), p50 {lat.get('p50_ms', float('nan')):.2f} ms, "
+            f"p99 {lat.get('p99_ms', float('nan')):.2f} ms, errors {server['error_count']}; mean batch "
+            f"{run['server_batches']['mean_batch'] or 0:.1f}, run {run['server_batches']['compute_ms_per_request']:.2f} ms "
+            f"per request, queue {server.get('server_queue_ms') or 0:.2f} ms\n")
+        if run["added_latency_p50_ms_at_concurrency_1"] is not None:
+            sys.stdout.write(f"    added latency per request (c=1, p50): "
+                             f"{run['added_latency_p50_ms_at_concurrency_1']:.2f} ms\n")
+        for name, share in run["py_spy_top"] or []:
+            sys.stdout.write(f"    py-spy {share:6.1%}  {name}\n")
+        if run["soak"]:
+            soaked = run["soak"]
+            sys.stdout.write(f"  soak {args.soak:g} s: GPU memory growth {soaked['gpu_memory_growth_bytes']} bytes, "
+                             f"server RSS growth {soaked['rss_growth_bytes'] / 2**20:.1f} MiB\n")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))

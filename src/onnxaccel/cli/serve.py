@@ -13,6 +13,7 @@ from rich.markup import escape
 from onnxaccel.cli.common import (
     EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, console, handle_errors, note, print_json, resolve_target, warn,
 )
+from onnxaccel.errors import UsageError
 from onnxaccel.model import parse_shape_bindings
 
 
@@ -43,6 +44,9 @@ def serve_command(
                                   "of a batch waits for others.")] = 2.0,
     instances: Annotated[int, typer.Option("--instances", help="Sessions per model running batches in "
                          "parallel.")] = 1,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Server processes sharing the ports, each "
+                       "with its own copy of every model (N x its memory). For high request rates with large "
+                       "tensors, where one process's request decoding is the limit; see docs/SERVING.md.")] = 1,
     max_queue: Annotated[int, typer.Option("--max-queue", help="Requests waiting per model before 429.")] = 256,
     timeout_ms: Annotated[float, typer.Option("--timeout-ms", help="Per-request deadline (queue + run), "
                           "0 for none; past it the request gets 503.")] = 30000.0,
@@ -81,6 +85,8 @@ def serve_command(
         target_text = str(tuned.target)
         if not shape:
             shape = [f"{k}={'x'.join(map(str, v))}" for k, v in tuned.shapes.items()]
+        if instances == 1:  # the tuned instance count, unless --instances says otherwise
+            instances = tuned.instances
     tgt = resolve_target(target_text, precision, ep_option)
     defaults = {
         "target": str(tgt), "max_batch": max_batch, "max_queue_delay_ms": max_queue_delay_ms,
@@ -92,7 +98,7 @@ def serve_command(
     server_config = ServerConfig(
         host=host, http_port=http_port, grpc_port=grpc_port if grpc else None,
         max_request_bytes=int(max_request_mb * 1024 * 1024), max_connections=max_connections,
-        drain_timeout_s=drain_timeout, strict_readiness=strict_readiness, log_level=log_level,
+        drain_timeout_s=drain_timeout, strict_readiness=strict_readiness, log_level=log_level, workers=workers,
     )
     if host not in ("127.0.0.1", "localhost", "::1"):
         warn(f"listening on {host}: the server has no authentication; anyone who reaches this address can use it.")
@@ -106,13 +112,17 @@ def serve_command(
         for message in result.warnings:
             note(message)
         console.print(f"[bold]serving[/] {escape(source)} at {result.http_url}"
-                      + (f" and grpc://{result.grpc_address}" if result.grpc_address else ""))
+                      + (f" and grpc://{result.grpc_address}" if result.grpc_address else "")
+                      + (f" with {result.workers} worker processes" if result.workers > 1 else ""))
         for model in result.models:
             state = "[green]READY[/]" if model["state"] == "READY" else f"[red]{model['state']}[/]"
             reason = f": {escape(model.get('reason', ''))}" if model.get("reason") else ""
             console.print(f"  {escape(model['name'])} {state}{reason}")
         console.print("[dim]SIGTERM or Ctrl+C drains in-flight requests and stops.[/]")
 
+    if ray is not None and workers > 1:
+        raise UsageError("--workers runs several local server processes; with --ray, Ray Serve runs the replicas.",
+                         "Drop --workers and use --replicas (or autoscaling) with --ray.")
     if ray is not None:
         from onnxaccel.scale.serve_ray import run as serve_on_ray
 

@@ -176,9 +176,7 @@ class DynamicBatcher:
         if len(batch) == 1:
             outputs, seconds = self.instance.execute(index, batch[0].feeds)
             return [outputs], seconds
-        names = list(batch[0].feeds)
-        joined = {n: np.concatenate([p.feeds[n] for p in batch], axis=0) for n in names}
-        outputs, seconds = self.instance.execute(index, joined)
+        outputs, seconds = self.instance.execute_joined(index, [p.feeds for p in batch])
         total = sum(p.rows for p in batch)
         bounds = np.cumsum([p.rows for p in batch])[:-1]
         for name, value in outputs.items():

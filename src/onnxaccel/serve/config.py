@@ -70,6 +70,11 @@ class ModelConfig:
                 notes.append(f"{self.name}: {what} has no effect on {base.device} (its provider has no such option).")
             else:
                 extra[key] = str(value)
+        if base.is_gpu and "intra_op_num_threads" not in base.option_dict and "intra_op_num_threads" not in extra:
+            # A GPU session's CPU thread pool only runs the few CPU-placed (shape) nodes, but by default has one
+            # spinning thread per core, which competes with the event loop decoding requests and with the
+            # other instances/workers. `?intra_op_num_threads=N` in the target overrides this.
+            extra["intra_op_num_threads"] = "1"
         return parse_target(base, options=extra), notes
 
     def shape_bindings(self) -> dict[str, tuple[int, ...]]:
@@ -125,6 +130,8 @@ class ServerConfig:
     #: Seconds between GPU telemetry samples for /metrics; 0 turns them off.
     telemetry_interval_s: float = 1.0
     log_level: str = "warning"
+    #: Server processes sharing the ports, each with its own copy of every model (see serve/workers.py).
+    workers: int = 1
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 import numpy as np
 
@@ -26,41 +26,22 @@ EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "model_con
 UNKNOWN_MODEL = "_unknown"
 
 
-@dataclass
-class _Duration:
-    count: int = 0
-    ns: int = 0
+def _stats_entry(name: str, s: dict) -> dict:
+    """One model in the shape of Triton's statistics extension (extension_statistics.md)."""
+    def duration(count: float, seconds: float) -> dict:
+        return {"count": round(count), "ns": int(seconds * 1e9)}
 
-    def add(self, seconds: float) -> None:
-        self.count += 1
-        self.ns += int(seconds * 1e9)
-
-    def to_dict(self) -> dict:
-        return {"count": self.count, "ns": self.ns}
-
-
-@dataclass
-class ModelStats:
-    """Cumulative statistics in the shape of Triton's statistics extension (extension_statistics.md)."""
-
-    inference_count: int = 0
-    execution_count: int = 0
-    last_inference_ms: int = 0
-    success: _Duration = field(default_factory=_Duration)
-    fail: _Duration = field(default_factory=_Duration)
-    queue: _Duration = field(default_factory=_Duration)
-    compute_infer: _Duration = field(default_factory=_Duration)
-
-    def to_dict(self, name: str) -> dict:
-        zero = _Duration().to_dict()
-        return {
-            "name": name, "version": VERSION, "last_inference": self.last_inference_ms,
-            "inference_count": self.inference_count, "execution_count": self.execution_count,
-            "inference_stats": {"success": self.success.to_dict(), "fail": self.fail.to_dict(),
-                                "queue": self.queue.to_dict(), "compute_input": zero,
-                                "compute_infer": self.compute_infer.to_dict(), "compute_output": zero},
-            "batch_stats": [],
-        }
+    zero = duration(0, 0.0)
+    return {
+        "name": name, "version": VERSION, "last_inference": int(s["last"] * 1e3),
+        "inference_count": round(s["rows"]), "execution_count": round(s["executions"]),
+        "inference_stats": {"success": duration(s["success_count"], s["success_s"]),
+                            "fail": duration(s["fail_count"], s["fail_s"]),
+                            "queue": duration(s["success_count"], s["queue_s"]), "compute_input": zero,
+                            "compute_infer": duration(s["success_count"], s["compute_s"]),
+                            "compute_output": zero},
+        "batch_stats": [],
+    }
 
 
 class InferenceService:
@@ -73,7 +54,8 @@ class InferenceService:
         self.inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        self.stats: dict[str, ModelStats] = {}
+        #: With several workers: True once every worker has loaded its models (readiness waits for all).
+        self.peers_ready: Callable[[], bool] = lambda: True
 
     # -- health and metadata ---------------------------------------------------------------------------
 
@@ -81,7 +63,7 @@ class InferenceService:
         return not self.draining
 
     def ready(self) -> bool:
-        if self.draining or not self.loaded:
+        if self.draining or not self.loaded or not self.peers_ready():
             return False
         states = [e.state == READY for e in self.repository.entries.values()]
         return bool(states) and (all(states) if self.config.strict_readiness else any(states))
@@ -110,7 +92,8 @@ class InferenceService:
         names = [name] if name else [n for n, e in self.repository.entries.items() if e.state == READY]
         for n in names:
             self._entry(n, version)
-        return {"model_stats": [self.stats.get(n, ModelStats()).to_dict(n) for n in names]}
+        numbers = self.metrics.model_stats(names)
+        return {"model_stats": [_stats_entry(n, numbers[n]) for n in names]}
 
     def metric_label(self, name: str) -> str:
         return name if name in self.repository.entries else UNKNOWN_MODEL
@@ -124,13 +107,11 @@ class InferenceService:
         entry = self._entry(request.model_name, request.model_version)
         entry = self.repository.ready(request.model_name)
         feeds, rows = entry.instance.validate(request)
-        stats = self.stats.setdefault(request.model_name, ModelStats())
         timeout = _timeout_s(request, entry.config.timeout_ms)
         self.inflight += 1
         self._idle.clear()
         self.metrics.inflight.inc()
         self.metrics.queue_length.labels(request.model_name).set(entry.batcher.queued + 1)
-        start = time.perf_counter()
         try:
             try:
                 outputs, timing = await asyncio.wait_for(entry.batcher.submit(feeds, rows), timeout)
@@ -138,23 +119,13 @@ class InferenceService:
                 raise ProtocolError(503, f"Request to model '{request.model_name}' timed out after "
                                     f"{timeout * 1e3:.0f} ms (queue or run too slow: the server is overloaded).",
                                     retry_after=1) from None
-        except ProtocolError:
-            stats.fail.add(time.perf_counter() - start)
-            raise
         finally:
             self.inflight -= 1
             self.metrics.inflight.dec()
             self.metrics.queue_length.labels(request.model_name).set(entry.batcher.queued if entry.batcher else 0)
             if self.inflight == 0:
                 self._idle.set()
-        elapsed = time.perf_counter() - start
-        stats.success.add(elapsed)
-        stats.queue.add(max(0.0, timing.queue_s))
-        stats.compute_infer.add(timing.compute_s)
-        stats.inference_count += rows
-        stats.execution_count = entry.batcher.executions
-        stats.last_inference_ms = int(time.time() * 1e3)
-        self.metrics.queue.labels(request.model_name).observe(max(0.0, timing.queue_s))
+        self.metrics.observe_success(request.model_name, max(0.0, timing.queue_s), timing.compute_s, time.time())
         if request.outputs:
             outputs = {o.name: outputs[o.name] for o in request.outputs}
         return outputs, VERSION
@@ -164,14 +135,23 @@ class InferenceService:
     async def load(self, name: str) -> None:
         if self.draining:
             raise ProtocolError(503, "The server is shutting down.")
+        self._single_process_only("load")
         entry = await self.repository.load(name)
         self.metrics.model_ready.labels(name).set(1 if entry.state == READY else 0)
         if entry.state != READY:
             raise ProtocolError(400, f"Failed to load model '{name}': {entry.reason}")
 
     async def unload(self, name: str) -> None:
+        self._single_process_only("unload")
         await self.repository.unload(name)
         self.metrics.model_ready.labels(name).set(0)
+
+    def _single_process_only(self, action: str) -> None:
+        if self.config.workers > 1:
+            raise ProtocolError(400, f"Cannot {action} models through the API with --workers {self.config.workers}: "
+                                "each worker process holds its own copy of every model and a request reaches only "
+                                "one of them. Change the repository and restart the server, or serve with "
+                                "--workers 1.")
 
     async def load_all(self) -> None:
         await self.repository.load_all()

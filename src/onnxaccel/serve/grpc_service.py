@@ -86,8 +86,10 @@ def encode_grpc_response(m, request: InferRequest, version: str, outputs: dict[s
     return response
 
 
-def create_grpc_server(service: InferenceService, address: str):
-    """A grpc.aio server bound to ``address`` (host:port), not yet started."""
+def create_grpc_server(service: InferenceService, address: str, *, reuse_port: bool = False):
+    """A grpc.aio server bound to ``address`` (host:port), not yet started. ``reuse_port`` lets several
+    worker processes bind the same port (SO_REUSEPORT: the kernel spreads connections over them); otherwise a
+    port already taken is an error rather than shared."""
     try:
         import grpc
     except ImportError as exc:
@@ -97,7 +99,7 @@ def create_grpc_server(service: InferenceService, address: str):
     # grpc answers RESOURCE_EXHAUSTED itself for messages above max_receive_message_length.
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", max(limit, 256 * 1024 * 1024)),
-                                      ("grpc.so_reuseport", 0)])
+                                      ("grpc.so_reuseport", 1 if reuse_port else 0)])
     codes = grpc.StatusCode
 
     async def guarded(context, call):

@@ -4,6 +4,15 @@ process memory, and GPU utilization/memory/power from the telemetry sampler when
 Names follow Prometheus' conventions (prometheus.io/docs/practices/naming: base units, ``_total`` for counters,
 ``_seconds``/``_bytes`` suffixes). Each server has its own registry, so two servers in one process (tests) do not
 collide.
+
+With several worker processes (``serve --workers N``) the values live in prometheus_client's multiprocess
+files (``PROMETHEUS_MULTIPROC_DIR``, prometheus/client_python docs "Multiprocess Mode"): every worker writes its
+own, and a scrape, answered by any worker, adds them up. Gauges say how (``livesum`` for in-flight and queued
+requests, ``livemin`` for readiness: 1 only when every live worker has the model). ``process_*`` metrics and the
+GPU readings come from the worker that answers the scrape.
+
+Triton's statistics extension (``/v2/models/stats``) is computed from these same metrics (:meth:`model_stats`), so
+it is summed over workers too and there is one bookkeeping, not two.
 """
 
 from __future__ import annotations
@@ -17,15 +26,18 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 class ServerMetrics:
     """The server's metrics in their own registry; ``render()`` gives the text exposition format."""
 
-    def __init__(self, gpu_source=None):
+    def __init__(self, gpu_source=None, multiprocess_dir: str | None = None):
         try:
             import prometheus_client as prom
         except ImportError as exc:
             raise MissingDependencyError("prometheus-client", "serve", "Serving metrics") from exc
         self._prom = prom
+        self.multiprocess_dir = multiprocess_dir
+        self._gpu = _GpuCollector(prom, gpu_source) if gpu_source is not None else None
         self.registry = prom.CollectorRegistry()
         reg = self.registry
-        prom.ProcessCollector(registry=reg)  # process_resident_memory_bytes, cpu seconds, open fds
+        if multiprocess_dir is None:
+            prom.ProcessCollector(registry=reg)  # process_resident_memory_bytes, cpu seconds, open fds
         self.requests = prom.Counter("onnxaccel_requests_total", "Inference requests by model, protocol and "
                                      "status code.", ["model", "protocol", "code"], registry=reg)
         self.errors = prom.Counter("onnxaccel_request_errors_total", "Failed inference requests by model, "
@@ -39,21 +51,36 @@ class ServerMetrics:
                                       "batch).", ["model"], buckets=LATENCY_BUCKETS, registry=reg)
         self.batch = prom.Histogram("onnxaccel_batch_size", "Rows per model run (dynamic batch size).", ["model"],
                                     buckets=BATCH_BUCKETS, registry=reg)
+        self.request_compute = prom.Counter("onnxaccel_request_compute_seconds_total", "Seconds of model runs "
+                                            "summed over successful requests (each counts the run of its batch).",
+                                            ["model"], registry=reg)
+        self.failure_seconds = prom.Counter("onnxaccel_request_failure_seconds_total", "Seconds spent in the "
+                                            "server by failed inference requests.", ["model"], registry=reg)
+        self.last_inference = prom.Gauge("onnxaccel_last_inference_timestamp_seconds", "Unix time of the "
+                                         "model's last successful request.", ["model"], registry=reg,
+                                         multiprocess_mode="max")
         self.inflight = prom.Gauge("onnxaccel_inflight_requests", "Inference requests being handled.",
-                                   registry=reg)
+                                   registry=reg, multiprocess_mode="livesum")
         self.queue_length = prom.Gauge("onnxaccel_queue_length", "Requests waiting in a model's queue.",
-                                       ["model"], registry=reg)
+                                       ["model"], registry=reg, multiprocess_mode="livesum")
         self.model_ready = prom.Gauge("onnxaccel_model_ready", "1 when the model is loaded and ready.",
-                                      ["model"], registry=reg)
-        if gpu_source is not None:
-            reg.register(_GpuCollector(prom, gpu_source))
+                                      ["model"], registry=reg, multiprocess_mode="livemin")
+        if self._gpu is not None and multiprocess_dir is None:
+            reg.register(self._gpu)
 
     def observe_request(self, model: str, protocol: str, code: int | str, seconds: float) -> None:
         self.requests.labels(model, protocol, str(code)).inc()
         if str(code) not in ("200", "OK"):
             self.errors.labels(model, protocol, str(code)).inc()
+            self.failure_seconds.labels(model).inc(seconds)
         else:
             self.latency.labels(model, protocol).observe(seconds)
+
+    def observe_success(self, model: str, queue_s: float, compute_s: float, when: float) -> None:
+        """What the service learns of a successful request: its queue time, its batch's run, the time."""
+        self.queue.labels(model).observe(queue_s)
+        self.request_compute.labels(model).inc(compute_s)
+        self.last_inference.labels(model).set(when)
 
     def batch_observer(self, model: str):
         batch, compute = self.batch.labels(model), self.compute.labels(model)
@@ -64,8 +91,49 @@ class ServerMetrics:
 
         return observe
 
+    def collecting_registry(self):
+        """The registry a scrape reads: this server's, or with workers, every worker's files added up."""
+        if self.multiprocess_dir is None:
+            return self.registry
+        from prometheus_client import multiprocess
+
+        reg = self._prom.CollectorRegistry()
+        multiprocess.MultiProcessCollector(reg, path=self.multiprocess_dir)
+        self._prom.ProcessCollector(registry=reg)
+        if self._gpu is not None:
+            reg.register(self._gpu)
+        return reg
+
     def render(self) -> tuple[bytes, str]:
-        return self._prom.generate_latest(self.registry), self._prom.CONTENT_TYPE_LATEST
+        return self._prom.generate_latest(self.collecting_registry()), self._prom.CONTENT_TYPE_LATEST
+
+    def model_stats(self, names: list[str]) -> dict[str, dict]:
+        """Per model, the numbers of Triton's statistics extension, read back from the metrics."""
+        want = set(names)
+        stats = {n: {"success_count": 0.0, "success_s": 0.0, "fail_count": 0.0, "fail_s": 0.0, "queue_s": 0.0,
+                     "compute_s": 0.0, "rows": 0.0, "executions": 0.0, "last": 0.0} for n in names}
+        fields = {  # sample name -> stats key (summed over protocols and workers)
+            "onnxaccel_request_duration_seconds_count": "success_count",
+            "onnxaccel_request_duration_seconds_sum": "success_s",
+            "onnxaccel_request_errors_total": "fail_count",
+            "onnxaccel_request_failure_seconds_total": "fail_s",
+            "onnxaccel_queue_duration_seconds_sum": "queue_s",
+            "onnxaccel_request_compute_seconds_total": "compute_s",
+            "onnxaccel_batch_size_sum": "rows",
+            "onnxaccel_batch_size_count": "executions",
+        }
+        for family in self.collecting_registry().collect():
+            if not family.name.startswith("onnxaccel_"):
+                continue
+            for sample in family.samples:
+                model = sample.labels.get("model")
+                if model not in want:
+                    continue
+                if sample.name == "onnxaccel_last_inference_timestamp_seconds":
+                    stats[model]["last"] = max(stats[model]["last"], sample.value)
+                elif sample.name in fields:
+                    stats[model][fields[sample.name]] += sample.value
+        return stats
 
 
 class _GpuCollector:

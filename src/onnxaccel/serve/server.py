@@ -34,10 +34,11 @@ class ServeResult:
     models: list[dict]
     drained: bool = True
     warnings: list[str] = field(default_factory=list)
+    workers: int = 1
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "http_url": self.http_url, "grpc_address": self.grpc_address,
-                "models": self.models, "drained": self.drained, "warnings": self.warnings}
+                "models": self.models, "drained": self.drained, "warnings": self.warnings, "workers": self.workers}
 
 
 def _uvicorn():
@@ -61,8 +62,15 @@ class InferenceServer:
     """One server: build it, ``await run()``; ``request_drain()`` (or SIGTERM) stops it gracefully."""
 
     def __init__(self, source: str, model_defaults: dict, config: ServerConfig,
-                 on_ready: Callable[[InferenceServer], None] | None = None):
+                 on_ready: Callable[[InferenceServer], None] | None = None, *, http_socket=None,
+                 multiprocess_dir: str | None = None, peers_ready: Callable[[], bool] | None = None):
+        """``http_socket``, ``multiprocess_dir`` and ``peers_ready`` make this one worker of several
+        (serve/workers.py): it serves HTTP on the socket its parent bound, shares the gRPC port (SO_REUSEPORT),
+        writes metrics to the shared folder, and loads its models before it accepts any connection."""
         self.config = config
+        self.http_socket = http_socket
+        self.multiprocess_dir = multiprocess_dir
+        self.peers_ready = peers_ready
         self.source = source
         self.model_defaults = model_defaults
         self.on_ready = on_ready
@@ -77,13 +85,20 @@ class InferenceServer:
         from onnxaccel.serve.http_app import create_app
 
         gpu, stop_gpu = _gpu_source(self.config.telemetry_interval_s)
-        metrics = ServerMetrics(gpu_source=gpu)
+        metrics = ServerMetrics(gpu_source=gpu, multiprocess_dir=self.multiprocess_dir)
         repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer)
         if not repository.entries:
             raise UsageError(f"No models found in {self.source}.",
                              "Pass an .onnx file, zoo:NAME, or a folder of NAME/model.onnx (see docs/SERVING.md).")
         self.service = service = InferenceService(repository, metrics, self.config)
+        if self.peers_ready is not None:
+            service.peers_ready = self.peers_ready
         self._stop = asyncio.Event()
+        worker = self.http_socket is not None
+        if worker:
+            # A worker takes connections only once its models are loaded: the parent's socket keeps
+            # connections waiting meanwhile, and the other workers answer them.
+            await service.load_all()
 
         http = uvicorn.Config(create_app(service), host=self.config.host, port=self.config.http_port,
                               log_level=self.config.log_level, access_log=False, lifespan="off",
@@ -92,7 +107,8 @@ class InferenceServer:
         http_server = _QuietSignalsServer(http)
         grpc_server = None
         if self.config.grpc_port is not None:
-            grpc_server, self.grpc_port = create_grpc_server(service, f"{self.config.host}:{self.config.grpc_port}")
+            grpc_server, self.grpc_port = create_grpc_server(service, f"{self.config.host}:{self.config.grpc_port}",
+                                                             reuse_port=worker)
             if self.grpc_port == 0:
                 raise UsageError(f"Cannot listen for gRPC on {self.config.host}:{self.config.grpc_port}.",
                                  "Pick another --grpc-port, or --grpc-port 0 to turn gRPC off.")
@@ -103,7 +119,7 @@ class InferenceServer:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_drain)
 
-        http_task = asyncio.ensure_future(http_server.serve())
+        http_task = asyncio.ensure_future(http_server.serve(sockets=[self.http_socket] if worker else None))
         while not http_server.started and not http_task.done():
             await asyncio.sleep(0.02)
         if http_task.done():  # could not bind: uvicorn logs and exits
@@ -114,7 +130,8 @@ class InferenceServer:
             raise UsageError(f"Cannot listen for HTTP on {self.config.host}:{self.config.http_port}.",
                              "Pick another --http-port (is another server running?).")
         self.http_port = http_server.servers[0].sockets[0].getsockname()[1]
-        await service.load_all()
+        if not worker:
+            await service.load_all()
         if self.on_ready is not None:
             self.on_ready(self)
         try:
@@ -160,8 +177,16 @@ def _QuietSignalsServer(config):  # noqa: N802 - a class factory used like a cla
 
 def serve(source: str, model_defaults: dict, config: ServerConfig,
           on_ready: Callable[[InferenceServer], None] | None = None) -> ServeResult:
-    """Serve until SIGTERM/SIGINT; blocking. Uses uvloop when installed (uvicorn's "auto" choice does too)."""
-    server = InferenceServer(source, model_defaults, config, on_ready)
+    """Serve until SIGTERM/SIGINT; blocking. Uses uvloop when installed (uvicorn's "auto" choice does too).
+    With ``config.workers`` > 1, a supervisor runs that many server processes (serve/workers.py)."""
+    if config.workers > 1:
+        from onnxaccel.serve.workers import serve_workers
+
+        return serve_workers(source, model_defaults, config, on_ready)
+    return run_server(InferenceServer(source, model_defaults, config, on_ready))
+
+
+def run_server(server: InferenceServer) -> ServeResult:
     runner = asyncio.run
     try:
         import uvloop

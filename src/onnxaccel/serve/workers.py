@@ -1,0 +1,244 @@
+"""`serve --workers N`: N server processes behind the same ports, as uvicorn's and gunicorn's workers are.
+
+Why: one Python process decodes every request on one event loop. With large binary tensors at high
+concurrency (ResNet-50 images, 600 kB each, thousands per second) that loop, not the GPU, sets the pace. N
+processes decode in parallel; each holds its own copy of every model (N x the model's GPU memory) and batches
+the requests that reach it.
+
+How:
+* The supervisor binds the HTTP socket once and hands it to every worker (spawned processes: a fork after
+  CUDA or ROCm initialised is unsafe); the kernel gives each connection to one of them. gRPC is bound by every
+  worker on the same port with SO_REUSEPORT (the supervisor reserves the port first when asked for port 0).
+* A worker loads its models before it accepts connections, and reports ready only once every worker has
+  (a shared event), so a readiness probe never sees a half-loaded server.
+* Metrics go to prometheus_client's multiprocess files in a private folder; a scrape (any worker) and Triton's
+  statistics add up all workers. Repository load/unload through the API is refused (each worker would change
+  only its own copy).
+* SIGTERM/SIGINT to the supervisor: every worker drains (serve/server.py) and exits; the supervisor waits for
+  them, then removes the metrics folder. A worker that dies while serving is replaced (its metrics marked
+  dead), as gunicorn does, so capacity comes back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue as queue_module
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from multiprocessing.connection import wait
+
+from onnxaccel.errors import UsageError
+from onnxaccel.serve.config import ServerConfig
+from onnxaccel.serve.server import ServeResult
+
+#: Seconds the supervisor waits for a worker beyond the drain timeout before killing it.
+EXIT_GRACE_S = 15.0
+
+
+def _bind(host: str, port: int, *, what: str, hint: str, reuse_port: bool = False) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT if reuse_port else socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"Cannot listen for {what} on {host}:{port}: {exc.strerror}.", hint) from None
+    return sock
+
+
+def _bind_http(host: str, port: int) -> socket.socket:
+    """The listening socket every worker accepts from."""
+    sock = _bind(host, port, what="HTTP", hint="Pick another --http-port (is another server running?).")
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _reserve_grpc(host: str, port: int) -> tuple[socket.socket, int]:
+    """A bound, not listening, SO_REUSEPORT socket: it keeps the port for the workers without taking
+    connections itself."""
+    sock = _bind(host, port, what="gRPC", hint="Pick another --grpc-port, or --no-grpc.", reuse_port=True)
+    return sock, sock.getsockname()[1]
+
+
+def _worker_main(index: int, source: str, model_defaults: dict, config: ServerConfig, http_socket: socket.socket,
+                 metrics_dir: str, events, all_ready) -> None:
+    """One worker process: a whole server on the shared sockets. Reports ("ready", index, result) or
+    ("error", index, message) on ``events``."""
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    from onnxaccel.errors import OnnxAccelError
+    from onnxaccel.serve.server import InferenceServer, run_server
+
+    def on_ready(server: InferenceServer) -> None:
+        events.put(("ready", index, server.result().to_dict()))
+
+    server = InferenceServer(source, model_defaults, config, on_ready, http_socket=http_socket,
+                             multiprocess_dir=metrics_dir, peers_ready=all_ready.is_set)
+    try:
+        result = run_server(server)
+    except OnnxAccelError as exc:
+        events.put(("error", index, (exc.message, exc.hint)))
+        raise SystemExit(2) from None
+    except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which reports it to the user
+        events.put(("error", index, (f"{type(exc).__name__}: {exc}", None)))
+        raise SystemExit(1) from None
+    raise SystemExit(0 if result.drained else 3)
+
+
+class WorkerPool:
+    """The supervisor's view: its workers, and a ServeResult for the command's output."""
+
+    def __init__(self, source: str, model_defaults: dict, config: ServerConfig, log: Callable[[str], None]):
+        self.source, self.model_defaults, self.config, self.log = source, model_defaults, config, log
+        self.ctx = multiprocessing.get_context("spawn")
+        self.events = self.ctx.Queue()
+        self.all_ready = self.ctx.Event()
+        self.metrics_dir = tempfile.mkdtemp(prefix="onnxaccel-metrics-")
+        self.http = _bind_http(config.host, config.http_port)
+        self.http_port = self.http.getsockname()[1]
+        self.grpc_reservation, self.grpc_port = (None, None)
+        if config.grpc_port is not None:
+            self.grpc_reservation, self.grpc_port = _reserve_grpc(config.host, config.grpc_port)
+        self.worker_config = replace(config, http_port=self.http_port, grpc_port=self.grpc_port)
+        self.processes: dict[int, multiprocessing.Process] = {}
+        self.ready_reports: dict[int, dict] = {}
+        self.stopping = False
+        self.replaced = 0
+
+    def start(self, index: int) -> None:
+        process = self.ctx.Process(
+            target=_worker_main, name=f"onnxaccel-serve-{index}", daemon=False,
+            args=(index, self.source, self.model_defaults, self.worker_config, self.http, self.metrics_dir,
+                  self.events, self.all_ready))
+        process.start()
+        self.processes[index] = process
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Until every worker reported ready; raises UsageError with the first worker's error."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while len(self.ready_reports) < len(self.processes):
+            if self.stopping:
+                return
+            try:
+                kind, index, payload = self.events.get(timeout=0.2)
+            except queue_module.Empty:
+                dead = [i for i, p in self.processes.items() if p.exitcode is not None and i not in self.ready_reports]
+                if dead:
+                    raise UsageError(f"Server worker {dead[0]} exited with status "
+                                     f"{self.processes[dead[0]].exitcode} while loading.",
+                                     "Run with --workers 1 to see its error.")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise UsageError("The server workers did not load their models in time.", "See the log above.")
+                continue
+            if kind == "error":
+                message, hint = payload
+                raise UsageError(f"Server worker {index}: {message}", hint or "--workers 1 runs the same server in "
+                                 "one process, with the full error.")
+            self.ready_reports[index] = payload
+        self.all_ready.set()
+
+    def result(self) -> ServeResult:
+        first = self.ready_reports.get(min(self.ready_reports)) if self.ready_reports else {}
+        grpc = f"{self.config.host}:{self.grpc_port}" if self.grpc_port else None
+        return ServeResult(f"http://{self.config.host}:{self.http_port}", grpc, first.get("models", []),
+                           True, list(first.get("warnings", [])), workers=len(self.processes))
+
+    def supervise(self) -> None:
+        """Until stopping: replace a worker that dies."""
+        while not self.stopping:
+            sentinels = {p.sentinel: i for i, p in self.processes.items()}
+            for sentinel in wait(list(sentinels), timeout=0.5):
+                if self.stopping:
+                    break
+                index = sentinels[sentinel]
+                process = self.processes[index]
+                process.join()
+                self._mark_dead(process.pid)
+                self.log(f"server worker {index} (pid {process.pid}) exited with status {process.exitcode}; "
+                         "starting a new one.")
+                self.ready_reports.pop(index, None)
+                self.replaced += 1
+                self.start(index)
+
+    def stop(self) -> bool:
+        """SIGTERM every worker, wait for their drains; True when all exited 0."""
+        self.stopping = True
+        for process in self.processes.values():
+            if process.exitcode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.config.drain_timeout_s + EXIT_GRACE_S
+        clean = True
+        for process in self.processes.values():
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+            clean = clean and process.exitcode == 0
+            self._mark_dead(process.pid)
+        return clean
+
+    def close(self) -> None:
+        self.http.close()
+        if self.grpc_reservation is not None:
+            self.grpc_reservation.close()
+        self.events.close()
+        shutil.rmtree(self.metrics_dir, ignore_errors=True)
+
+    def _mark_dead(self, pid: int | None) -> None:
+        if pid is None:
+            return
+        with contextlib.suppress(Exception):
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(pid, self.metrics_dir)
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"warning: {message}\n")
+    sys.stderr.flush()
+
+
+def serve_workers(source: str, model_defaults: dict, config: ServerConfig, on_ready=None,
+                  log: Callable[[str], None] | None = None) -> ServeResult:
+    """Run ``config.workers`` server processes until SIGTERM/SIGINT; blocking."""
+    if config.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {config.workers}.", "e.g. --workers 4")
+    from onnxaccel.serve.metrics import ServerMetrics  # noqa: F401 - fails early when prometheus-client is missing
+
+    pool = WorkerPool(source, model_defaults, config, log or _warn)
+    previous = {}
+
+    def request_stop(_signum, _frame) -> None:
+        pool.stopping = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, request_stop)
+    try:
+        for index in range(config.workers):
+            pool.start(index)
+        pool.wait_ready()
+        if not pool.stopping:
+            if on_ready is not None:
+                on_ready(pool)
+            pool.supervise()
+        drained = pool.stop()
+    except BaseException:
+        pool.stop()
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        pool.close()
+    result = pool.result()
+    result.drained = drained
+    return result
