@@ -112,3 +112,22 @@ def test_concurrent_requests_report_wall_throughput(mlp_path):
     assert result.ok and result.latency.count == 60  # 20 calls on each of 3 threads
     assert result.timing["throughput_basis"] == "wall"
     assert result.throughput == pytest.approx(result.timing["wall_throughput_items_per_s"])
+
+
+def test_instances_run_separate_sessions_side_by_side(mlp_path):
+    sweep = Sweep(str(mlp_path), SweepSettings(warmup=2, runs=20))
+    opened = []
+    real = sweep._instances
+
+    def spy(cell, prepared):
+        extra = real(cell, prepared)
+        opened.extend(id(r.session) for r in extra + [prepared.runner])
+        return extra
+
+    sweep._instances = spy
+    result = sweep.run([SweepCell("cpu?intra_op_num_threads=1", 2, instances=3)])[0]
+    assert result.ok and result.latency.count == 60  # 20 calls on each of 3 sessions
+    assert result.id.endswith("|c=1|i=3") and result.timing["throughput_basis"] == "wall"
+    # two further sessions, not the group's one three times; each its own ORT session
+    assert len(set(opened)) == 3
+    assert SweepCell.from_dict(result.cell.to_dict()) == result.cell

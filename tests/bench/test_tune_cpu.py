@@ -120,3 +120,28 @@ def test_bench_with_a_bad_config_exits_2_without_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "onnxaccel.cli.main", "bench", "--config", str(tmp_path / "bad.json")],
                           check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Unknown target device 'gpu'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_instances_stage_is_tried_and_its_count_reaches_the_config(tmp_path, mlp_path):
+    """On a CPU only when asked (sessions would share cores); the winner's instance count is written, and
+    `bench --config` measures that many sessions."""
+    config = tmp_path / "mlp-tuned.json"
+    proc = tune_cli("tune", str(mlp_path), "-t", "cpu?intra_op_num_threads=1", "-b", "8", "--precision", "fp32",
+                    "--instances", "2", *FAST, "-O", str(config), "--report", str(tmp_path / "search.json"))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads((tmp_path / "search.json").read_text())["tune"]["candidates"]
+    tried = [r for r in rows if "instances" in r["stage"]]
+    assert len(tried) == 1 and tried[0]["id"].endswith("|i=2") and tried[0]["status"] == "ok"
+    saved = load_config(config)
+    best = json.loads((tmp_path / "search.json").read_text())["tune"]["best"]
+    assert saved.instances == (2 if "|i=2" in best["id"] else 1)
+    forced = json.loads(config.read_text())
+    forced["instances"] = 2
+    config.write_text(json.dumps(forced))
+    bench = cli("bench", "--config", str(config), "--runs", "5", "--json")
+    assert bench.returncode == 0, bench.stderr
+    assert json.loads(bench.stdout)["cells"][0]["id"].endswith("|i=2")
+    forced["instances"] = 0
+    config.write_text(json.dumps(forced))
+    with pytest.raises(ConfigError, match="'instances' must be a positive integer"):
+        load_config(config)

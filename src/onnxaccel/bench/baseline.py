@@ -81,7 +81,7 @@ def _change(new: CellResult, old: CellResult | None, threshold: float, sigmas: f
         verdict = ("both-failed" if not new.ok and not old.ok else "now-failing" if not new.ok else "now-passing")
         note = (new.error or {}).get("message", "") if not new.ok else ""
         return CellChange(new.id, verdict, _p50(old), _p50(new), old.throughput, new.throughput, note=note)
-    concurrent = new.cell.concurrency > 1
+    concurrent = new.cell.parallel
     if concurrent:
         a, b = old.throughput or 0.0, new.throughput or 0.0
         change = (b - a) / a if a else math.inf

@@ -31,6 +31,10 @@ class SweepCell:
     concurrency: int = 1
     #: Free text that tells cells apart which are otherwise equal (e.g. "confirm" in tune).
     tag: str = ""
+    #: Sessions of the same configuration run side by side, one thread each (Triton's instance count,
+    #: trtexec's --streams): throughput from several streams on one device. Unlike ``concurrency`` (threads on
+    #: one session), each instance may replay its own captured graph.
+    instances: int = 1
 
     @property
     def effective_target(self) -> Target:
@@ -43,6 +47,11 @@ class SweepCell:
     def uses_graph(self) -> bool:
         target = self.effective_target
         return target.option_dict.get(GRAPH_OPTION.get(target.device, ""), "0") == "1"
+
+    @property
+    def parallel(self) -> bool:
+        """Several calls in flight (threads on one session, or instances): throughput is over wall time."""
+        return self.concurrency > 1 or self.instances > 1
 
     @property
     def shape_dict(self) -> dict[str, tuple[int, ...]]:
@@ -59,19 +68,22 @@ class SweepCell:
             parts.append("shape=" + ",".join(f"{k}={'x'.join(map(str, v))}" for k, v in self.shapes))
         parts.append(f"io={'on' if self.iobinding else 'off'}")
         parts.append(f"c={self.concurrency}")
+        if self.instances > 1:
+            parts.append(f"i={self.instances}")
         if self.tag:
             parts.append(self.tag)
         return "|".join(parts)
 
     def to_dict(self) -> dict:
         return {"target": self.target, "batch": self.batch, "shapes": {k: list(v) for k, v in self.shapes},
-                "iobinding": self.iobinding, "graph": self.graph, "concurrency": self.concurrency, "tag": self.tag}
+                "iobinding": self.iobinding, "graph": self.graph, "concurrency": self.concurrency, "tag": self.tag,
+                "instances": self.instances}
 
     @classmethod
     def from_dict(cls, data: dict) -> SweepCell:
         return cls(str(data["target"]), data.get("batch"), _shape_items(data.get("shapes") or {}),
                    bool(data.get("iobinding", True)), bool(data.get("graph", False)), int(data.get("concurrency", 1)),
-                   str(data.get("tag", "")))
+                   str(data.get("tag", "")), int(data.get("instances", 1)))
 
 
 def _shape_items(shapes: dict) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -180,14 +192,15 @@ def grid(
     iobinding: Sequence[bool] = (True,),
     graph: Sequence[bool] = (False,),
     concurrency: Sequence[int] = (1,),
+    instances: Sequence[int] = (1,),
 ) -> tuple[list[SweepCell], list[Skipped]]:
     """Every combination, in that nesting order; combinations that cannot work are returned as skipped."""
     shape_items = _shape_items(shapes or {})
     cells, skipped, seen = [], [], set()
-    for text, precision, batch, graph_on, io, conc in itertools.product(
-            targets, precisions, batches, graph, iobinding, concurrency):
+    for text, precision, batch, graph_on, io, conc, count in itertools.product(
+            targets, precisions, batches, graph, iobinding, concurrency, instances):
         target = parse_target(text, precision=precision) if precision else parse_target(text)
-        cell = SweepCell(str(target), batch, shape_items, io, graph_on, conc)
+        cell = SweepCell(str(target), batch, shape_items, io, graph_on, conc, instances=count)
         reason = _skip_reason(cell, target)
         key = Skipped(cell, reason).to_dict()["id"] if reason else cell.id
         if key in seen:
@@ -208,6 +221,8 @@ def _skip_reason(cell: SweepCell, target: Target) -> str | None:
                 "(ORT CUDA EP docs, 'Using CUDA Graphs')")
     if cell.uses_graph and cell.concurrency > 1:
         return "a captured graph cannot be replayed from several threads on one session (ORT CUDA EP docs)"
+    if cell.concurrency > 1 and cell.instances > 1:
+        return "concurrency (threads on one session) and instances (one thread per session) are alternatives"
     return None
 
 

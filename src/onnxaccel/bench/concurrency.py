@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from onnxaccel.engines.base import Runner
 
 
 def measure_concurrent(
-    runner: Runner,
+    runner: Runner | Sequence[Runner],
     feeds: Mapping[str, np.ndarray],
     *,
     concurrency: int,
@@ -36,10 +36,13 @@ def measure_concurrent(
 ) -> TimingResult:
     """``runs`` calls per thread (or calls for ``duration`` seconds) after ``warmup`` per thread.
 
-    ``first_run_ms`` is the slowest first call of any thread.
+    ``first_run_ms`` is the slowest first call of any thread. ``runner`` may be a list of runners (instances):
+    thread ``i`` then calls runner ``i``, and ``concurrency`` is their number.
     """
+    runners = list(runner) if isinstance(runner, Sequence) else [runner] * concurrency
+    concurrency = len(runners)
     calls: list[Callable[[], object]] = []
-    for _ in range(concurrency):
+    for runner in runners:
         if iobinding:
             calls.append(runner.bind(feeds).run)
         else:

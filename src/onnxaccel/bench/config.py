@@ -54,6 +54,8 @@ class TunedConfig:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     iobinding: bool = True
     concurrency: int = 1
+    #: Sessions side by side (bench --instances; serve --instances).
+    instances: int = 1
     model_sha256: str | None = None
     measured: dict = field(default_factory=dict)
     objective: dict = field(default_factory=dict)
@@ -91,7 +93,7 @@ class TunedConfig:
             "schema": SCHEMA, "model": self.model, "model_sha256": self.model_sha256, "target": str(self.target),
             "batch": self.batch, "shapes": {k: list(v) for k, v in self.shapes.items()},
             "input_shapes": {k: list(v) for k, v in self.input_shapes.items()}, "iobinding": self.iobinding,
-            "concurrency": self.concurrency, "measured": self.measured, "objective": self.objective,
+            "concurrency": self.concurrency, "instances": self.instances, "measured": self.measured, "objective": self.objective,
             "provenance": self.provenance,
         }
 
@@ -140,13 +142,17 @@ def load_config(path: str | os.PathLike) -> TunedConfig:
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise ConfigError(f"{where}: 'concurrency' must be a positive integer, got {concurrency!r}.",
                           "e.g. \"concurrency\": 1")
+    instances = data.get("instances", 1)
+    if not isinstance(instances, int) or isinstance(instances, bool) or instances < 1:
+        raise ConfigError(f"{where}: 'instances' must be a positive integer, got {instances!r}.",
+                          "e.g. \"instances\": 1")
     iobinding = data.get("iobinding", True)
     if not isinstance(iobinding, bool):
         raise ConfigError(f"{where}: 'iobinding' must be true or false, got {iobinding!r}.", "e.g. \"iobinding\": true")
     return TunedConfig(
         model=model, target=target, batch=batch, shapes=_shapes(data.get("shapes"), "shapes", where),
         input_shapes=_shapes(data.get("input_shapes"), "input_shapes", where), iobinding=iobinding,
-        concurrency=concurrency, model_sha256=data.get("model_sha256"), measured=dict(data.get("measured") or {}),
+        concurrency=concurrency, instances=instances, model_sha256=data.get("model_sha256"), measured=dict(data.get("measured") or {}),
         objective=dict(data.get("objective") or {}), provenance=dict(data.get("provenance") or {}), path=path,
     )
 

@@ -28,6 +28,8 @@ def series_name(cell: CellResult) -> str:
     name = f"{cell.cell.effective_target} io={'on' if cell.cell.iobinding else 'off'}"
     if cell.cell.concurrency > 1:
         name += f" c={cell.cell.concurrency}"
+    if cell.cell.instances > 1:
+        name += f" i={cell.cell.instances}"
     if cell.cell.tag:
         name += f" {cell.cell.tag}"
     return name

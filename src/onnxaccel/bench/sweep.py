@@ -173,13 +173,15 @@ class Sweep:
             self.on_event(SweepEvent("cell-progress", index=index, total=total, cell=cell, done=n, runs=runs))
 
         try:
-            bound = runner.bind(feeds) if cell.iobinding and cell.concurrency == 1 else None
+            bound = runner.bind(feeds) if cell.iobinding and not cell.parallel else None
+            extra = self._instances(cell, prepared)
             monitor.start()
             try:
-                if cell.concurrency > 1:
-                    timing = measure_concurrent(runner, feeds, concurrency=cell.concurrency, batch=batch,
-                                                warmup=s.warmup, runs=s.runs, duration=s.duration,
-                                                iobinding=cell.iobinding, progress=progress)
+                if cell.parallel:
+                    timing = measure_concurrent([runner, *extra] if extra else runner, feeds,
+                                                concurrency=cell.concurrency, batch=batch, warmup=s.warmup,
+                                                runs=s.runs, duration=s.duration, iobinding=cell.iobinding,
+                                                progress=progress)
                 else:
                     call = bound.run if bound is not None else functools.partial(runner.run, feeds)
                     timing = measure_call(call, batch=batch, warmup=s.warmup, runs=s.runs, duration=s.duration,
@@ -187,6 +189,8 @@ class Sweep:
                                           progress=progress)
             finally:
                 telemetry = monitor.stop()
+                for other in extra:
+                    other.close()
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
@@ -211,7 +215,7 @@ class Sweep:
             except Exception as exc:  # noqa: BLE001
                 transfer = {"method": "explicit-copy", "error": _error_dict(exc, "transfers")}
         timing_dict = timing.to_dict()
-        timing_dict["throughput_basis"] = "wall" if cell.concurrency > 1 else "median"
+        timing_dict["throughput_basis"] = "wall" if cell.parallel else "median"
         for key in ("batch", "iobinding", "latency"):
             timing_dict.pop(key)
         return CellResult(
@@ -221,6 +225,13 @@ class Sweep:
             accuracy=accuracy, histogram=histogram(timing.samples_ms),
             samples_ms=keep_samples(timing.samples_ms), warnings=warnings,
         )
+
+    def _instances(self, cell: SweepCell, prepared: Prepared) -> list:
+        """The further sessions of an ``instances`` cell (the group's session is the first); compiled from the
+        same prepared model, so a conversion is not redone."""
+        return [prepare(prepared.model, cell.effective_target, inputs=self.settings.inputs,
+                        shapes=cell.shape_dict, batch=cell.batch, strict=self.settings.strict,
+                        seed=self.settings.seed).runner for _ in range(cell.instances - 1)]
 
     def _memory(self, session: dict, telemetry: dict | None) -> dict:
         memory = host_memory()
@@ -240,7 +251,7 @@ class Sweep:
         cost = self._costs[key]
         if cost is None or not cost.flops:
             return None
-        per_inference = (timing.latency.p50 / 1e3 if cell.concurrency == 1
+        per_inference = (timing.latency.p50 / 1e3 if not cell.parallel
                          else timing.wall_seconds / max(timing.calls, 1))
         name = self.settings.gpu_name or (telemetry or {}).get("name")
         target = cell.effective_target

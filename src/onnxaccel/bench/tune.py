@@ -46,6 +46,9 @@ __all__ = ["ConfigError", "TuneError", "TuneResult", "TuneSettings", "TunedConfi
            "tune"]
 
 
+#: Instance counts tune tries on GPUs by default.
+GPU_INSTANCES = (2, 4)
+
 #: Precisions whose best throughput is below this share of the leader drop out of the later stages.
 BEAM_RATIO = 0.67
 
@@ -73,6 +76,9 @@ class TuneSettings:
     inputs: tuple[str, ...] = ()
     strict: bool = False
     gpu_name: str | None = None
+    #: Instance counts tried on the leader after the option stages: None = (2, 4) on GPUs and none on CPUs
+    #: (where sessions would share the same cores); empty = none.
+    instances: tuple[int, ...] | None = None
 
     def sweep(self, duration: float) -> SweepSettings:
         return SweepSettings(warmup=self.warmup, runs=None, duration=duration, gate=self.gate, seed=self.seed,
@@ -83,7 +89,8 @@ class TuneSettings:
                 "precisions": list(self.precisions) if self.precisions else None, "accuracy_gate": self.gate.to_dict(),
                 "latency_budget_ms": self.latency_budget_ms, "warmup": self.warmup, "duration_s": self.duration,
                 "confirm_duration_s": self.confirm_duration, "time_budget_s": self.time_budget_s,
-                "threads": list(self.threads) if self.threads else None, "seed": self.seed}
+                "threads": list(self.threads) if self.threads else None, "seed": self.seed,
+                "instances": list(self.instances) if self.instances is not None else None}
 
 
 @dataclass
@@ -245,6 +252,18 @@ class _Tuner:
         best = None
         for member in beam.values():
             best = self.better(best, member)
+        counts = self.settings.instances if self.settings.instances is not None else (
+            GPU_INSTANCES if self.target.is_gpu else ())
+        if best is not None and counts:
+            if self.out_of_time():
+                self.notes.append("time budget reached: the instances stage was not tried")
+            else:
+                # Several sessions side by side, each on its own stream (and its own captured graph): a GPU
+                # that one small-batch stream leaves mostly idle runs them in parallel. Per-call latency
+                # rises, so a latency budget still rules through its p99.
+                cells = [dataclasses.replace(best.cell, instances=n, tag="") for n in counts]
+                for result in self.evaluate(cells, f"batch {batch or 'default'}: instances (sessions side by side)"):
+                    best = self.better(best, result)
         return best
 
     def confirm(self, best: CellResult) -> tuple[CellResult, CellResult | None]:
@@ -271,7 +290,8 @@ class _Tuner:
         return TunedConfig(
             model=self.model.source, target=best.cell.effective_target, batch=best.cell.batch,
             shapes=dict(self.settings.shapes), input_shapes={k: tuple(v) for k, v in (best.input_shapes or {}).items()},
-            iobinding=best.cell.iobinding, concurrency=best.cell.concurrency, model_sha256=file_sha256(self.model.path),
+            iobinding=best.cell.iobinding, concurrency=best.cell.concurrency, instances=best.cell.instances,
+            model_sha256=file_sha256(self.model.path),
             measured={"p50_ms": best.latency.p50, "p99_ms": best.latency.p99,
                       "throughput_items_per_s": best.throughput, "speedup_vs_plain": speedup,
                       "accuracy_max_abs": (best.accuracy or {}).get("max_abs"),

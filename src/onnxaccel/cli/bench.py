@@ -78,6 +78,9 @@ def bench_command(
         "faster, as trtexec --avgRuns).")] = None,
     concurrency: Annotated[str, typer.Option(help="Concurrent requests on one session, comma-separated, "
                                              "e.g. 1,4.")] = "1",
+    instances: Annotated[str, typer.Option(help="Sessions side by side, one thread each (as Triton's instance "
+                                           "count or trtexec --streams), comma-separated, e.g. 1,2,4. Unlike "
+                                           "--concurrency, each may replay its own CUDA graph.")] = "1",
     report: ReportOpt = None,
     baseline: Annotated[str | None, typer.Option(help="Compare with an earlier JSON report: regressions and gains "
                         "beyond noise.")] = None,
@@ -116,6 +119,8 @@ def bench_command(
     resolved = [str(resolve_target(t, None, ep_option)) for t in targets]
     batches = _batches(batch) if batch else [tuned.batch if tuned else None]
     shapes = parse_shape_bindings(shape) if shape else (dict(tuned.shapes) if tuned else {})
+    if tuned is not None and instances == "1" and tuned.instances > 1:
+        instances = str(tuned.instances)
     if runs is not None and duration is not None:
         raise UsageError("--runs and --duration exclude each other.", "Give one: --runs 200, or --duration 5.")
     limits = (("--warmup", warmup, 0), ("--runs", runs, 1), ("--calls-per-sample", calls_per_sample, 1))
@@ -132,7 +137,7 @@ def bench_command(
     precisions = [p.strip().lower() for p in precision.split(",") if p.strip()] if precision else [None]
     cells, skipped = grid(resolved, precisions=precisions, batches=batches, shapes=shapes,
                           iobinding=_modes(iobinding, "--iobinding"), graph=_modes(graph, "--graph"),
-                          concurrency=_ints(concurrency, "--concurrency"))
+                          concurrency=_ints(concurrency, "--concurrency"), instances=_ints(instances, "--instances"))
     settings = SweepSettings(warmup=warmup, runs=runs if runs is not None or duration is not None else 100,
                              duration=duration, calls_per_sample=calls_per_sample,
                              gate=AccuracyGate(max_error, atol, rtol), seed=seed, inputs=tuple(inputs or ()),
@@ -267,6 +272,7 @@ def terminal_row(cell) -> list[str]:
 
     target = cell.cell.effective_target
     io = ("on" if cell.cell.iobinding else "off") + (f" x{cell.cell.concurrency}" if cell.cell.concurrency > 1 else "")
+    io += f" i{cell.cell.instances}" if cell.cell.instances > 1 else ""
     if not cell.ok:
         return [escape(str(target)), str(cell.batch or "-"), io, "-", "-", "-", "-", "-", "-", "-", "FAILED"]
     lat, session, roof = cell.latency, cell.session or {}, cell.roofline or {}

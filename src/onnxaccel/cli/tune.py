@@ -70,6 +70,9 @@ def tune_command(
                            "stages after this (the best so far wins).")] = None,
     threads: Annotated[str | None, typer.Option(help="CPU: intra-op thread counts to try, e.g. 1,4,8 (default: all "
                        "logical CPUs, half of them, and 1).")] = None,
+    instances: Annotated[str | None, typer.Option(help="Session counts to try side by side once the options are "
+                         "chosen (throughput from several streams, as Triton's instance count). Default: 2,4 on "
+                         "GPUs, none on CPUs; 1 turns the stage off.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-O", help="Configuration file to write (default: "
                       "MODELNAME-tuned.json).")] = None,
     report: ReportOpt = None,
@@ -117,6 +120,7 @@ def tune_command(
         warmup=warmup, duration=duration, confirm_duration=confirm_duration, time_budget_s=time_budget,
         threads=tuple(_ints(threads, "--threads")) if threads else None, seed=seed, inputs=tuple(inputs or ()),
         strict=strict, gpu_name=gpu,
+        instances=tuple(n for n in _ints(instances, "--instances") if n > 1) if instances else None,
     )
     command = "onnxaccel tune " + shlex.join([model, "--target", str(tgt)] + _flags(
         batch=batch, shape=shape, precision=precision, max_error=max_error, latency_budget=latency_budget))
