@@ -194,7 +194,13 @@ def main() -> None:
             _show(results[-1])
         if serve:
             for n in counts:
-                serving.append(serve_config(args, n, batch))
+                try:
+                    serving.append(serve_config(args, n, batch))
+                except Exception as exc:  # noqa: BLE001 - the batch figures above stand; the error is reported
+                    serving.append({"config": f"serve --ray, {n} replica(s)", "replicas": n,
+                                    "error": f"{type(exc).__name__}: {exc}"})
+                    print(f"serve --ray with {n} replica(s) failed: {serving[-1]['error']}", file=sys.stderr)
+                    continue
                 print(f"{serving[-1]['config']}: {serving[-1]['inferences_per_s']:.1f} inferences/s", file=sys.stderr)
         cluster_info = cluster.to_dict()
 
@@ -223,6 +229,7 @@ def _scaling(results: list[dict], serving: list[dict]) -> dict:
     out = {}
     if len(ray) >= 2:
         out["batch_ratio_last_vs_first"] = ray[-1]["rows_per_s"] / ray[0]["rows_per_s"]
+    serving = [s for s in serving if "error" not in s]
     if len(serving) >= 2:
         out["serve_ratio_last_vs_first"] = serving[-1]["inferences_per_s"] / serving[0]["inferences_per_s"]
     return out
@@ -242,6 +249,9 @@ def _table(summary: dict) -> None:
         print(f"{r['config']:<28}{r['rows_per_s']:>12.1f}{r['rows']:>9}{r['startup_s']:>11.1f}"
               f"{r['wall_ms_per_batch']:>15.2f}{r['worker_ms_per_batch']:>17.2f}")
     for s in summary["serve_runs"]:
+        if "error" in s:
+            print(f"{s['config']:<28} failed: {s['error']}")
+            continue
         print(f"{s['config']:<28}{s['inferences_per_s']:>12.1f} inf/s  p50 {s['p50_ms'] or 0:.1f} ms  "
               f"p99 {s['p99_ms'] or 0:.1f} ms  errors {sum(s['errors'].values())}")
     for key, value in summary["scaling"].items():

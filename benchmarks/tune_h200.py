@@ -25,6 +25,7 @@ Usage:  python benchmarks/tune_h200.py OUT_DIR [--tune-budget 60] [--rounds 2] [
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -88,6 +89,7 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, default=420.0,
                         help="seconds: after this, side-by-side rounds beyond the first are skipped")
     parser.add_argument("--cpu-dry-run", action="store_true", help="small models on the CPU, to check the script")
+    parser.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -111,6 +113,11 @@ def main() -> None:
     if not args.cpu_dry_run and hasattr(ort, "preload_dlls"):
         ort.preload_dlls()
     cases = CPU_CASES if args.cpu_dry_run else GPU_CASES
+    if args.cases:
+        wanted = set(args.cases.split(","))
+        cases = tuple(c for c in cases if c.name in wanted)
+        if not cases:
+            sys.exit(f"no case named {args.cases}; cases: {', '.join(c.name for c in GPU_CASES + CPU_CASES)}")
     duration = 0.3 if args.cpu_dry_run else args.duration
 
     def log(text: str) -> None:  # progress on stderr; stdout carries only the JSON and the table
@@ -144,7 +151,10 @@ def main() -> None:
         shapes = tuple(sorted(case.shapes.items()))
         configs = {"plain fp32 (onnxaccel)": SweepCell(str(plain), case.batch, shapes, iobinding=False),
                    "plain fp16 (onnxaccel)": SweepCell(str(plain16), case.batch, shapes, iobinding=False),
-                   "tuned": SweepCell(str(best.target), case.batch, shapes, iobinding=best.iobinding)}
+                   "tuned": SweepCell(str(best.target), case.batch, shapes, iobinding=best.iobinding,
+                                      instances=best.instances)}
+        if best.instances > 1:  # the same configuration as one session: what one stream of requests sees
+            configs["tuned, 1 instance"] = SweepCell(str(best.target), case.batch, shapes, iobinding=best.iobinding)
         ref = prepare(model, plain, shapes=dict(case.shapes), batch=case.batch)
         feeds = dict(ref.feeds)
         ref.close()
@@ -162,8 +172,7 @@ def main() -> None:
             through["plain fp32 (raw ORT)"].append(raw["throughput"])
             p50["plain fp32 (raw ORT)"].append(raw["p50_ms"])
             for label, cell in order:
-                result = side.run([SweepCell(cell.target, cell.batch, cell.shapes, cell.iobinding,
-                                             tag=f"round{round_index + 1}")])[0]
+                result = side.run([dataclasses.replace(cell, tag=f"round{round_index + 1}")])[0]
                 if result.ok:
                     through[label].append(result.throughput)
                     p50[label].append(result.latency.p50)
@@ -172,13 +181,15 @@ def main() -> None:
                 else:
                     log(f"{case.name} {label}: {result.error['message']}")
         med = {k: statistics.median(v) if v else None for k, v in through.items()}
-        plains = [v for k, v in med.items() if k != "tuned" and v]
+        plains = [v for k, v in med.items() if not k.startswith("tuned") and v]
         fastest_plain = max(plains) if plains else None
         ratio = med["tuned"] / fastest_plain if med["tuned"] and fastest_plain else None
         fp32 = [v for k, v in med.items() if "fp32" in k and v]
         ratio_fp32 = med["tuned"] / max(fp32) if med["tuned"] and fp32 else None
+        single = med.get("tuned, 1 instance") if best.instances > 1 else med["tuned"]
         row = {"case": case.name, "model": case.model, "batch": case.batch, "tuned_target": str(best.target),
-               "tuned_iobinding": best.iobinding, "throughput": med, "p50_ms": {k: statistics.median(v) if v else None
+               "tuned_iobinding": best.iobinding, "tuned_instances": best.instances,
+               "speedup_one_instance_vs_fastest_plain": single / fastest_plain if single and fastest_plain else None, "throughput": med, "p50_ms": {k: statistics.median(v) if v else None
                                                                                for k, v in p50.items()},
                "speedup_vs_fastest_plain": ratio, "speedup_vs_plain_fp32": ratio_fp32, "goal": case.goal,
                "tuned_accuracy": {k: (accuracy or {}).get(k) for k in ("reference", "passed", "max_abs")},
@@ -195,7 +206,8 @@ def main() -> None:
     (args.out / "tune_h200.md").write_text(table)
     print(json.dumps({"passed": summary["passed"], "seconds": round(summary["seconds"], 1), "gpu": summary["gpu"],
                       "onnxruntime": summary["environment"].get("onnxruntime"),
-                      "cases": [{k: r[k] for k in ("case", "tuned_target", "tuned_iobinding", "throughput",
+                      "cases": [{k: r[k] for k in ("case", "tuned_target", "tuned_iobinding", "tuned_instances",
+                                                   "speedup_one_instance_vs_fastest_plain", "throughput",
                                                    "speedup_vs_fastest_plain", "speedup_vs_plain_fp32", "goal",
                                                    "tuned_accuracy", "passed")} for r in rows]}, indent=2, default=str))
     print()
@@ -204,17 +216,20 @@ def main() -> None:
 
 
 def markdown(rows: list[dict], summary: dict) -> str:
-    labels = ["plain fp32 (raw ORT)", "plain fp32 (onnxaccel)", "plain fp16 (onnxaccel)", "tuned"]
+    labels = ["plain fp32 (raw ORT)", "plain fp32 (onnxaccel)", "plain fp16 (onnxaccel)", "tuned, 1 instance", "tuned"]
     lines = [f"GPU: {summary['gpu']}; onnxruntime {summary['environment'].get('onnxruntime')}; "
              f"{summary['seconds']:.0f} s in all", "",
              "| case | " + " | ".join(f"{label} items/s" for label in labels)
              + " | tuned configuration | tuned / fastest plain | goal | |",
              "|---|" + "---|" * (len(labels) + 4)]
     for r in rows:
-        cells = [f"{r['throughput'][k]:,.0f}" if r["throughput"].get(k) else "failed" for k in labels]
+        cells = [f"{r['throughput'][k]:,.0f}" if r["throughput"].get(k) else ("-" if k not in r["throughput"]
+                 else "failed") for k in labels]
         ratio = r["speedup_vs_fastest_plain"]
+        inst = f", {r['tuned_instances']} instances" if r["tuned_instances"] > 1 else ""
         lines.append(f"| {r['case']} | " + " | ".join(cells) + f" | `{r['tuned_target']}` "
-                     f"{'IO binding' if r['tuned_iobinding'] else 'numpy'} | "
+                     f"{'IO binding' if r['tuned_iobinding'] else 'numpy'}"
+                     f"{inst} | "
                      f"{f'{ratio:.2f}x' if ratio else '-'} | >= {r['goal']}x | {'pass' if r['passed'] else 'FAIL'} |")
     return "\n".join(lines) + "\n"
 

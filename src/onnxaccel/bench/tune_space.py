@@ -5,9 +5,11 @@ Sources of the knobs (option names as validated in target.PROVIDER_OPTIONS):
 * CUDA EP (ORT docs "CUDA Execution Provider" and "Tune performance > CUDA"): ``prefer_nhwc`` (NHWC
   convolution kernels, tensor-core friendly), ``enable_cuda_graph`` (replay one captured graph: removes
   kernel-launch cost; needs IO binding and every node on the CUDA EP), ``cudnn_conv_algo_search``
-  (EXHAUSTIVE is the default; HEURISTIC skips the benchmark-based search). Measured on an H200: FP16 + IO
+  (EXHAUSTIVE is the default; HEURISTIC skips the benchmark-based search), ``fuse_conv_bias`` (cuDNN frontend
+  runtime fusion of Conv + bias + activation), ``tunable_op_enable``/``tunable_op_tuning_enable`` (ORT's TunableOp:
+  GEMM kernels chosen by timing at run time, onnxruntime/core/providers/cuda/tunable). Measured on an H200: FP16 + IO
   binding + NHWC + CUDA graph = 3.87x a plain FP16 session at batch 1 (shared/research/h200-anchors).
-* ROCm EP (ORT <= 1.22): ``enable_hip_graph``, ``miopen_conv_exhaustive_search``.
+* ROCm EP (ORT <= 1.22): ``enable_hip_graph``, ``miopen_conv_exhaustive_search``, TunableOp (as on CUDA).
 * MIGraphX EP: ``migraphx_exhaustive_tune`` (compile-time kernel tuning; slower compile, faster kernels);
   FP16/INT8 through the provider's own switches (``/fp16``, ``/int8`` targets).
 * TensorRT EP: ``trt_cuda_graph_enable``; FP16/INT8 through its own switches.
@@ -53,10 +55,13 @@ def stages_for(target: Target, *, threads: tuple[int, ...] | None = None) -> lis
     if device == "cuda":
         return [Stage("layout (prefer_nhwc)", ({"prefer_nhwc": "1"},)),
                 Stage("graph capture (enable_cuda_graph)", ({"enable_cuda_graph": "1"},), needs_iobinding=True),
-                Stage("cuDNN algorithm search", ({"cudnn_conv_algo_search": "HEURISTIC"},))]
+                Stage("cuDNN algorithm search", ({"cudnn_conv_algo_search": "HEURISTIC"},)),
+                Stage("cuDNN runtime fusion (fuse_conv_bias)", ({"fuse_conv_bias": "1"},)),
+                Stage("GEMM tuning (TunableOp)", ({"tunable_op_enable": "1", "tunable_op_tuning_enable": "1"},))]
     if device == "rocm":
         return [Stage("graph capture (enable_hip_graph)", ({"enable_hip_graph": "1"},), needs_iobinding=True),
-                Stage("MIOpen algorithm search", ({"miopen_conv_exhaustive_search": "1"},))]
+                Stage("MIOpen algorithm search", ({"miopen_conv_exhaustive_search": "1"},)),
+                Stage("GEMM tuning (TunableOp)", ({"tunable_op_enable": "1", "tunable_op_tuning_enable": "1"},))]
     if device == "migraphx":
         return [Stage("MIGraphX exhaustive tune", ({"migraphx_exhaustive_tune": "1"},))]
     if device == "tensorrt":
