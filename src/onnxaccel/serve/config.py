@@ -70,7 +70,8 @@ class ModelConfig:
                 notes.append(f"{self.name}: {what} has no effect on {base.device} (its provider has no such option).")
             else:
                 extra[key] = str(value)
-        if base.is_gpu and "intra_op_num_threads" not in base.option_dict and "intra_op_num_threads" not in extra:
+        if (base.is_gpu and base.engine == "ort" and "intra_op_num_threads" not in base.option_dict
+                and "intra_op_num_threads" not in extra):
             # A GPU session's CPU thread pool only runs the few CPU-placed (shape) nodes, but by default has one
             # spinning thread per core, which competes with the event loop decoding requests and with the
             # other instances/workers. `?intra_op_num_threads=N` in the target overrides this.
