@@ -34,8 +34,9 @@ for stage in "$@"; do
         --batch 64 --request-batch 8 --concurrency 64 --duration 30 --json "$OUT/serve_b8.json" > "$OUT/serve_b8.log" 2>&1
       echo "rc=$?"; tail -12 "$OUT/serve_b8.log" ;;
     tune-b1)  # issue 6, session 2: ResNet-50 batch 1 with the new stages (fusion, TunableOp, instances)
-      timeout 470 python3 benchmarks/tune_h200.py "$OUT/tune_b1" --cases resnet50-b1 --tune-budget 120 --rounds 3 \
-        --duration 2 --deadline 330 > "$OUT/tune_b1.md" 2> "$OUT/tune_b1.err"
+      timeout ${TUNE_TIMEOUT:-470} python3 benchmarks/tune_h200.py "$OUT/tune_b1" --cases resnet50-b1 \
+        --tune-budget ${TUNE_BUDGET:-120} --rounds ${TUNE_ROUNDS:-3} --duration 2 --deadline ${TUNE_DEADLINE:-330} \
+        > "$OUT/tune_b1.md" 2> "$OUT/tune_b1.err"
       echo "rc=$?"; tail -8 "$OUT/tune_b1.md"; grep -E "instances|fusion|TunableOp|tuned" "$OUT/tune_b1.err" | tail -12 ;;
     tune-rest)
       timeout 560 python3 benchmarks/tune_h200.py "$OUT/tune_rest" --cases resnet50-b256,bert-base-s128-b32 \
@@ -44,12 +45,13 @@ for stage in "$@"; do
     serve-workers)  # issue 7, session 2: serve --workers 1/4/8 against in-process at batch 64
       export PATH=/tmp/serve-site/bin:$PATH
       timeout 500 python3 benchmarks/serve_throughput.py --model zoo:resnet50 --target cuda:0 --precision fp16 \
-        --batch 64 --concurrency 64 --duration 15 --warmup 5 --inprocess-duration 8 --server-workers 1,4,8 \
+        --batch 64 --concurrency 64 --duration ${SERVE_SECONDS:-15} --warmup 5 --inprocess-duration 8 \
+        --server-workers ${SERVER_WORKERS:-1,4,8} \
         --py-spy 8 --workers 6 --json "$OUT/serve_workers.json" > "$OUT/serve_workers.log" 2>&1
       echo "rc=$?"; tail -40 "$OUT/serve_workers.log" ;;
     ray-batch)  # issue 9: batch in-process vs Ray Data (1 GPU), and serve --ray (1 replica)
-      timeout 420 python3 benchmarks/batch_throughput.py --target cuda/fp16 --model zoo:resnet50 --gpus 1 \
-        --seconds 40 --workdir /tmp/bt --json "$OUT/batch_h200.json" > "$OUT/batch_h200.log" 2>&1
+      timeout ${BATCH_TIMEOUT:-420} python3 benchmarks/batch_throughput.py --target cuda/fp16 --model zoo:resnet50 \
+        --gpus 1 --seconds ${BATCH_SECONDS:-40} --workdir /tmp/bt --json "$OUT/batch_h200.json" > "$OUT/batch_h200.log" 2>&1
       echo "rc=$?"; tail -15 "$OUT/batch_h200.log" ;;
     pack)
       tar czf "$PACK" -C "$OUT" --exclude='*.tgz' . && ls -la "$PACK" ;;
