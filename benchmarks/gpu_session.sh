@@ -53,6 +53,9 @@ for stage in "$@"; do
       timeout ${BATCH_TIMEOUT:-420} python3 benchmarks/batch_throughput.py --target cuda/fp16 --model zoo:resnet50 \
         --gpus 1 --seconds ${BATCH_SECONDS:-40} --workdir /tmp/bt --json "$OUT/batch_h200.json" > "$OUT/batch_h200.log" 2>&1
       echo "rc=$?"; tail -15 "$OUT/batch_h200.log" ;;
+    probe)  # why served runs are slower than in-process ones (benchmarks/serve_session_probe.py)
+      timeout 200 python3 benchmarks/serve_session_probe.py > "$OUT/serve_probe.json" 2> "$OUT/serve_probe.err"
+      echo "rc=$?"; cat "$OUT/serve_probe.json"; tail -3 "$OUT/serve_probe.err" ;;
     pack)
       tar czf "$PACK" -C "$OUT" --exclude='*.tgz' . && ls -la "$PACK" ;;
     *) echo "unknown stage $stage" ;;

@@ -131,3 +131,38 @@ def test_instances_run_separate_sessions_side_by_side(mlp_path):
     # two further sessions, not the group's one three times; each its own ORT session
     assert len(set(opened)) == 3
     assert SweepCell.from_dict(result.cell.to_dict()) == result.cell
+
+
+@pytest.mark.parametrize("iobinding", [False, True])
+def test_each_instance_thread_calls_its_own_session(mlp_path, iobinding):
+    from onnxaccel.bench.concurrency import measure_concurrent
+    from onnxaccel.pipeline import prepare
+    from onnxaccel.target import parse_target
+
+    preps = [prepare(str(mlp_path), parse_target("cpu?intra_op_num_threads=1"), batch=2) for _ in range(3)]
+    counts = [0, 0, 0]
+    for i, p in enumerate(preps):
+        real_run, real_bind = p.runner.run, p.runner.bind
+
+        def run(feeds, i=i, real_run=real_run):
+            counts[i] += 1
+            return real_run(feeds)
+
+        def bind(feeds, i=i, real_bind=real_bind):
+            bound = real_bind(feeds)
+            real = bound.run
+
+            def counted():
+                counts[i] += 1
+                return real()
+
+            bound.run = counted
+            return bound
+
+        p.runner.run, p.runner.bind = run, bind
+    timing = measure_concurrent([p.runner for p in preps], preps[0].feeds, concurrency=3, batch=2, warmup=2, runs=5,
+                                iobinding=iobinding)
+    assert counts == [7, 7, 7]  # 2 warm-up (one instance after the other) + 5 timed calls each
+    assert timing.latency.count == 15 and set(timing.outputs()) == {"probs"}
+    for p in preps:
+        p.close()

@@ -59,7 +59,9 @@ class SweepCell:
 
     @property
     def session_key(self) -> tuple:
-        return (str(self.effective_target), self.batch, self.shapes)
+        # Instances get their own sessions: a session that already captured a CUDA graph for another cell's
+        # buffers must not be bound again.
+        return (str(self.effective_target), self.batch, self.shapes, self.instances)
 
     @property
     def id(self) -> str:

@@ -11,8 +11,10 @@ Throughput here is what the threads completed over the wall time; latency percen
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
+from dataclasses import dataclass, field
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -37,18 +39,32 @@ def measure_concurrent(
     """``runs`` calls per thread (or calls for ``duration`` seconds) after ``warmup`` per thread.
 
     ``first_run_ms`` is the slowest first call of any thread. ``runner`` may be a list of runners (instances):
-    thread ``i`` then calls runner ``i``, and ``concurrency`` is their number.
+    thread ``i`` then calls runner ``i``, and ``concurrency`` is their number. Instances are warmed up one
+    after the other before the threads start: a session capturing its CUDA graph must not overlap another
+    session's work ("operation not permitted when stream is capturing", seen on an H200 with two sessions).
+    The result's ``outputs()`` gives the outputs of the first call site (its binding, when bound).
     """
     runners = list(runner) if isinstance(runner, Sequence) else [runner] * concurrency
+    separate = isinstance(runner, Sequence)
     concurrency = len(runners)
     calls: list[Callable[[], object]] = []
-    for runner in runners:
+    bindings = []
+    for each in runners:
         if iobinding:
-            calls.append(runner.bind(feeds).run)
+            bound = each.bind(feeds)
+            bindings.append(bound)
+            calls.append(bound.run)
         else:
-            host = dict(feeds)
-            calls.append(lambda host=host: runner.run(host))
+            calls.append(functools.partial(each.run, dict(feeds)))
     firsts = [0.0] * concurrency
+    if separate:
+        for index, call in enumerate(calls):
+            t0 = time.perf_counter()
+            call()
+            firsts[index] = time.perf_counter() - t0
+            for _ in range(max(0, warmup - 1)):
+                call()
+        warmup = 0
     samples: list[list[float]] = [[] for _ in range(concurrency)]
     errors: list[BaseException] = []
     ready = threading.Barrier(concurrency + 1)
@@ -58,11 +74,12 @@ def measure_concurrent(
     def worker(index: int) -> None:
         call, mine, clock = calls[index], samples[index], time.perf_counter
         try:
-            t0 = clock()
-            call()
-            firsts[index] = clock() - t0
-            for _ in range(max(0, warmup - 1)):
+            if not separate:  # instances were warmed up one by one above
+                t0 = clock()
                 call()
+                firsts[index] = clock() - t0
+                for _ in range(max(0, warmup - 1)):
+                    call()
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(exc)
             stop.set()
@@ -99,11 +116,17 @@ def measure_concurrent(
         raise RuntimeError("no call completed")
     stats = LatencyStats.from_seconds(merged)
     return _ConcurrentTiming(latency=stats, batch=batch, first_run_ms=max(firsts) * 1e3, iobinding=iobinding,
-                             wall_seconds=wall, calls_per_sample=1, samples_ms=[s * 1e3 for s in merged])
+                             wall_seconds=wall, calls_per_sample=1, samples_ms=[s * 1e3 for s in merged],
+                             outputs=bindings[0].outputs if bindings else calls[0])
 
 
+@dataclass(frozen=True)
 class _ConcurrentTiming(TimingResult):
-    """With several requests in flight, throughput is what completed over the wall time."""
+    """With several requests in flight, throughput is what completed over the wall time. ``outputs()``: the
+    outputs of the first call site (the same session and binding that was timed, so a captured graph is
+    replayed with the addresses it was captured with)."""
+
+    outputs: Callable[[], object] | None = field(default=None, compare=False, repr=False)
 
     @property
     def throughput(self) -> float:

@@ -205,7 +205,13 @@ class Sweep:
         # The timing stands from here on: outputs and copies that fail cost only their own fields.
         accuracy = transfer = None
         try:
-            outputs = bound.outputs() if bound is not None else runner.run(feeds)
+            if bound is not None:
+                outputs = bound.outputs()
+            elif getattr(timing, "outputs", None) is not None:  # parallel cells: the first timed call site's
+                outputs = timing.outputs()
+                outputs = outputs if isinstance(outputs, dict) else runner.run(feeds)
+            else:
+                outputs = runner.run(feeds)
             accuracy = self._accuracy(cell, prepared, outputs)
         except Exception as exc:  # noqa: BLE001
             accuracy = {"reference": None, "passed": None, "error": _error_dict(exc, "outputs")}
@@ -227,11 +233,19 @@ class Sweep:
         )
 
     def _instances(self, cell: SweepCell, prepared: Prepared) -> list:
-        """The further sessions of an ``instances`` cell (the group's session is the first); compiled from the
-        same prepared model, so a conversion is not redone."""
-        return [prepare(prepared.model, cell.effective_target, inputs=self.settings.inputs,
-                        shapes=cell.shape_dict, batch=cell.batch, strict=self.settings.strict,
-                        seed=self.settings.seed).runner for _ in range(cell.instances - 1)]
+        """The further sessions of an ``instances`` cell (the group's session is the first), closed again if
+        one of them cannot be built."""
+        extra = []
+        try:
+            for _ in range(cell.instances - 1):
+                extra.append(prepare(prepared.model, cell.effective_target, inputs=self.settings.inputs,
+                                     shapes=cell.shape_dict, batch=cell.batch, strict=self.settings.strict,
+                                     seed=self.settings.seed).runner)
+        except BaseException:
+            for runner in extra:
+                runner.close()
+            raise
+        return extra
 
     def _memory(self, session: dict, telemetry: dict | None) -> dict:
         memory = host_memory()

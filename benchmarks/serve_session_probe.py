@@ -1,0 +1,95 @@
+"""Why a served model's run is slower than the same run in process: Session.run of a served instance under the
+conditions the server creates, one at a time.
+
+On the H200 (2026-12-02) the server's batches of ResNet-50 FP16 took ~180 ms per run under load whatever their
+size, against 14 ms in process, and py-spy showed the run thread inside cuDNN's engine heuristics
+(cudnnBackendGetAttribute -> EngineHeuristics) on every sample. This probe separates the suspects:
+
+1. the thread: models are loaded (and warmed up) in one thread and run in another (the batcher's pool);
+2. the input buffer: a fresh padded buffer per batch vs the same one;
+3. other threads allocating request-sized buffers meanwhile (the event loop reading 600 kB bodies);
+4. the batch size changing between runs (buckets 8 and 16 alternating).
+
+Usage: python benchmarks/serve_session_probe.py [--model zoo:resnet50] [--target cuda:0] [--precision fp16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from onnxaccel.serve.config import ModelConfig
+from onnxaccel.serve.repository import load_instance
+
+
+def timed(fn, n: int) -> float:
+    for _ in range(3):
+        fn()
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="zoo:resnet50")
+    parser.add_argument("--target", default="cuda:0")
+    parser.add_argument("--precision", default="fp16")
+    parser.add_argument("--runs", type=int, default=15)
+    args = parser.parse_args()
+
+    config = ModelConfig(name="m", source=args.model, target=args.target, precision=args.precision, max_batch=64,
+                         arena_extend_strategy="kSameAsRequested")
+    loader = ThreadPoolExecutor(1, thread_name_prefix="load")
+    instance = loader.submit(load_instance, config).result()  # as the server: loaded and warmed in another thread
+    spec = instance.model.inputs[0]
+    row = np.random.default_rng(0).random((1, *instance.model.input_shapes[spec.name][1:]), dtype=np.float32)
+    parts8 = [{spec.name: row.copy()} for _ in range(8)]
+    parts16 = [{spec.name: row.copy()} for _ in range(16)]
+    fixed8 = {spec.name: np.repeat(row, 8, axis=0)}
+    results = {"buckets": list(instance.buckets), "target": str(instance.runners[0].target)}
+
+    def in_thread(pool, fn):
+        return lambda: pool.submit(fn).result()
+
+    results["main thread, same buffer, b8"] = timed(lambda: instance._execute(0, fixed8), args.runs)
+    results["main thread, joined (fresh buffer), b8"] = timed(lambda: instance.execute_joined(0, parts8), args.runs)
+    results["load thread, joined, b8"] = timed(in_thread(loader, lambda: instance.execute_joined(0, parts8)), args.runs)
+    runner_pool = ThreadPoolExecutor(1, thread_name_prefix="run")
+    results["new run thread, joined, b8"] = timed(in_thread(runner_pool, lambda: instance.execute_joined(0, parts8)),
+                                                  args.runs)
+    results["new run thread, same buffer, b8"] = timed(in_thread(runner_pool, lambda: instance._execute(0, fixed8)),
+                                                       args.runs)
+    stop = threading.Event()
+
+    def churn() -> None:  # the event loop's work: request bodies of one image come and go
+        while not stop.is_set():
+            bodies = [bytes(bytearray(row.nbytes)) for _ in range(16)]
+            del bodies
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    results["run thread + allocating thread, joined, b8"] = timed(
+        in_thread(runner_pool, lambda: instance.execute_joined(0, parts8)), args.runs)
+    stop.set()
+    churner.join()
+    flip = iter(range(10**9))
+    results["run thread, b8 and b16 alternating"] = timed(in_thread(runner_pool, lambda: instance.execute_joined(
+        0, parts8 if next(flip) % 2 else parts16)), args.runs)
+    results["run thread, b8 again after alternating"] = timed(
+        in_thread(runner_pool, lambda: instance.execute_joined(0, parts8)), args.runs)
+    instance.close()
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
