@@ -29,10 +29,15 @@ tritongrpc = pytest.importorskip("tritonclient.grpc")
 
 
 def children(pid: int) -> list[int]:
+    """The supervisor's worker processes (spawned; its multiprocessing resource tracker left out)."""
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text().split()
-        found += [int(x) for x in text]
+        for child in (task / "children").read_text().split():
+            try:
+                if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(int(child))
+            except OSError:
+                pass
     return found
 
 
@@ -72,7 +77,7 @@ def workers_server(tmp_path, mlp_path):
 
 def test_two_workers_answer_correctly_and_both_take_requests(workers_server, mlp_path):
     server = workers_server
-    assert len(children(server.proc.pid)) >= 2
+    assert len(children(server.proc.pid)) == 2
     sess = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(3)
     folder = metrics_dir(server.tmp)
@@ -145,3 +150,36 @@ def test_a_worker_that_cannot_start_ends_the_start_with_its_error(tmp_path):
     assert proc.returncode == 2, text
     assert "Traceback" not in text
     assert "Server worker" in text and "No models found" in text and "hint:" in text
+
+
+def test_workers_stop_when_the_supervisor_is_killed(workers_server):
+    server = workers_server
+    workers = children(server.proc.pid)
+    assert len(workers) == 2
+    server.proc.kill()
+    server.proc.wait()
+    deadline = time.monotonic() + 60
+    alive = workers
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if Path(f"/proc/{p}").exists()
+                 and "zombie" not in Path(f"/proc/{p}/status").read_text()]
+        time.sleep(0.2)
+    assert not alive, f"workers outlived their supervisor: {alive}"
+
+
+def test_a_grpc_port_another_server_shares_out_is_refused(tmp_path, mlp_path):
+    import socket
+
+    taken = socket.socket()
+    taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # as gRPC servers bind by default
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        proc = subprocess.run([sys.executable, "-c", SERVE, "serve", str(mlp_path), "--target", "cpu", "--workers",
+                               "2", "--http-port", "0", "--grpc-port", str(taken.getsockname()[1])],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        taken.close()
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text
+    assert "Cannot listen for gRPC" in text and "Traceback" not in text

@@ -78,9 +78,10 @@ def bench_command(
         "faster, as trtexec --avgRuns).")] = None,
     concurrency: Annotated[str, typer.Option(help="Concurrent requests on one session, comma-separated, "
                                              "e.g. 1,4.")] = "1",
-    instances: Annotated[str, typer.Option(help="Sessions side by side, one thread each (as Triton's instance "
+    instances: Annotated[str | None, typer.Option(help="Sessions side by side, one thread each (as Triton's instance "
                                            "count or trtexec --streams), comma-separated, e.g. 1,2,4. Unlike "
-                                           "--concurrency, each may replay its own CUDA graph.")] = "1",
+                                           "--concurrency, each may replay its own CUDA graph. Default 1, or "
+                                           "the count in --config.")] = None,
     report: ReportOpt = None,
     baseline: Annotated[str | None, typer.Option(help="Compare with an earlier JSON report: regressions and gains "
                         "beyond noise.")] = None,
@@ -119,8 +120,8 @@ def bench_command(
     resolved = [str(resolve_target(t, None, ep_option)) for t in targets]
     batches = _batches(batch) if batch else [tuned.batch if tuned else None]
     shapes = parse_shape_bindings(shape) if shape else (dict(tuned.shapes) if tuned else {})
-    if tuned is not None and instances == "1" and tuned.instances > 1:
-        instances = str(tuned.instances)
+    if instances is None:
+        instances = str(tuned.instances) if tuned is not None else "1"
     if runs is not None and duration is not None:
         raise UsageError("--runs and --duration exclude each other.", "Give one: --runs 200, or --duration 5.")
     limits = (("--warmup", warmup, 0), ("--runs", runs, 1), ("--calls-per-sample", calls_per_sample, 1))

@@ -42,8 +42,8 @@ def serve_command(
     max_batch: Annotated[int, typer.Option("--max-batch", help="Largest dynamic batch; 1 turns batching off.")] = 8,
     max_queue_delay_ms: Annotated[float, typer.Option("--max-queue-delay-ms", help="How long the first request "
                                   "of a batch waits for others.")] = 2.0,
-    instances: Annotated[int, typer.Option("--instances", help="Sessions per model running batches in "
-                         "parallel.")] = 1,
+    instances: Annotated[int | None, typer.Option("--instances", min=1, help="Sessions per model running batches "
+                         "in parallel (default 1, or the count in --config).")] = None,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Server processes sharing the ports, each "
                        "with its own copy of every model (N x its memory). For high request rates with large "
                        "tensors, where one process's request decoding is the limit; see docs/SERVING.md.")] = 1,
@@ -61,6 +61,10 @@ def serve_command(
     gpu_mem_limit: Annotated[int | None, typer.Option("--gpu-mem-limit", help="GPU arena limit in bytes.")] = None,
     arena_shrinkage: Annotated[bool, typer.Option("--arena-shrinkage", help="Shrink memory arenas after every run "
                                "(RunOptions memory.enable_memory_arena_shrinkage).")] = False,
+    session_per_batch_size: Annotated[bool, typer.Option("--session-per-batch-size/--one-session", help="GPUs: "
+                                      "one session per padded batch size, so no session changes input shape "
+                                      "(a shape change rebuilds cuDNN plans / MIGraphX programs); costs a copy of "
+                                      "the weights per size.")] = True,
     strict_readiness: Annotated[bool, typer.Option("--strict-readiness", help="Ready only when every model "
                                 "loaded (default: when at least one did).")] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "warning",
@@ -85,15 +89,15 @@ def serve_command(
         target_text = str(tuned.target)
         if not shape:
             shape = [f"{k}={'x'.join(map(str, v))}" for k, v in tuned.shapes.items()]
-        if instances == 1:  # the tuned instance count, unless --instances says otherwise
+        if instances is None:  # the tuned instance count, unless --instances says otherwise
             instances = tuned.instances
     tgt = resolve_target(target_text, precision, ep_option)
     defaults = {
         "target": str(tgt), "max_batch": max_batch, "max_queue_delay_ms": max_queue_delay_ms,
-        "instances": instances, "max_queue": max_queue, "timeout_ms": timeout_ms,
+        "instances": instances or 1, "max_queue": max_queue, "timeout_ms": timeout_ms,
         "shapes": {k: list(v) for k, v in parse_shape_bindings(shape or []).items()},
         "arena_extend_strategy": arena_extend_strategy, "gpu_mem_limit": gpu_mem_limit,
-        "arena_shrinkage": arena_shrinkage,
+        "arena_shrinkage": arena_shrinkage, "session_per_batch_size": session_per_batch_size,
     }
     server_config = ServerConfig(
         host=host, http_port=http_port, grpc_port=grpc_port if grpc else None,

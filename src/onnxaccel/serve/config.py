@@ -5,6 +5,7 @@ A model's config::
     {"target": "cuda:0", "precision": "fp16", "max_batch": 32, "max_queue_delay_ms": 2, "instances": 1,
      "shapes": {"sequence": 128}, "max_queue": 256, "timeout_ms": 30000,
      "arena_extend_strategy": "kSameAsRequested", "gpu_mem_limit": 8589934592, "arena_shrinkage": true,
+     "session_per_batch_size": true,
      "options": {"prefer_nhwc": "1"}}
 
 Every key is optional; the command line gives the defaults. Unknown keys are an error that names them.
@@ -54,6 +55,8 @@ class ModelConfig:
     gpu_mem_limit: int | None = None
     #: Shrink the memory arenas after each run (RunOptions memory.enable_memory_arena_shrinkage).
     arena_shrinkage: bool = False
+    #: GPUs: one session per padded batch size, so no session ever changes input shape (see load_instance).
+    session_per_batch_size: bool = True
     options: dict[str, str] = field(default_factory=dict)
 
     def resolved_target(self) -> tuple[Target, list[str]]:

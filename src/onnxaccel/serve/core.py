@@ -37,8 +37,8 @@ def _stats_entry(name: str, s: dict) -> dict:
         "inference_count": round(s["rows"]), "execution_count": round(s["executions"]),
         "inference_stats": {"success": duration(s["success_count"], s["success_s"]),
                             "fail": duration(s["fail_count"], s["fail_s"]),
-                            "queue": duration(s["success_count"], s["queue_s"]), "compute_input": zero,
-                            "compute_infer": duration(s["success_count"], s["compute_s"]),
+                            "queue": duration(s["served"], s["queue_s"]), "compute_input": zero,
+                            "compute_infer": duration(s["served"], s["compute_s"]),
                             "compute_output": zero},
         "batch_stats": [],
     }

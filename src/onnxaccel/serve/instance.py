@@ -44,6 +44,8 @@ class ModelInstance:
     runners: list[Runner]
     warnings: list[str] = field(default_factory=list)
     load_seconds: float = 0.0
+    #: Per instance, a session per padded batch size (see ``repository.load_instance``); empty: one session.
+    size_runners: list[dict[int, Runner]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.batching = has_batch_axis(self.model) and self.config.max_batch > 1
@@ -190,6 +192,8 @@ class ModelInstance:
 
     def _execute(self, index: int, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
         runner = self.runners[index]
+        if self.size_runners and feeds:
+            runner = self.size_runners[index].get(next(iter(feeds.values())).shape[0], runner)
         start = time.perf_counter()
         if self._run_options is not None:
             session = runner.session  # OrtRunner: run with RunOptions (arena shrinkage)
@@ -202,6 +206,10 @@ class ModelInstance:
     def close(self) -> None:
         for runner in self.runners:
             runner.close()
+        for sizes in self.size_runners:
+            for runner in sizes.values():
+                if runner not in self.runners:
+                    runner.close()
 
 
 def _buckets(max_batch: int) -> tuple[int, ...]:

@@ -111,6 +111,7 @@ class ServerMetrics:
         """Per model, the numbers of Triton's statistics extension, read back from the metrics."""
         want = set(names)
         stats = {n: {"success_count": 0.0, "success_s": 0.0, "fail_count": 0.0, "fail_s": 0.0, "queue_s": 0.0,
+                     "served": 0.0,
                      "compute_s": 0.0, "rows": 0.0, "executions": 0.0, "last": 0.0} for n in names}
         fields = {  # sample name -> stats key (summed over protocols and workers)
             "onnxaccel_request_duration_seconds_count": "success_count",
@@ -118,6 +119,7 @@ class ServerMetrics:
             "onnxaccel_request_errors_total": "fail_count",
             "onnxaccel_request_failure_seconds_total": "fail_s",
             "onnxaccel_queue_duration_seconds_sum": "queue_s",
+            "onnxaccel_queue_duration_seconds_count": "served",
             "onnxaccel_request_compute_seconds_total": "compute_s",
             "onnxaccel_batch_size_sum": "rows",
             "onnxaccel_batch_size_count": "executions",

@@ -66,6 +66,20 @@ def load_instance(config: ModelConfig) -> ModelInstance:
             runner.close()
         raise
     instance = ModelInstance(config, bound, runners, warnings, time.perf_counter() - start)
+    if instance.buckets and config.session_per_batch_size:
+        # ONNX Runtime's CUDA convolutions keep the cuDNN plan of the last input shape only (MIGraphX likewise
+        # recompiles on a new shape): a session that sees batches of 8 and 16 in turn rebuilds its plans on
+        # every run (~220 ms per ResNet-50 run on an H200, benchmarks/serve_session_probe.py). One session
+        # per padded size keeps every session on one shape, at the cost of one copy of the weights per size.
+        try:
+            for runner in runners:
+                sizes = {instance.buckets[0]: runner}
+                instance.size_runners.append(sizes)
+                for size in instance.buckets[1:]:
+                    sizes[size] = _compile(model, target, shapes)[1]
+        except BaseException:
+            instance.close()
+            raise
     try:
         instance.warm_up()
     except Exception as exc:  # noqa: BLE001 - a model that cannot run at a padded size serves unpadded

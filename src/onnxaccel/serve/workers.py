@@ -41,6 +41,9 @@ from onnxaccel.serve.server import ServeResult
 
 #: Seconds the supervisor waits for a worker beyond the drain timeout before killing it.
 EXIT_GRACE_S = 15.0
+#: More worker exits than this within the window stop the server instead of restarting again.
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
 
 
 def _bind(host: str, port: int, *, what: str, hint: str, reuse_port: bool = False) -> socket.socket:
@@ -65,16 +68,21 @@ def _bind_http(host: str, port: int) -> socket.socket:
 
 def _reserve_grpc(host: str, port: int) -> tuple[socket.socket, int]:
     """A bound, not listening, SO_REUSEPORT socket: it keeps the port for the workers without taking
-    connections itself."""
-    sock = _bind(host, port, what="gRPC", hint="Pick another --grpc-port, or --no-grpc.", reuse_port=True)
-    return sock, sock.getsockname()[1]
+    connections itself. A plain bind first, so a port another server already shares out (gRPC servers set
+    SO_REUSEPORT by default) is an error instead of two servers answering on one port."""
+    hint = "Pick another --grpc-port, or --no-grpc."
+    probe = _bind(host, port, what="gRPC", hint=hint)
+    port = probe.getsockname()[1]
+    probe.close()
+    sock = _bind(host, port, what="gRPC", hint=hint, reuse_port=True)
+    return sock, port
 
 
 def _worker_main(index: int, source: str, model_defaults: dict, config: ServerConfig, http_socket: socket.socket,
                  metrics_dir: str, events, all_ready) -> None:
     """One worker process: a whole server on the shared sockets. Reports ("ready", index, result) or
     ("error", index, message) on ``events``."""
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    _die_with_parent()
     from onnxaccel.errors import OnnxAccelError
     from onnxaccel.serve.server import InferenceServer, run_server
 
@@ -82,7 +90,7 @@ def _worker_main(index: int, source: str, model_defaults: dict, config: ServerCo
         events.put(("ready", index, server.result().to_dict()))
 
     server = InferenceServer(source, model_defaults, config, on_ready, http_socket=http_socket,
-                             multiprocess_dir=metrics_dir, peers_ready=all_ready.is_set)
+                             multiprocess_dir=metrics_dir, peers_ready=_latch(all_ready))
     try:
         result = run_server(server)
     except OnnxAccelError as exc:
@@ -94,6 +102,30 @@ def _worker_main(index: int, source: str, model_defaults: dict, config: ServerCo
     raise SystemExit(0 if result.drained else 3)
 
 
+def _die_with_parent() -> None:
+    """SIGTERM this worker when the supervisor dies (Linux prctl PR_SET_PDEATHSIG), so a killed supervisor
+    leaves no worker holding the port and the GPU; the worker then drains like on any SIGTERM."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the supervisor died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _latch(event) -> Callable[[], bool]:
+    """``event.is_set`` that stops asking once it was True: a multiprocessing Event takes a lock that a
+    worker killed while holding it would never release, hanging every readiness probe."""
+    state = {"set": False}
+
+    def is_set() -> bool:
+        if not state["set"]:
+            state["set"] = event.is_set()
+        return state["set"]
+
+    return is_set
+
+
 class WorkerPool:
     """The supervisor's view: its workers, and a ServeResult for the command's output."""
 
@@ -102,24 +134,39 @@ class WorkerPool:
         self.ctx = multiprocessing.get_context("spawn")
         self.events = self.ctx.Queue()
         self.all_ready = self.ctx.Event()
-        self.metrics_dir = tempfile.mkdtemp(prefix="onnxaccel-metrics-")
         self.http = _bind_http(config.host, config.http_port)
         self.http_port = self.http.getsockname()[1]
         self.grpc_reservation, self.grpc_port = (None, None)
         if config.grpc_port is not None:
-            self.grpc_reservation, self.grpc_port = _reserve_grpc(config.host, config.grpc_port)
+            try:
+                self.grpc_reservation, self.grpc_port = _reserve_grpc(config.host, config.grpc_port)
+            except UsageError:
+                self.http.close()
+                raise
+        self.metrics_dir = tempfile.mkdtemp(prefix="onnxaccel-metrics-")
+        self._previous_env = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        # In the environment before any worker starts: prometheus_client picks its storage at import.
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.metrics_dir
         self.worker_config = replace(config, http_port=self.http_port, grpc_port=self.grpc_port)
         self.processes: dict[int, multiprocessing.Process] = {}
         self.ready_reports: dict[int, dict] = {}
         self.stopping = False
         self.replaced = 0
+        self.restarts: list[float] = []
 
     def start(self, index: int) -> None:
         process = self.ctx.Process(
             target=_worker_main, name=f"onnxaccel-serve-{index}", daemon=False,
             args=(index, self.source, self.model_defaults, self.worker_config, self.http, self.metrics_dir,
                   self.events, self.all_ready))
-        process.start()
+        # Workers ignore Ctrl+C (it reaches the whole process group): the supervisor turns it into one
+        # SIGTERM each, which drains them; an ignored signal stays ignored in the new process until the
+        # worker's server installs its own handlers.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            process.start()
+        finally:
+            signal.signal(signal.SIGINT, previous)
         self.processes[index] = process
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
@@ -131,6 +178,8 @@ class WorkerPool:
             try:
                 kind, index, payload = self.events.get(timeout=0.2)
             except queue_module.Empty:
+                if self.stopping:
+                    return
                 dead = [i for i, p in self.processes.items() if p.exitcode is not None and i not in self.ready_reports]
                 if dead:
                     raise UsageError(f"Server worker {dead[0]} exited with status "
@@ -153,8 +202,10 @@ class WorkerPool:
                            True, list(first.get("warnings", [])), workers=len(self.processes))
 
     def supervise(self) -> None:
-        """Until stopping: replace a worker that dies."""
+        """Until stopping: replace a worker that dies; give up (UsageError) when workers keep dying, as
+        gunicorn does, rather than reloading a model that cannot load forever."""
         while not self.stopping:
+            self._drain_events()
             sentinels = {p.sentinel: i for i, p in self.processes.items()}
             for sentinel in wait(list(sentinels), timeout=0.5):
                 if self.stopping:
@@ -163,11 +214,31 @@ class WorkerPool:
                 process = self.processes[index]
                 process.join()
                 self._mark_dead(process.pid)
+                now = time.monotonic()
+                self.restarts = [t for t in self.restarts if now - t < RESTART_WINDOW_S] + [now]
+                if len(self.restarts) > MAX_RESTARTS:
+                    raise UsageError(f"Server workers exited {len(self.restarts)} times within "
+                                     f"{RESTART_WINDOW_S:.0f} s (the last: worker {index}, status {process.exitcode}); "
+                                     "stopping.", "Run with --workers 1 to see the error in one process.")
                 self.log(f"server worker {index} (pid {process.pid}) exited with status {process.exitcode}; "
                          "starting a new one.")
                 self.ready_reports.pop(index, None)
                 self.replaced += 1
+                time.sleep(min(5.0, 0.25 * 2 ** (len(self.restarts) - 1)))
                 self.start(index)
+
+    def _drain_events(self) -> None:
+        """Reports of replacement workers: ready ones are noted, errors told to the user (and the queue's pipe
+        never fills up)."""
+        while True:
+            try:
+                kind, index, payload = self.events.get_nowait()
+            except (queue_module.Empty, OSError, ValueError):
+                return
+            if kind == "ready":
+                self.ready_reports[index] = payload
+            else:
+                self.log(f"server worker {index}: {payload[0]}")
 
     def stop(self) -> bool:
         """SIGTERM every worker, wait for their drains; True when all exited 0."""
@@ -178,12 +249,14 @@ class WorkerPool:
                     os.kill(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.config.drain_timeout_s + EXIT_GRACE_S
         clean = True
-        for process in self.processes.values():
+        for index, process in self.processes.items():
             process.join(max(0.0, deadline - time.monotonic()))
             if process.exitcode is None:
                 process.kill()
                 process.join()
-            clean = clean and process.exitcode == 0
+            # A worker stopped while it was still loading had nothing to drain.
+            stopped_loading = process.exitcode == -signal.SIGTERM and index not in self.ready_reports
+            clean = clean and (process.exitcode == 0 or stopped_loading)
             self._mark_dead(process.pid)
         return clean
 
@@ -193,6 +266,10 @@ class WorkerPool:
             self.grpc_reservation.close()
         self.events.close()
         shutil.rmtree(self.metrics_dir, ignore_errors=True)
+        if self._previous_env is None:
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        else:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = self._previous_env
 
     def _mark_dead(self, pid: int | None) -> None:
         if pid is None:
