@@ -11,6 +11,7 @@ Throughput here is what the threads completed over the wall time; latency percen
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -40,8 +41,7 @@ def measure_concurrent(
 
     ``first_run_ms`` is the slowest first call of any thread. ``runner`` may be a list of runners (instances):
     thread ``i`` then calls runner ``i``, and ``concurrency`` is their number. Instances are warmed up one
-    after the other before the threads start: a session capturing its CUDA graph must not overlap another
-    session's work ("operation not permitted when stream is capturing", seen on an H200 with two sessions).
+    after the other, each in its own thread, before any timed call.
     The result's ``outputs()`` gives the outputs of the first call site (its binding, when bound).
     """
     runners = list(runner) if isinstance(runner, Sequence) else [runner] * concurrency
@@ -57,14 +57,11 @@ def measure_concurrent(
         else:
             calls.append(functools.partial(each.run, dict(feeds)))
     firsts = [0.0] * concurrency
-    if separate:
-        for index, call in enumerate(calls):
-            t0 = time.perf_counter()
-            call()
-            firsts[index] = time.perf_counter() - t0
-            for _ in range(max(0, warmup - 1)):
-                call()
-        warmup = 0
+    # Instances warm up one at a time, each in its own thread: ONNX Runtime keeps a session's captured CUDA
+    # graph per calling thread, so the capture must happen in the thread that replays it, and while one
+    # session captures no other may touch the GPU ("operation not permitted when stream is capturing", seen
+    # on an H200 when two sessions captured at once).
+    turn = threading.Lock() if separate else contextlib.nullcontext()
     samples: list[list[float]] = [[] for _ in range(concurrency)]
     errors: list[BaseException] = []
     ready = threading.Barrier(concurrency + 1)
@@ -74,7 +71,7 @@ def measure_concurrent(
     def worker(index: int) -> None:
         call, mine, clock = calls[index], samples[index], time.perf_counter
         try:
-            if not separate:  # instances were warmed up one by one above
+            with turn:
                 t0 = clock()
                 call()
                 firsts[index] = clock() - t0
