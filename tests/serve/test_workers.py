@@ -183,3 +183,24 @@ def test_a_grpc_port_another_server_shares_out_is_refused(tmp_path, mlp_path):
     text = proc.stdout + proc.stderr
     assert proc.returncode == 2, text
     assert "Cannot listen for gRPC" in text and "Traceback" not in text
+
+
+def test_the_server_process_shortens_the_gil_switch_interval():
+    """The run threads wait for the GIL around every model run; the server sets a short switch interval."""
+    from onnxaccel.serve.config import ServerConfig
+    from onnxaccel.serve.server import run_server
+
+    class Probe:
+        def __init__(self, ms):
+            self.config = ServerConfig(gil_switch_ms=ms)
+
+        async def run(self):
+            return sys.getswitchinterval()
+
+    before = sys.getswitchinterval()
+    try:
+        assert run_server(Probe(0.5)) == pytest.approx(0.0005)
+        sys.setswitchinterval(before)
+        assert run_server(Probe(0)) == pytest.approx(before)  # 0 leaves Python's own
+    finally:
+        sys.setswitchinterval(before)

@@ -68,6 +68,9 @@ def serve_command(
     strict_readiness: Annotated[bool, typer.Option("--strict-readiness", help="Ready only when every model "
                                 "loaded (default: when at least one did).")] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "warning",
+    gil_switch_ms: Annotated[float, typer.Option("--gil-switch-ms", min=0.0, help="Python's GIL switch interval "
+                             "in the server, ms (0: Python's default, 5). Short waits for the run threads while "
+                             "the event loop decodes requests.")] = 0.5,
     ray: Annotated[str | None, typer.Option("--ray", help="Serve as a Ray Serve deployment: auto (RAY_ADDRESS, a "
                    "cluster running here, else a new local one), local, or the cluster's ADDRESS. One replica per GPU, "
                    "autoscaling on queued requests; HTTP only.")] = None,
@@ -103,6 +106,7 @@ def serve_command(
         host=host, http_port=http_port, grpc_port=grpc_port if grpc else None,
         max_request_bytes=int(max_request_mb * 1024 * 1024), max_connections=max_connections,
         drain_timeout_s=drain_timeout, strict_readiness=strict_readiness, log_level=log_level, workers=workers,
+        gil_switch_ms=gil_switch_ms,
     )
     if host not in ("127.0.0.1", "localhost", "::1"):
         warn(f"listening on {host}: the server has no authentication; anyone who reaches this address can use it.")

@@ -187,6 +187,10 @@ def serve(source: str, model_defaults: dict, config: ServerConfig,
 
 
 def run_server(server: InferenceServer) -> ServeResult:
+    import sys
+
+    if server.config.gil_switch_ms > 0:
+        sys.setswitchinterval(server.config.gil_switch_ms / 1e3)
     runner = asyncio.run
     try:
         import uvloop
