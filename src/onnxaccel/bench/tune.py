@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaccel.bench.accuracy import AccuracyGate, reference_target
-from onnxaccel.bench.cells import CellResult, SweepCell
+from onnxaccel.bench.cells import GRAPH_OPTION, CellResult, SweepCell
 from onnxaccel.bench.config import (
     ConfigError,
     TunedConfig,
@@ -262,6 +262,14 @@ class _Tuner:
                 # that one small-batch stream leaves mostly idle runs them in parallel. Per-call latency
                 # rises, so a latency budget still rules through its p99.
                 cells = [dataclasses.replace(best.cell, instances=n, tag="") for n in counts]
+                if best.cell.uses_graph:
+                    # Also without graph capture: launch-bound sessions in parallel threads (ORT releases the
+                    # GIL in Run) can outrun one replayed graph, and they need no capture at all.
+                    plain = best.cell.effective_target
+                    key = GRAPH_OPTION[plain.device]
+                    plain = dataclasses.replace(plain, options=tuple(kv for kv in plain.options if kv[0] != key))
+                    cells += [dataclasses.replace(best.cell, target=str(plain), graph=False, instances=n, tag="")
+                              for n in counts]
                 for result in self.evaluate(cells, f"batch {batch or 'default'}: instances (sessions side by side)"):
                     best = self.better(best, result)
         return best
