@@ -79,10 +79,10 @@ def _reserve_grpc(host: str, port: int) -> tuple[socket.socket, int]:
 
 
 def _worker_main(index: int, source: str, model_defaults: dict, config: ServerConfig, http_socket: socket.socket,
-                 metrics_dir: str, events, all_ready) -> None:
+                 metrics_dir: str, events, all_ready, supervisor: int) -> None:
     """One worker process: a whole server on the shared sockets. Reports ("ready", index, result) or
     ("error", index, message) on ``events``."""
-    _die_with_parent()
+    _die_with_parent(supervisor)
     from onnxaccel.errors import OnnxAccelError
     from onnxaccel.serve.server import InferenceServer, run_server
 
@@ -102,14 +102,14 @@ def _worker_main(index: int, source: str, model_defaults: dict, config: ServerCo
     raise SystemExit(0 if result.drained else 3)
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(supervisor: int) -> None:
     """SIGTERM this worker when the supervisor dies (Linux prctl PR_SET_PDEATHSIG), so a killed supervisor
     leaves no worker holding the port and the GPU; the worker then drains like on any SIGTERM."""
     with contextlib.suppress(OSError, AttributeError):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() == 1:  # the supervisor died before prctl took effect
+    if os.getppid() != supervisor:  # the supervisor died before prctl took effect (reparented)
         os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -158,7 +158,7 @@ class WorkerPool:
         process = self.ctx.Process(
             target=_worker_main, name=f"onnxaccel-serve-{index}", daemon=False,
             args=(index, self.source, self.model_defaults, self.worker_config, self.http, self.metrics_dir,
-                  self.events, self.all_ready))
+                  self.events, self.all_ready, os.getpid()))
         # Workers ignore Ctrl+C (it reaches the whole process group): the supervisor turns it into one
         # SIGTERM each, which drains them; an ignored signal stays ignored in the new process until the
         # worker's server installs its own handlers.
