@@ -231,6 +231,9 @@ class Target:
         merged.update({k: str(v) for k, v in extra.items()})
         return validated(replace(self, options=tuple(sorted(merged.items()))))
 
+    def without_options(self, *keys: str) -> Target:
+        return replace(self, options=tuple(kv for kv in self.options if kv[0] not in keys))
+
     def with_precision(self, precision: str) -> Target:
         return validated(replace(self, precision=precision))
 

@@ -108,3 +108,9 @@ def test_documented_migraphx_keys_are_known():
     # The removed save/load spellings are struct fields, not string keys: rejected.
     with pytest.raises(ProviderOptionError):
         parse_target("migraphx", options=["migraphx_save_compiled_model=1"])
+
+
+def test_without_options_drops_only_the_named_keys():
+    target = parse_target("cuda:0/fp16?enable_cuda_graph=1&prefer_nhwc=1")
+    assert str(target.without_options("enable_cuda_graph")) == "cuda:0/fp16?prefer_nhwc=1"
+    assert target.without_options("absent") == target

@@ -15,8 +15,8 @@ import contextlib
 import functools
 import threading
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 

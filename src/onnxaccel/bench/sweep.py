@@ -207,9 +207,8 @@ class Sweep:
         try:
             if bound is not None:
                 outputs = bound.outputs()
-            elif getattr(timing, "outputs", None) is not None:  # parallel cells: the first timed call site's
+            elif cell.parallel:  # the first timed call site's (its binding replays its own captured graph)
                 outputs = timing.outputs()
-                outputs = outputs if isinstance(outputs, dict) else runner.run(feeds)
             else:
                 outputs = runner.run(feeds)
             accuracy = self._accuracy(cell, prepared, outputs)

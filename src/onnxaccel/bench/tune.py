@@ -265,9 +265,8 @@ class _Tuner:
                 if best.cell.uses_graph:
                     # Also without graph capture: launch-bound sessions in parallel threads (ORT releases the
                     # GIL in Run) can outrun one replayed graph, and they need no capture at all.
-                    plain = best.cell.effective_target
-                    key = GRAPH_OPTION[plain.device]
-                    plain = dataclasses.replace(plain, options=tuple(kv for kv in plain.options if kv[0] != key))
+                    target = best.cell.effective_target
+                    plain = target.without_options(GRAPH_OPTION[target.device])
                     cells += [dataclasses.replace(best.cell, target=str(plain), graph=False, instances=n, tag="")
                               for n in counts]
                 for result in self.evaluate(cells, f"batch {batch or 'default'}: instances (sessions side by side)"):

@@ -151,7 +151,6 @@ class WorkerPool:
         self.processes: dict[int, multiprocessing.Process] = {}
         self.ready_reports: dict[int, dict] = {}
         self.stopping = False
-        self.replaced = 0
         self.restarts: list[float] = []
 
     def start(self, index: int) -> None:
@@ -223,7 +222,6 @@ class WorkerPool:
                 self.log(f"server worker {index} (pid {process.pid}) exited with status {process.exitcode}; "
                          "starting a new one.")
                 self.ready_reports.pop(index, None)
-                self.replaced += 1
                 time.sleep(min(5.0, 0.25 * 2 ** (len(self.restarts) - 1)))
                 self.start(index)
 
