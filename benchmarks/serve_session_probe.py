@@ -8,7 +8,10 @@ size, against 14 ms in process, and py-spy showed the run thread inside cuDNN's 
 1. the thread: models are loaded (and warmed up) in one thread and run in another (the batcher's pool);
 2. the input buffer: a fresh padded buffer per batch vs the same one;
 3. other threads allocating request-sized buffers meanwhile (the event loop reading 600 kB bodies);
-4. the batch size changing between runs (buckets 8 and 16 alternating).
+4. the batch size changing between runs (buckets 8 and 16 alternating);
+5. (second session) at batch 64: the join into the instance's reused, page-locked buffer with GIL-holding
+   copies against numpy's copies into a fresh array, quiet and with a thread running Python meanwhile (as
+   the event loop does), at the server's GIL switch interval; and the run alone from pinned vs pageable input.
 
 Usage: python benchmarks/serve_session_probe.py [--model zoo:resnet50] [--target cuda:0] [--precision fp16]
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -87,6 +91,44 @@ def main() -> None:
         0, parts8 if next(flip) % 2 else parts16)), args.runs)
     results["run thread, b8 again after alternating"] = timed(
         in_thread(runner_pool, lambda: instance.execute_joined(0, parts8)), args.runs)
+
+    # 5. batch 64: joins and host memory, with the server's switch interval.
+    sys.setswitchinterval(0.0005)
+    results["host memory"] = instance.host[0].describe()
+    parts64 = [{spec.name: row.copy()} for _ in range(64)]
+    pageable64 = {spec.name: np.repeat(row, 64, axis=0)}
+    staged64 = {spec.name: instance._buffer(0, spec.name, (64, *row.shape[1:]), row.dtype)}
+    staged64[spec.name][...] = pageable64[spec.name]
+
+    def numpy_join() -> None:  # the first session's join: a fresh array, numpy copies
+        fresh = np.empty((64, *row.shape[1:]), dtype=row.dtype)
+        np.concatenate([p[spec.name] for p in parts64], axis=0, out=fresh)
+        instance._execute(0, {spec.name: fresh})
+
+    busy = threading.Event()
+
+    def python_loop() -> None:  # the event loop's kind of work: Python bytecode, the GIL held
+        x = 0
+        while not busy.is_set():
+            for i in range(1000):
+                x += i
+
+    for label in ("quiet", "busy Python thread"):
+        spinner = None
+        if label != "quiet":
+            spinner = threading.Thread(target=python_loop, daemon=True)
+            spinner.start()
+        results[f"b64, {label}: run, pinned input"] = timed(
+            in_thread(runner_pool, lambda: instance._execute(0, staged64)), args.runs)
+        results[f"b64, {label}: run, pageable input"] = timed(
+            in_thread(runner_pool, lambda: instance._execute(0, pageable64)), args.runs)
+        results[f"b64, {label}: join (reused buffer, GIL-holding copies) + run"] = timed(
+            in_thread(runner_pool, lambda: instance.execute_joined(0, parts64)), args.runs)
+        results[f"b64, {label}: join (fresh array, numpy copies) + run"] = timed(
+            in_thread(runner_pool, numpy_join), args.runs)
+        if spinner is not None:
+            busy.set()
+            spinner.join()
     instance.close()
     print(json.dumps(results, indent=2))
 

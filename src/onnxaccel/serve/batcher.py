@@ -109,6 +109,7 @@ class DynamicBatcher:
                 continue
             try:
                 outputs, seconds = await loop.run_in_executor(self._pool, self._run, index, batch)
+                results = self._split(batch, outputs)  # here, not in the run thread: see _run
             except asyncio.CancelledError:
                 for pending in batch:
                     if not pending.future.done():
@@ -126,7 +127,7 @@ class DynamicBatcher:
             if self._on_batch is not None:
                 self._on_batch(rows, seconds)
             now = time.perf_counter()
-            for pending, result in zip(batch, outputs):
+            for pending, result in zip(batch, results):
                 if not pending.future.done():
                     timing = BatchTiming(now - pending.arrived - seconds, seconds, rows)
                     pending.future.set_result((result, timing))
@@ -171,12 +172,17 @@ class DynamicBatcher:
             self._work.clear()
         return batch
 
-    def _run(self, index: int, batch: list[_Pending]) -> tuple[list[dict[str, np.ndarray]], float]:
-        """In a pool thread: join, run once, split back by row counts."""
+    def _run(self, index: int, batch: list[_Pending]) -> tuple[dict[str, np.ndarray], float]:
+        """In a pool thread: join and run once. Nothing else: the event loop thread holds the GIL most of
+        the time, and every Python step here may wait for it (the split happens back on the loop)."""
         if len(batch) == 1:
-            outputs, seconds = self.instance.execute(index, batch[0].feeds)
-            return [outputs], seconds
-        outputs, seconds = self.instance.execute_joined(index, [p.feeds for p in batch])
+            return self.instance.execute(index, batch[0].feeds)
+        return self.instance.execute_joined(index, [p.feeds for p in batch])
+
+    def _split(self, batch: list[_Pending], outputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+        """Each request's rows of the joined outputs (views, no copies), in batch order."""
+        if len(batch) == 1:
+            return [outputs]
         total = sum(p.rows for p in batch)
         bounds = np.cumsum([p.rows for p in batch])[:-1]
         for name, value in outputs.items():
@@ -185,4 +191,4 @@ class DynamicBatcher:
                                     f"{list(value.shape)}, not {total} rows: its first axis is not the batch; "
                                     "serve it with max_batch 1.")
         split = {n: np.split(v, bounds, axis=0) for n, v in outputs.items()}
-        return [{n: split[n][i] for n in outputs} for i in range(len(batch))], seconds
+        return [{n: split[n][i] for n in outputs} for i in range(len(batch))]

@@ -7,6 +7,7 @@ back by the same row counts. A model with a fixed first axis runs each request a
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaccel.engines import Runner
+from onnxaccel.engines.hostmem import HostMemory, runtime_for
 from onnxaccel.model import Model, TensorSpec
 from onnxaccel.serve.config import ModelConfig
 from onnxaccel.serve.protocol import InferRequest, ProtocolError, bad_request, datatype_of
@@ -57,6 +59,12 @@ class ModelInstance:
         #: spend ~1.3 s per request in search. So batches are padded to a few sizes (powers of two up to
         #: max_batch), each warmed once at load, as Triton's preferred batch sizes do. CPUs run as joined.
         self.buckets = _buckets(self.config.max_batch) if self.batching and gpu else ()
+        #: Per instance, the reused host buffers that batches are joined into: page-locked on GPUs (one DMA
+        #: per batch instead of the driver's chunked copy from pageable memory) and never freshly allocated
+        #: (no page faults in the run thread). One per instance: each is used by its run thread only.
+        runtime = runtime_for(self.runners[0].target.device) if gpu else None
+        keep = max(16, 2 * len(self.model.inputs))
+        self.host = [HostMemory(runtime, keep=keep) for _ in self.runners]
 
     # -- signature -------------------------------------------------------------------------------------
 
@@ -153,39 +161,43 @@ class ModelInstance:
         """Join ``parts`` along axis 0 straight into one buffer of the padded size (one copy per request,
         not a concatenate and then a padding copy), run on instance ``index``; the outputs of the real rows
         and the seconds of the run."""
+        pinned = self.host[index].pinned if self.host else False
         if len(parts) == 1 and not self.buckets:
             return self._execute(index, parts[0])
         names = list(parts[0])
         rows = sum(next(iter(p.values())).shape[0] for p in parts) if names else 0
         size = next((b for b in self.buckets if b >= rows), rows)
-        if len(parts) == 1 and size == rows:
+        if len(parts) == 1 and size == rows and not pinned:
             return self._execute(index, parts[0])
         joined = {}
         for name in names:
             first = parts[0][name]
-            buffer = np.empty((size, *first.shape[1:]), dtype=first.dtype)
-            at = 0
-            for part in parts:
-                value = part[name]
-                buffer[at:at + value.shape[0]] = value
-                at += value.shape[0]
-            if at < size:  # pad with copies of the last row; rows are independent, real rows are unchanged
-                buffer[at:] = buffer[at - 1]
+            buffer = self._buffer(index, name, (size, *first.shape[1:]), first.dtype)
+            _join_rows(buffer, [part[name] for part in parts])
             joined[name] = buffer
         outputs, seconds = self._execute(index, joined)
         if size == rows:
             return outputs, seconds
         return {n: (v[:rows] if v.ndim and v.shape[0] == size else v) for n, v in outputs.items()}, seconds
 
+    def _buffer(self, index: int, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """Instance ``index``'s reused (page-locked where possible) buffer for input ``name``; strings get a
+        fresh array (object arrays hold references, not bytes a device can copy)."""
+        if np.dtype(dtype) == np.dtype(object) or not self.host:
+            return np.empty(shape, dtype=dtype)
+        return self.host[index].buffer(name, shape, dtype)
+
     def warm_up(self) -> list[int]:
         """Run every padded batch size once on every instance, so no request pays for a kernel search."""
         done = []
         for size in self.buckets:
-            feeds = {}
-            for spec in self.model.inputs:
-                trailing = self.model.input_shapes.get(spec.name, ())[1:]
-                feeds[spec.name] = np.zeros((size, *trailing), dtype=np.dtype(spec.dtype))
             for index in range(len(self.runners)):
+                feeds = {}
+                for spec in self.model.inputs:
+                    trailing = self.model.input_shapes.get(spec.name, ())[1:]
+                    # From the instance's own buffers, so they are allocated (and pinned) at load.
+                    feeds[spec.name] = self._buffer(index, spec.name, (size, *trailing), np.dtype(spec.dtype))
+                    feeds[spec.name][...] = 0
                 self._execute(index, feeds)
             done.append(size)
         return done
@@ -204,12 +216,45 @@ class ModelInstance:
         return outputs, time.perf_counter() - start
 
     def close(self) -> None:
+        for host in self.host:  # before the sessions: nothing runs on the buffers any more
+            host.close()
         for runner in self.runners:
             runner.close()
         for sizes in self.size_runners:
             for runner in sizes.values():
                 if runner not in self.runners:
                     runner.close()
+
+
+#: memmove that keeps the GIL (ctypes.memmove releases it, as numpy's copies do). See _join_rows.
+_memmove_holding_gil = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(
+    ctypes.cast(ctypes.memmove, ctypes.c_void_p).value)
+
+
+def _join_rows(buffer: np.ndarray, values: list[np.ndarray]) -> None:
+    """Copy ``values`` one after another into the first rows of ``buffer``; fill the rest with copies
+    of the last row (padding: rows are independent, so the real rows' results are unchanged).
+
+    In the server this runs in a run thread while the event loop thread holds the GIL most of the time.
+    numpy releases the GIL for each large copy and must then wait to get it back (up to the switch interval
+    each time): joining 64 rows of 600 kB that way took 52 ms instead of 8 ms while another thread ran
+    Python (2-core development machine, switch interval 0.5 ms; benchmarks/serve_session_probe.py measures
+    it on the GPU machine). memmove calls that keep the GIL wait once per switch interval of copying instead
+    of once per row.
+    """
+    contiguous = buffer.flags.c_contiguous and buffer.dtype != np.dtype(object)
+    at = 0
+    for value in values:
+        n = value.shape[0]
+        if (contiguous and value.flags.c_contiguous and value.dtype == buffer.dtype
+                and value.shape[1:] == buffer.shape[1:]):
+            step = value.nbytes // n if n else 0
+            _memmove_holding_gil(buffer.ctypes.data + at * step, value.ctypes.data, value.nbytes)
+        else:
+            buffer[at:at + n] = value
+        at += n
+    if at < buffer.shape[0]:
+        buffer[at:] = buffer[at - 1]
 
 
 def _buckets(max_batch: int) -> tuple[int, ...]:

@@ -1,0 +1,113 @@
+"""The served model's host side: reused (page-locked where a GPU runtime allows) join buffers, the row join
+that keeps the GIL, the GPU wait mode, and uvicorn's body high-water mark.
+
+Page-locking itself needs a GPU: it is measured on the H200 (benchmarks/serve_session_probe.py, "host memory":
+pinned true). Here the runtimes are missing or refuse, and the tests check that the buffers still work, are
+reused, and say why they are not pinned, with the runtime's own words.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxaccel.engines.hostmem import GPU_WAIT, HostMemory, runtime_for, set_gpu_wait
+from onnxaccel.serve.instance import _join_rows
+
+
+def test_cpu_buffers_are_reused_page_aligned_and_not_pinned():
+    host = HostMemory(None)
+    a = host.buffer("x", (8, 3, 5), np.float32)
+    assert a.shape == (8, 3, 5) and a.dtype == np.float32
+    assert a.ctypes.data % 4096 == 0
+    a[...] = 7
+    b = host.buffer("x", (4, 3, 5), np.float32)  # fewer rows: the first rows of the same memory
+    assert b.ctypes.data == a.ctypes.data and b.shape == (4, 3, 5)
+    assert np.all(b == 7)
+    c = host.buffer("x", (16, 3, 5), np.float32)  # more rows: a new, larger buffer
+    assert c.shape == (16, 3, 5)
+    assert host.buffer("x", (8, 3, 5), np.float32).ctypes.data == c.ctypes.data
+    assert host.buffer("x", (8, 3, 5), np.float16).ctypes.data != c.ctypes.data  # dtype is part of the key
+    described = host.describe()
+    assert described["pinned"] is False and described["pinned_bytes"] == 0
+    assert described["reason"] == "no GPU runtime (CPU target)"
+    host.close()
+    assert host.describe()["buffers"] == 0
+
+
+def test_buffers_beyond_keep_release_the_least_recently_used():
+    host = HostMemory(None, keep=2)
+    first = host.buffer("a", (2, 4), np.float32)
+    host.buffer("b", (2, 4), np.float32)
+    assert host.buffer("a", (2, 4), np.float32).ctypes.data == first.ctypes.data  # "a" is now the most recent
+    host.buffer("c", (2, 4), np.float32)  # evicts "b"
+    assert host.describe()["buffers"] == 2
+    assert host.buffer("a", (2, 4), np.float32).ctypes.data == first.ctypes.data
+
+
+@pytest.mark.parametrize("runtime", ["cuda", "hip"])
+def test_without_a_usable_gpu_runtime_buffers_work_and_say_why_they_are_not_pinned(runtime):
+    host = HostMemory(runtime)
+    buffer = host.buffer("x", (3, 4), np.float32)
+    buffer[...] = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert buffer.sum() == 66
+    described = host.describe()
+    assert described["pinned"] is False
+    # The runtime library is absent (HIP here), or present without a GPU driver (a CUDA runtime from a wheel
+    # answers cudaHostRegister with its own error text).
+    assert ("libamdhip64" in described["reason"]) if runtime == "hip" else (
+        "libcudart" in described["reason"] or "cudaHostRegister failed: error" in described["reason"])
+
+
+def test_runtime_for_maps_devices_to_their_runtime():
+    assert [runtime_for(d) for d in ("cpu", "cuda", "tensorrt", "rocm", "migraphx")] == [
+        None, "cuda", "cuda", "hip", "hip"]
+
+
+def test_gpu_wait_modes_and_refusals_here():
+    assert set(GPU_WAIT) == {"auto", "spin", "yield", "block"}
+    assert "unknown GPU wait mode 'nap'" in set_gpu_wait("cuda", 0, "nap")
+    assert set_gpu_wait(None, 0, "block") == "not a GPU target"
+    # No NVIDIA driver on this machine: the driver library itself is missing.
+    assert "libcuda.so.1" in set_gpu_wait("cuda", 0, "block")
+    assert "libamdhip64" in set_gpu_wait("hip", 0, "block")
+
+
+def reference_join(values, size):
+    joined = np.concatenate(values, axis=0)
+    pad = size - joined.shape[0]
+    return np.concatenate([joined, np.repeat(joined[-1:], pad, axis=0)]) if pad else joined
+
+
+@pytest.mark.parametrize("size", [6, 8])
+def test_join_rows_copies_parts_in_order_and_pads_with_the_last_row(size):
+    rng = np.random.default_rng(3)
+    values = [rng.random((n, 3, 4), dtype=np.float32) for n in (1, 2, 3)]
+    buffer = np.full((size, 3, 4), -1.0, dtype=np.float32)
+    _join_rows(buffer, values)
+    assert np.array_equal(buffer, reference_join(values, size))
+
+
+def test_join_rows_handles_strided_and_other_dtype_parts():
+    rng = np.random.default_rng(4)
+    base = rng.random((4, 6), dtype=np.float32)
+    strided = base[:, ::2]  # not C-contiguous: copied by numpy, not memmove
+    other = rng.random((1, 3)).astype(np.float64)  # cast on assignment
+    buffer = np.zeros((5, 3), dtype=np.float32)
+    _join_rows(buffer, [strided, other])
+    assert np.array_equal(buffer[:4], strided)
+    assert np.array_equal(buffer[4], other[0].astype(np.float32))
+
+
+def test_body_high_water_is_raised_for_httptools():
+    httptools_impl = pytest.importorskip("uvicorn.protocols.http.httptools_impl")
+    from onnxaccel.serve.server import BODY_HIGH_WATER, _raise_body_high_water
+
+    before = httptools_impl.HIGH_WATER_LIMIT
+    try:
+        _raise_body_high_water(64 * 2**20)
+        assert httptools_impl.HIGH_WATER_LIMIT == max(before, BODY_HIGH_WATER)
+        _raise_body_high_water(1024)  # never lowered below what is set
+        assert httptools_impl.HIGH_WATER_LIMIT == max(before, BODY_HIGH_WATER)
+    finally:
+        httptools_impl.HIGH_WATER_LIMIT = before
