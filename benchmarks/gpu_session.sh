@@ -42,13 +42,14 @@ for stage in "$@"; do
       timeout 560 python3 benchmarks/tune_h200.py "$OUT/tune_rest" --cases resnet50-b256,bert-base-s128-b32 \
         --tune-budget 100 --rounds 2 --duration 1.5 --deadline 400 > "$OUT/tune_rest.md" 2> "$OUT/tune_rest.err"
       echo "rc=$?"; tail -6 "$OUT/tune_rest.md" ;;
-    serve-workers)  # issue 7, session 2: serve --workers 1/4/8 against in-process at batch 64
+    serve-workers)  # issue 7: serve --workers N against in-process at batch 64 (SERVE_PROTOCOL http|grpc)
       export PATH=/tmp/serve-site/bin:$PATH
+      name=serve_workers_${SERVE_PROTOCOL:-http}${SERVE_TAG:-}
       timeout 500 python3 benchmarks/serve_throughput.py --model zoo:resnet50 --target cuda:0 --precision fp16 \
         --batch 64 --concurrency 64 --duration ${SERVE_SECONDS:-15} --warmup 5 --inprocess-duration 8 \
-        --server-workers ${SERVER_WORKERS:-1,4,8} \
-        --py-spy 8 --workers 6 --json "$OUT/serve_workers.json" > "$OUT/serve_workers.log" 2>&1
-      echo "rc=$?"; tail -40 "$OUT/serve_workers.log" ;;
+        --server-workers ${SERVER_WORKERS:-1,4,8} --protocol ${SERVE_PROTOCOL:-http} --serve-args "${SERVE_ARGS:-}" \
+        --py-spy ${PY_SPY_SECONDS:-8} --workers 6 --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1
+      echo "rc=$?"; tail -40 "$OUT/$name.log" ;;
     ray-batch)  # issue 9: batch in-process vs Ray Data (1 GPU), and serve --ray (1 replica)
       timeout ${BATCH_TIMEOUT:-420} python3 benchmarks/batch_throughput.py --target cuda/fp16 --model zoo:resnet50 \
         --gpus 1 --seconds ${BATCH_SECONDS:-40} --workdir /tmp/bt --json "$OUT/batch_h200.json" > "$OUT/batch_h200.log" 2>&1

@@ -74,6 +74,7 @@ def start_server(args, log: Path, workers: int = 1) -> tuple[subprocess.Popen, s
            "--max-request-mb", "512", "--workers", str(workers)]
     if args.precision:
         cmd += ["--precision", args.precision]
+    cmd += args.serve_args.split()
     if parse_target(args.target).is_gpu:
         cmd += ["--arena-extend-strategy", "kSameAsRequested"]
     proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
@@ -110,6 +111,55 @@ def server_batches(url: str, model: str) -> dict:
     return {"executions": runs, "rows": rows, "mean_batch": rows / runs if runs else None,
             "compute_ms_per_request": stats["inference_stats"]["compute_infer"]["ns"] / 1e6
             / max(1, stats["inference_stats"]["compute_infer"]["count"])}
+
+
+def _process_tree(root: int) -> list[int]:
+    """``root`` and its descendants (serve --workers children), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def cpu_ticks(root: int) -> dict[tuple[int, int], int]:
+    """user+system clock ticks per (process, thread) of the server's process tree (Linux /proc)."""
+    ticks = {}
+    for pid in _process_tree(root):
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            ticks[(pid, int(task.name))] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def cpu_per_request(before: dict, after: dict, requests: int) -> dict:
+    """Server CPU milliseconds per request: each process's main (event loop) thread, its other threads, all."""
+    hz = os.sysconf("SC_CLK_TCK")
+    main = other = 0
+    for key, value in after.items():
+        spent = value - before.get(key, 0)
+        if key[0] == key[1]:
+            main += spent
+        else:
+            other += spent
+    per = 1e3 / hz / max(1, requests)
+    return {"event_loop_threads_ms": main * per, "other_threads_ms": other * per, "total_ms": (main + other) * per}
 
 
 def py_spy(pid: int, seconds: float, out: Path) -> list[tuple[str, float]]:
@@ -187,6 +237,7 @@ def main() -> None:
     parser.add_argument("--server-workers", type=lambda v: [int(x) for x in v.split(",")], default=[1],
                         help="comma-separated serve --workers values, one server run each")
     parser.add_argument("--py-spy", type=float, default=0.0, help="seconds of py-spy sampling (workers=1 run)")
+    parser.add_argument("--serve-args", default="", help="more `onnxaccel serve` options, e.g. '--gpu-wait auto'")
     parser.add_argument("--soak", type=float, default=0.0, help="seconds of GPU memory soak after the run")
     parser.add_argument("--load-timeout", type=float, default=600.0)
     parser.add_argument("--json", type=Path, default=None)
@@ -207,7 +258,10 @@ def main() -> None:
                 spy = threading.Thread(target=lambda h=holder, pid=proc.pid, out=log: h.update(
                     top=py_spy(pid, args.py_spy, out)))
                 spy.start()
+            ticks = cpu_ticks(proc.pid)
             server = load(args, url, grpc, args.concurrency, args.duration, args.request_batch)
+            cpu = cpu_per_request(ticks, cpu_ticks(proc.pid), server["requests"] + int(
+                server["inferences_per_s"] * args.warmup / max(1, args.request_batch)))
             if args.py_spy and workers == 1:
                 spy.join()
                 profile = holder.get("top")
@@ -224,7 +278,7 @@ def main() -> None:
         runs.append({"server_workers": workers, "server": server, "server_batches": batches,
                      "server_concurrency_1": single, "ratio_server_over_in_process": ratio,
                      "added_latency_p50_ms_at_concurrency_1": added, "server_exit_code": exit_code,
-                     "soak": soaked, "py_spy_top": profile})
+                     "soak": soaked, "py_spy_top": profile, "server_cpu_ms_per_request": cpu})
     best = max(runs, key=lambda r: r["ratio_server_over_in_process"])
     result = {
         "schema": "onnxaccel.bench.serve-throughput/2", "date": datetime.now(timezone.utc).isoformat(),
@@ -247,6 +301,9 @@ def main() -> None:
             f"p99 {lat.get('p99_ms', float('nan')):.2f} ms, errors {server['error_count']}; mean batch "
             f"{run['server_batches']['mean_batch'] or 0:.1f}, run {run['server_batches']['compute_ms_per_request']:.2f} ms "
             f"per request, queue {server.get('server_queue_ms') or 0:.2f} ms\n")
+        cpu = run["server_cpu_ms_per_request"]
+        sys.stdout.write(f"    server CPU per request: event loop {cpu['event_loop_threads_ms']:.3f} ms, other threads "
+                         f"{cpu['other_threads_ms']:.3f} ms, all {cpu['total_ms']:.3f} ms\n")
         if run["added_latency_p50_ms_at_concurrency_1"] is not None:
             sys.stdout.write(f"    added latency per request (c=1, p50): "
                              f"{run['added_latency_p50_ms_at_concurrency_1']:.2f} ms\n")

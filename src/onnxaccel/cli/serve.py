@@ -71,6 +71,9 @@ def serve_command(
     gil_switch_ms: Annotated[float, typer.Option("--gil-switch-ms", min=0.0, help="Python's GIL switch interval "
                              "in the server, ms (0: Python's default, 5). Short waits for the run threads while "
                              "the event loop decodes requests.")] = 0.5,
+    gpu_wait: Annotated[str, typer.Option("--gpu-wait", help="How run threads wait for the GPU: block (sleep "
+                        "until it is done; leaves cores to the event loops), spin, yield, or auto (the runtime's "
+                        "default).", case_sensitive=False)] = "block",
     ray: Annotated[str | None, typer.Option("--ray", help="Serve as a Ray Serve deployment: auto (RAY_ADDRESS, a "
                    "cluster running here, else a new local one), local, or the cluster's ADDRESS. One replica per GPU, "
                    "autoscaling on queued requests; HTTP only.")] = None,
@@ -106,7 +109,7 @@ def serve_command(
         host=host, http_port=http_port, grpc_port=grpc_port if grpc else None,
         max_request_bytes=int(max_request_mb * 1024 * 1024), max_connections=max_connections,
         drain_timeout_s=drain_timeout, strict_readiness=strict_readiness, log_level=log_level, workers=workers,
-        gil_switch_ms=gil_switch_ms,
+        gil_switch_ms=gil_switch_ms, gpu_wait=_gpu_wait(gpu_wait),
     )
     if host not in ("127.0.0.1", "localhost", "::1"):
         warn(f"listening on {host}: the server has no authentication; anyone who reaches this address can use it.")
@@ -142,3 +145,12 @@ def serve_command(
         print_json({"event": "stopped", **result.to_dict()})
     elif not result.drained:
         warn("some requests were still running when the drain timeout passed.")
+
+
+def _gpu_wait(mode: str) -> str:
+    from onnxaccel.engines.hostmem import GPU_WAIT
+
+    mode = mode.lower()
+    if mode not in GPU_WAIT:
+        raise UsageError(f"--gpu-wait {mode}: not a wait mode.", f"Use one of: {', '.join(GPU_WAIT)}.")
+    return mode

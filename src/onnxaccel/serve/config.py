@@ -141,6 +141,10 @@ class ServerConfig:
     #: busy decoding requests makes each of those waits up to 5 ms (measured: 11.5 ms instead of 1.2 ms per
     #: batch of a small model with a thread allocating request buffers; 3.2 ms at 0.5 ms).
     gil_switch_ms: float = 0.5
+    #: How run threads wait for the GPU: block (sleep until the GPU is done), spin, yield, or auto (the
+    #: runtime's default: spin while there are cores to spare). Blocking leaves the cores to the event loops
+    #: of the server's processes (engines/hostmem.py set_gpu_wait).
+    gpu_wait: str = "block"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -37,8 +38,10 @@ DATATYPES: dict[str, np.dtype] = {
 _BY_NUMPY = {v.name: k for k, v in DATATYPES.items() if k != "BYTES"}
 
 
+@functools.lru_cache(maxsize=512)
 def datatype_of(dtype: np.dtype | str) -> str:
-    """The protocol datatype for a numpy dtype (or dtype name); BYTES for strings."""
+    """The protocol datatype for a numpy dtype (or dtype name); BYTES for strings. Cached: it is asked for
+    every input and output of every request."""
     name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
     if name in ("object", "str") or name.startswith(("str", "bytes")) or name == "string":
         return "BYTES"

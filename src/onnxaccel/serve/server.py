@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.core import InferenceService
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.repository import ModelRepository
+from onnxaccel.target import parse_target
+
+logger = logging.getLogger(__name__)
 
 SCHEMA = "onnxaccel.serve/1"
 
@@ -39,6 +43,49 @@ class ServeResult:
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "http_url": self.http_url, "grpc_address": self.grpc_address,
                 "models": self.models, "drained": self.drained, "warnings": self.warnings, "workers": self.workers}
+
+
+#: What one request body may hold in uvicorn's buffer before it stops reading the socket (its own default is
+#: 64 KiB, flow_control.HIGH_WATER_LIMIT).
+BODY_HIGH_WATER = 8 * 2**20
+
+
+def _set_gpu_wait(target_text: str | None, mode: str) -> str:
+    """Apply --gpu-wait for the default target's GPU before any model is loaded (the setting is per process
+    and device, and takes effect only before the device's context is first used). '' or why not."""
+    from onnxaccel.engines.hostmem import runtime_for, set_gpu_wait
+
+    if not target_text or mode == "auto":
+        return ""
+    try:
+        target = parse_target(target_text)
+    except Exception:  # noqa: BLE001 - the model load reports a bad target properly
+        return ""
+    runtime = runtime_for(target.device) if target.is_gpu else None
+    if runtime is None:
+        return ""
+    note = set_gpu_wait(runtime, target.device_id or 0, mode)
+    if note:
+        logger.warning("--gpu-wait %s not applied: %s", mode, note)
+    return note
+
+
+def _raise_body_high_water(max_request_bytes: int) -> None:
+    """Let uvicorn buffer a whole tensor body before pausing the socket.
+
+    uvicorn's httptools protocol pauses reading whenever a request's unread body passes HIGH_WATER_LIMIT
+    (64 KiB) and resumes when the app calls receive(): a 600 kB image tensor then costs ten pause/resume
+    round trips through the event loop, which measured as the largest part of the loop's time per request.
+    The limit is a module constant with no setting, read at each call, so it is raised here. Memory stays
+    bounded: per connection by this value, and in all by --max-request-mb and --max-connections.
+    """
+    try:
+        from uvicorn.protocols.http import httptools_impl
+    except ImportError:  # httptools missing: uvicorn uses h11, which has no such pause
+        return
+    if getattr(httptools_impl, "HIGH_WATER_LIMIT", None) is not None:
+        httptools_impl.HIGH_WATER_LIMIT = max(httptools_impl.HIGH_WATER_LIMIT,
+                                              min(BODY_HIGH_WATER, max_request_bytes))
 
 
 def _uvicorn():
@@ -90,6 +137,7 @@ class InferenceServer:
         if not repository.entries:
             raise UsageError(f"No models found in {self.source}.",
                              "Pass an .onnx file, zoo:NAME, or a folder of NAME/model.onnx (see docs/SERVING.md).")
+        self.gpu_wait_note = _set_gpu_wait(self.model_defaults.get("target"), self.config.gpu_wait)
         self.service = service = InferenceService(repository, metrics, self.config)
         if self.peers_ready is not None:
             service.peers_ready = self.peers_ready
@@ -100,6 +148,7 @@ class InferenceServer:
             # connections waiting meanwhile, and the other workers answer them.
             await service.load_all()
 
+        _raise_body_high_water(self.config.max_request_bytes)
         http = uvicorn.Config(create_app(service), host=self.config.host, port=self.config.http_port,
                               log_level=self.config.log_level, access_log=False, lifespan="off",
                               limit_concurrency=self.config.max_connections, timeout_graceful_shutdown=5,
