@@ -48,6 +48,7 @@ for stage in "$@"; do
       timeout 500 python3 benchmarks/serve_throughput.py --model zoo:resnet50 --target cuda:0 --precision fp16 \
         --batch 64 --concurrency 64 --duration ${SERVE_SECONDS:-15} --warmup 5 --inprocess-duration 8 \
         --server-workers ${SERVER_WORKERS:-1,4,8} --protocol ${SERVE_PROTOCOL:-http} --serve-args "${SERVE_ARGS:-}" \
+        --request-batch ${REQUEST_BATCH:-1} --delay-ms ${SERVE_DELAY_MS:-2} \
         --py-spy ${PY_SPY_SECONDS:-8} --workers 6 --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1
       echo "rc=$?"; tail -40 "$OUT/$name.log" ;;
     ray-batch)  # issue 9: batch in-process vs Ray Data (1 GPU), and serve --ray (1 replica)
