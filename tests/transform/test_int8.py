@@ -143,3 +143,29 @@ def test_run_precision_int8_on_cuda_explains_what_works(mlp_path):
     with pytest.raises(TargetError) as err:
         prepare_for_target(model, parse_target("cuda/int8"))
     assert "tensorrt/int8" in err.value.hint and "migraphx/int8" in err.value.hint
+
+
+def test_reduce_range_follows_the_cpu():
+    from onnxaccel.transform.int8 import needs_reduce_range
+
+    assert needs_reduce_range({"avx", "avx2"}, "x86_64") is True  # AVX2 only: U8S8 products can saturate
+    assert needs_reduce_range({"avx2", "avx512f", "avx512_vnni"}, "x86_64") is False
+    assert needs_reduce_range({"avx2", "avx_vnni"}, "AMD64") is False
+    assert needs_reduce_range(set(), "aarch64") is False
+
+
+def test_dynamic_int8_reports_and_marks_its_weight_range(invoke, tmp_path):
+    import onnx
+
+    from onnxaccel.transform.int8 import REDUCE_RANGE_KEY, needs_reduce_range
+
+    out = tmp_path / "bert.int8.onnx"
+    result = invoke("optimize", "zoo:bert-tiny", "-o", out, "-t", "cpu", "--int8", "dynamic", "--no-compile-cache",
+                    "--no-check", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    reduced = needs_reduce_range()
+    assert report["precision"]["int8"]["reduce_range"] is reduced
+    marks = {p.key: p.value for p in onnx.load(str(out), load_external_data=False).metadata_props}
+    assert (marks.get(REDUCE_RANGE_KEY) == "true") is reduced
+    assert any("reduce_range" in n for n in report["notes"]) is reduced

@@ -30,7 +30,7 @@ from onnxaccel.transform.calibration import SYNTHETIC_WARNING, CalibrationData, 
 from onnxaccel.transform.files import OPTIMIZED_FROM_KEY, check_output_path, save_model
 from onnxaccel.transform.fp16 import convert_fp16, name_unnamed_nodes, set_metadata
 from onnxaccel.transform.gate import CPU, Gate, gate_samples
-from onnxaccel.transform.int8 import Int8Settings, quantize_dynamic_proto, quantize_static_proto
+from onnxaccel.transform.int8 import Int8Settings, needs_reduce_range, quantize_dynamic_proto, quantize_static_proto
 from onnxaccel.transform.report import ModelSummary, OptimizeReport, StepRecord
 
 
@@ -249,6 +249,9 @@ def _precision_step(proto, options: OptimizeOptions, calibration, gate: Gate, st
             proto = steps.run("int8-static", lambda p: quantize_static_proto(p, calibration, settings), proto)
         else:
             proto = steps.run("int8-dynamic", lambda p: quantize_dynamic_proto(p, settings), proto)
+            if settings.reduce_range is None and needs_reduce_range():
+                report.notes.append("7-bit INT8 weights (reduce_range): this x86 CPU has no VNNI, where ONNX Runtime's "
+                                    "U8S8 integer products can saturate")
         from onnxaccel.transform.int8 import quantized_node_count
 
         precision["int8"] = settings.to_dict()
