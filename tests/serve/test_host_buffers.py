@@ -11,8 +11,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import ctypes
+
 from onnxaccel.engines.hostmem import GPU_WAIT, HostMemory, runtime_for, set_gpu_wait
 from onnxaccel.serve.instance import _join_rows
+
+
+def _loads(name: str) -> bool:
+    try:
+        ctypes.CDLL(name)
+    except OSError:
+        return False
+    return True
+
+
+#: These tests check the refusals of a machine without a GPU driver (CI); where a driver is present the
+#: refusal path cannot be reached and the calls would change the real device's settings.
+NO_NVIDIA_DRIVER = pytest.mark.skipif(_loads("libcuda.so.1"), reason="an NVIDIA driver is present")
+NO_HIP = pytest.mark.skipif(_loads("libamdhip64.so") or _loads("libamdhip64.so.6") or _loads("libamdhip64.so.7"),
+                            reason="a HIP runtime is present")
 
 
 def test_cpu_buffers_are_reused_page_aligned_and_not_pinned():
@@ -45,6 +62,8 @@ def test_buffers_beyond_keep_release_the_least_recently_used():
     assert host.buffer("a", (2, 4), np.float32).ctypes.data == first.ctypes.data
 
 
+@NO_NVIDIA_DRIVER
+@NO_HIP
 @pytest.mark.parametrize("runtime", ["cuda", "hip"])
 def test_without_a_usable_gpu_runtime_buffers_work_and_say_why_they_are_not_pinned(runtime):
     host = HostMemory(runtime)
@@ -64,6 +83,8 @@ def test_runtime_for_maps_devices_to_their_runtime():
         None, "cuda", "cuda", "hip", "hip"]
 
 
+@NO_NVIDIA_DRIVER
+@NO_HIP
 def test_gpu_wait_modes_and_refusals_here():
     assert set(GPU_WAIT) == {"auto", "spin", "yield", "block"}
     assert "unknown GPU wait mode 'nap'" in set_gpu_wait("cuda", 0, "nap")
@@ -86,6 +107,28 @@ def test_join_rows_copies_parts_in_order_and_pads_with_the_last_row(size):
     buffer = np.full((size, 3, 4), -1.0, dtype=np.float32)
     _join_rows(buffer, values)
     assert np.array_equal(buffer, reference_join(values, size))
+
+
+def test_join_rows_refuses_more_rows_than_the_buffer_holds():
+    buffer = np.zeros((3, 2), dtype=np.float32)
+    with pytest.raises(ValueError, match="more than the buffer's 3 rows"):
+        _join_rows(buffer, [np.ones((2, 2), np.float32), np.ones((2, 2), np.float32)])
+
+
+def test_zero_size_trailing_axes_get_empty_buffers():
+    host = HostMemory(None)
+    empty = host.buffer("x", (4, 0), np.float32)
+    assert empty.shape == (4, 0) and empty.size == 0
+    _join_rows(empty, [np.zeros((1, 0), np.float32), np.zeros((3, 0), np.float32)])
+
+
+def test_buffers_still_held_are_released_when_the_object_goes_away():
+    host = HostMemory(None)
+    host.buffer("x", (2, 2), np.float32)
+    finalizer = host._finalizer
+    assert finalizer.alive
+    del host
+    assert not finalizer.alive
 
 
 def test_join_rows_handles_strided_and_other_dtype_parts():

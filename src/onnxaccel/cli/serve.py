@@ -73,7 +73,7 @@ def serve_command(
                              "the event loop decodes requests.")] = 0.5,
     gpu_wait: Annotated[str, typer.Option("--gpu-wait", help="How run threads wait for the GPU: block (sleep "
                         "until it is done; leaves cores to the event loops), spin, yield, or auto (the runtime's "
-                        "default).", case_sensitive=False)] = "block",
+                        "default).")] = "block",
     ray: Annotated[str | None, typer.Option("--ray", help="Serve as a Ray Serve deployment: auto (RAY_ADDRESS, a "
                    "cluster running here, else a new local one), local, or the cluster's ADDRESS. One replica per GPU, "
                    "autoscaling on queued requests; HTTP only.")] = None,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -35,8 +36,9 @@ _LIBRARIES = {
     "cuda": ("libcudart", ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so")),
     "hip": ("libamdhip64", ("libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so")),
 }
-_API = {"cuda": ("cudaHostRegister", "cudaHostUnregister", "cudaGetErrorString"),
-        "hip": ("hipHostRegister", "hipHostUnregister", "hipGetErrorString")}
+_API = {"cuda": ("cudaHostRegister", "cudaHostUnregister", "cudaGetErrorString", "cudaGetLastError",
+                 "cudaSetDevice"),
+        "hip": ("hipHostRegister", "hipHostUnregister", "hipGetErrorString", "hipGetLastError", "hipSetDevice")}
 
 _lock = threading.Lock()
 _runtimes: dict[str, tuple[ctypes.CDLL | None, str]] = {}
@@ -78,7 +80,7 @@ def _runtime(kind: str) -> tuple[ctypes.CDLL | None, str]:
                 lib = ctypes.CDLL(name)
             except OSError:
                 continue
-            register, unregister, error_string = (getattr(lib, n, None) for n in _API[kind])
+            register, unregister, error_string = (getattr(lib, n, None) for n in _API[kind][:3])
             if register is None or unregister is None:
                 lib, reason = None, f"{name} has no {_API[kind][0]}"
                 continue
@@ -86,10 +88,23 @@ def _runtime(kind: str) -> tuple[ctypes.CDLL | None, str]:
             unregister.argtypes, unregister.restype = [ctypes.c_void_p], ctypes.c_int
             if error_string is not None:
                 error_string.argtypes, error_string.restype = [ctypes.c_int], ctypes.c_char_p
+            last_error, set_device = (getattr(lib, n, None) for n in _API[kind][3:])
+            if last_error is not None:
+                last_error.argtypes, last_error.restype = [], ctypes.c_int
+            if set_device is not None:
+                set_device.argtypes, set_device.restype = [ctypes.c_int], ctypes.c_int
             reason = ""
             break
         _runtimes[kind] = (lib, reason)
         return lib, reason
+
+
+def _clear_error(lib, runtime: str) -> None:
+    """Reset the runtime's per-thread last error after a refused call: ONNX Runtime's CUDA kernels check
+    cudaGetLastError after every launch and would report ours as theirs on the next run."""
+    last_error = getattr(lib, _API[runtime][3], None)
+    if last_error is not None:
+        last_error()
 
 
 class HostMemory:
@@ -100,9 +115,10 @@ class HostMemory:
     reuses its memory. At most ``keep`` buffers are held; the least recently used one is released first.
     """
 
-    def __init__(self, runtime: str | None, *, keep: int = 16):
+    def __init__(self, runtime: str | None, *, keep: int = 16, device_id: int = 0):
         self.runtime = runtime
         self.keep = keep
+        self.device_id = device_id
         self.pinned = False
         self.reason = "no GPU runtime (CPU target)" if runtime is None else ""
         self.pinned_bytes = 0
@@ -111,6 +127,8 @@ class HostMemory:
         self._refused = False
         if runtime is not None:
             self._lib, self.reason = _runtime(runtime)
+        # Registered memory must be unregistered before it is freed, also when close() is never called.
+        self._finalizer = weakref.finalize(self, HostMemory._release_all, self._buffers, self._lib, runtime)
 
     def buffer(self, key, shape: tuple[int, ...], dtype) -> np.ndarray:
         """An array of ``shape`` and ``dtype`` for ``key``, reused across calls (contents are not cleared)."""
@@ -130,23 +148,28 @@ class HostMemory:
         return array if shape else array.reshape(())
 
     def _allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, bool]:
-        nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         # Page-aligned, whole pages: registration pins pages, and a buffer must not share one with another.
-        size = -(-nbytes // _PAGE) * _PAGE
+        size = max(1, -(-nbytes // _PAGE)) * _PAGE
         base = np.empty(size + _PAGE, dtype=np.uint8)
         offset = (-base.ctypes.data) % _PAGE
         raw = base[offset:offset + size]
         array = raw[:nbytes].view(dtype).reshape(shape)
         pinned = False
         if self._lib is not None and not self._refused and dtype != np.dtype(object):
-            status = getattr(self._lib, _API[self.runtime][0])(raw.ctypes.data, size, _PORTABLE)
+            api = _API[self.runtime]
+            set_device = getattr(self._lib, api[4], None)
+            if set_device is not None:  # register on the model's device: no context appears on GPU 0
+                set_device(int(self.device_id))
+            status = getattr(self._lib, api[0])(raw.ctypes.data, size, _PORTABLE)
             if status == 0:
                 pinned = True
                 self.pinned = True
                 self.pinned_bytes += size
             else:  # not retried for later buffers: the reason stays as the runtime gave it
-                self.reason = f"{_API[self.runtime][0]} failed: {self._error(status)}"
+                self.reason = f"{api[0]} failed: {self._error(status)}"
                 self._refused = True
+                _clear_error(self._lib, self.runtime)
         return array, raw, pinned
 
     def _error(self, status: int) -> str:
@@ -160,13 +183,22 @@ class HostMemory:
     def _release(self, held: tuple[np.ndarray, np.ndarray, bool]) -> None:
         _, raw, pinned = held
         if pinned and self._lib is not None:
-            getattr(self._lib, _API[self.runtime][1])(raw.ctypes.data)
+            if getattr(self._lib, _API[self.runtime][1])(raw.ctypes.data) != 0:
+                _clear_error(self._lib, self.runtime)
             self.pinned_bytes -= raw.nbytes
 
     def close(self) -> None:
         """Unregister and drop every buffer (call once nothing runs on them any more)."""
         while self._buffers:
             self._release(self._buffers.popitem()[1])
+
+    @staticmethod
+    def _release_all(buffers: OrderedDict, lib, runtime) -> None:
+        """The finalizer: unregister what is still held when the object goes away without close()."""
+        for _, raw, pinned in buffers.values():
+            if pinned and lib is not None and getattr(lib, _API[runtime][1])(raw.ctypes.data) != 0:
+                _clear_error(lib, runtime)
+        buffers.clear()
 
     def describe(self) -> dict:
         return {"runtime": self.runtime, "pinned": self.pinned, "pinned_bytes": self.pinned_bytes,

@@ -210,7 +210,7 @@ class InferRoute:
     The same protocol functions as the FastAPI route (decode_http_request, InferenceService.infer,
     encode_http_response), the same errors (``{"error": ...}`` with the ProtocolError's status and
     Retry-After) and the same metrics; without the framework's per-request routing, dependency solving and
-    Request/Response objects. The body is read straight into one buffer of the declared length.
+    Request/Response objects. The body is used as received (one message) or appended into one buffer.
     """
 
     def __init__(self, app, service: InferenceService):
@@ -248,34 +248,28 @@ class InferRoute:
         await _respond(send, 200, content, media_type,
                        [(k.lower().encode(), v.encode()) for k, v in out_headers.items()])
 
-    async def _body(self, receive, headers: dict) -> bytes | bytearray | memoryview:
-        declared = headers.get("content-length")
-        _check_declared(declared, self.limit)
-        size = int(declared) if declared is not None and declared.isdigit() else None
-        buffer = bytearray(size) if size else None
-        chunks, at = [], 0
+    async def _body(self, receive, headers: dict) -> bytes | bytearray:
+        """The whole body. A body that arrives in one message is used as it is; otherwise the chunks are
+        appended to one bytearray, which grows with what has arrived (never with what is only declared)."""
+        _check_declared(headers.get("content-length"), self.limit)
+        body, size = b"", 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 raise ProtocolError(400, "The client disconnected before sending the whole body.")
             chunk = message.get("body", b"")
             if chunk:
-                if at + len(chunk) > self.limit:
+                size += len(chunk)
+                if size > self.limit:
                     raise ProtocolError(413, f"The request body exceeds {self.limit} bytes (--max-request-mb).")
-                if buffer is not None and at + len(chunk) <= size:
-                    buffer[at:at + len(chunk)] = chunk
+                if not body:
+                    body = chunk
                 else:
-                    if buffer is not None:  # more than declared: keep what came, as the framework would
-                        chunks.append(bytes(buffer[:at]))
-                        buffer = None
-                    chunks.append(chunk)
-                at += len(chunk)
+                    if not isinstance(body, bytearray):
+                        body = bytearray(body)
+                    body += chunk
             if not message.get("more_body", False):
                 break
-        if buffer is not None:  # no copy: the protocol decodes from any bytes-like object
-            body = buffer if at == size else memoryview(buffer)[:at]
-        else:
-            body = b"".join(chunks)
         return _inflate(body, headers.get("content-encoding", ""), self.limit)
 
 

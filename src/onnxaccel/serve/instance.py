@@ -64,7 +64,8 @@ class ModelInstance:
         #: (no page faults in the run thread). One per instance: each is used by its run thread only.
         runtime = runtime_for(self.runners[0].target.device) if gpu else None
         keep = max(16, 2 * len(self.model.inputs))
-        self.host = [HostMemory(runtime, keep=keep) for _ in self.runners]
+        device_id = (self.runners[0].target.device_id or 0) if gpu else 0
+        self.host = [HostMemory(runtime, keep=keep, device_id=device_id) for _ in self.runners]
 
     # -- signature -------------------------------------------------------------------------------------
 
@@ -190,7 +191,7 @@ class ModelInstance:
     def warm_up(self) -> list[int]:
         """Run every padded batch size once on every instance, so no request pays for a kernel search."""
         done = []
-        for size in self.buckets:
+        for size in sorted(self.buckets, reverse=True):  # largest first: one buffer, then views of it
             for index in range(len(self.runners)):
                 feeds = {}
                 for spec in self.model.inputs:
@@ -200,7 +201,7 @@ class ModelInstance:
                     feeds[spec.name][...] = 0
                 self._execute(index, feeds)
             done.append(size)
-        return done
+        return sorted(done)
 
     def _execute(self, index: int, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
         runner = self.runners[index]
@@ -246,6 +247,8 @@ def _join_rows(buffer: np.ndarray, values: list[np.ndarray]) -> None:
     at = 0
     for value in values:
         n = value.shape[0]
+        if at + n > buffer.shape[0]:
+            raise ValueError(f"the parts hold more than the buffer's {buffer.shape[0]} rows")
         if (contiguous and value.flags.c_contiguous and value.dtype == buffer.dtype
                 and value.shape[1:] == buffer.shape[1:]):
             step = value.nbytes // n if n else 0

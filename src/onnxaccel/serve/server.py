@@ -73,19 +73,21 @@ def _set_gpu_wait(target_text: str | None, mode: str) -> str:
 def _raise_body_high_water(max_request_bytes: int) -> None:
     """Let uvicorn buffer a whole tensor body before pausing the socket.
 
-    uvicorn's httptools protocol pauses reading whenever a request's unread body passes HIGH_WATER_LIMIT
-    (64 KiB) and resumes when the app calls receive(): a 600 kB image tensor then costs ten pause/resume
-    round trips through the event loop, which measured as the largest part of the loop's time per request.
-    The limit is a module constant with no setting, read at each call, so it is raised here. Memory stays
-    bounded: per connection by this value, and in all by --max-request-mb and --max-connections.
+    uvicorn's HTTP protocols (httptools and h11) pause reading whenever a request's unread body passes
+    HIGH_WATER_LIMIT (64 KiB) and resume when the app calls receive(): a 600 kB image tensor then costs ten
+    pause/resume round trips through the event loop, a large part of the loop's time per request. The limit
+    is a module constant with no setting, read at each call, so it is raised here. Memory stays bounded: per
+    connection by this value, and in all by --max-request-mb and --max-connections.
     """
-    try:
-        from uvicorn.protocols.http import httptools_impl
-    except ImportError:  # httptools missing: uvicorn uses h11, which has no such pause
-        return
-    if getattr(httptools_impl, "HIGH_WATER_LIMIT", None) is not None:
-        httptools_impl.HIGH_WATER_LIMIT = max(httptools_impl.HIGH_WATER_LIMIT,
-                                              min(BODY_HIGH_WATER, max_request_bytes))
+    import importlib
+
+    for module in ("uvicorn.protocols.http.httptools_impl", "uvicorn.protocols.http.h11_impl"):
+        try:
+            impl = importlib.import_module(module)
+        except ImportError:  # httptools or h11 not installed
+            continue
+        if getattr(impl, "HIGH_WATER_LIMIT", None) is not None:
+            impl.HIGH_WATER_LIMIT = max(impl.HIGH_WATER_LIMIT, min(BODY_HIGH_WATER, max_request_bytes))
 
 
 def _uvicorn():
