@@ -248,10 +248,13 @@ def _precision_step(proto, options: OptimizeOptions, calibration, gate: Gate, st
         if settings.mode == "static":
             proto = steps.run("int8-static", lambda p: quantize_static_proto(p, calibration, settings), proto)
         else:
+            if settings.reduce_range is None:  # automatic: only where the model runs on this CPU
+                reduce = options.target.device == "cpu" and needs_reduce_range()
+                settings = dataclasses.replace(settings, reduce_range=reduce)
+                if reduce:
+                    report.notes.append("7-bit INT8 weights (reduce_range): this x86 CPU has no VNNI, where ONNX "
+                                        "Runtime's U8S8 integer products can saturate")
             proto = steps.run("int8-dynamic", lambda p: quantize_dynamic_proto(p, settings), proto)
-            if settings.reduce_range is None and needs_reduce_range():
-                report.notes.append("7-bit INT8 weights (reduce_range): this x86 CPU has no VNNI, where ONNX Runtime's "
-                                    "U8S8 integer products can saturate")
         from onnxaccel.transform.int8 import quantized_node_count
 
         precision["int8"] = settings.to_dict()
