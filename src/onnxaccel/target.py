@@ -23,6 +23,10 @@ from urllib.parse import parse_qsl, quote
 from onnxaccel.errors import ProviderOptionError, TargetError
 
 DEVICES = ("cpu", "cuda", "tensorrt", "migraphx", "rocm")
+#: The provider option that turns on graph capture, by device (names as in PROVIDER_OPTIONS; ORT docs: CUDA EP
+#: "enable_cuda_graph", TensorRT EP "trt_cuda_graph_enable", ROCm EP "enable_hip_graph"). The MIGraphX EP has
+#: no such option: MIGraphX compiles the whole graph into one program itself.
+GRAPH_OPTION = {"cuda": "enable_cuda_graph", "tensorrt": "trt_cuda_graph_enable", "rocm": "enable_hip_graph"}
 PRECISIONS = ("fp32", "fp16", "int8")
 ENGINES = ("ort", "migraphx")
 
@@ -233,6 +237,12 @@ class Target:
 
     def without_options(self, *keys: str) -> Target:
         return replace(self, options=tuple(kv for kv in self.options if kv[0] not in keys))
+
+    @property
+    def graph_capture(self) -> bool:
+        """Whether the target's options turn on graph capture (GRAPH_OPTION)."""
+        key = GRAPH_OPTION.get(self.device)
+        return key is not None and self.option_dict.get(key, "0").lower() in ("1", "true")
 
     def with_precision(self, precision: str) -> Target:
         return validated(replace(self, precision=precision))

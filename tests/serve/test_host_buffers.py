@@ -154,3 +154,21 @@ def test_body_high_water_is_raised_for_httptools():
         assert httptools_impl.HIGH_WATER_LIMIT == max(before, BODY_HIGH_WATER)
     finally:
         httptools_impl.HIGH_WATER_LIMIT = before
+
+
+@pytest.mark.parametrize("target,key", [("cuda:0?enable_cuda_graph=1&prefer_nhwc=1", "enable_cuda_graph"),
+                                        ("rocm?enable_hip_graph=1", "enable_hip_graph"),
+                                        ("tensorrt?trt_cuda_graph_enable=True", "trt_cuda_graph_enable")])
+def test_graph_capture_from_a_tuned_target_is_dropped_when_serving_with_a_note(target, key):
+    from onnxaccel.serve.config import ModelConfig
+    from onnxaccel.target import parse_target
+
+    assert parse_target(target).graph_capture
+    resolved, notes = ModelConfig(name="m", source="zoo:resnet50", target=target, precision="fp16").resolved_target()
+    assert key not in resolved.option_dict and not resolved.graph_capture
+    assert resolved.precision == "fp16"
+    if "prefer_nhwc" in target:
+        assert resolved.option_dict["prefer_nhwc"] == "1"  # the other tuned options stay
+    assert any(key in n and "served without it" in n for n in notes)
+    plain, plain_notes = ModelConfig(name="m", source="zoo:resnet50", target="cuda:0?prefer_nhwc=1").resolved_target()
+    assert not any("graph capture" in n for n in plain_notes)

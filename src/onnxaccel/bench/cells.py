@@ -13,12 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from onnxaccel.bench.stats import Histogram, LatencyStats
-from onnxaccel.target import Target, parse_target
+from onnxaccel.target import GRAPH_OPTION, Target, parse_target
 
-#: The provider option that turns on graph capture, by device (names as in target.PROVIDER_OPTIONS; ORT
-#: docs: CUDA EP "enable_cuda_graph", TensorRT EP "trt_cuda_graph_enable", ROCm EP "enable_hip_graph").
-#: The MIGraphX EP has no such option: MIGraphX compiles the whole graph into one program itself.
-GRAPH_OPTION = {"cuda": "enable_cuda_graph", "tensorrt": "trt_cuda_graph_enable", "rocm": "enable_hip_graph"}
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaccel.bench.accuracy import AccuracyGate, reference_target
-from onnxaccel.bench.cells import GRAPH_OPTION, CellResult, SweepCell
+from onnxaccel.bench.cells import CellResult, SweepCell
 from onnxaccel.bench.config import (
     ConfigError,
     TunedConfig,
@@ -40,7 +40,7 @@ from onnxaccel.bench.sweep import Sweep, SweepEvent, SweepSettings
 from onnxaccel.bench.tune_space import precisions_for, stages_for
 from onnxaccel.errors import OnnxAccelError
 from onnxaccel.model import Model, load_model
-from onnxaccel.target import Target
+from onnxaccel.target import GRAPH_OPTION, Target
 
 __all__ = ["ConfigError", "TuneError", "TuneResult", "TuneSettings", "TunedConfig", "load_config", "save_config",
            "tune"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaccel.errors import UsageError
-from onnxaccel.target import Target, parse_target
+from onnxaccel.target import GRAPH_OPTION, Target, parse_target
 
 SCHEMA = "onnxaccel.serve.model-config/1"
 
@@ -73,6 +73,14 @@ class ModelConfig:
                 notes.append(f"{self.name}: {what} has no effect on {base.device} (its provider has no such option).")
             else:
                 extra[key] = str(value)
+        if base.graph_capture:
+            # Graph replay needs inputs and outputs bound once at fixed device addresses (IO binding); the
+            # server feeds host arrays per batch and runs several threads, so a captured graph would read
+            # stale addresses or fail mid-capture. Served without it; the target's other options stay.
+            base = base.without_options(GRAPH_OPTION[base.device])
+            notes.append(f"{self.name}: graph capture ({GRAPH_OPTION[base.device]}) is not used when serving (it "
+                         "needs inputs bound at fixed device addresses); the model is served without it, with "
+                         "the target's other options.")
         if (base.is_gpu and base.engine == "ort" and "intra_op_num_threads" not in base.option_dict
                 and "intra_op_num_threads" not in extra):
             # A GPU session's CPU thread pool only runs the few CPU-placed (shape) nodes, but by default has one
