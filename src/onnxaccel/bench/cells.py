@@ -41,8 +41,7 @@ class SweepCell:
 
     @property
     def uses_graph(self) -> bool:
-        target = self.effective_target
-        return target.option_dict.get(GRAPH_OPTION.get(target.device, ""), "0") == "1"
+        return self.effective_target.graph_capture
 
     @property
     def parallel(self) -> bool:
