@@ -7,8 +7,8 @@
 3. Ratio = server inferences/s / in-process inferences/s (numpy in/out). The issue's target on the H200:
    >= 0.80 for zoo:resnet50 FP16, binary, concurrency 64.
 4. Added latency per request: server p50 at concurrency 1 minus the in-process p50 at the request's batch.
-5. ``--server-workers 1,4``: one server run per value (``serve --workers N``: N processes decoding requests, each
-   with its own session); the in-process reference is measured once. ``--py-spy S`` samples the (single-process)
+5. ``--server-workers 1,4,4s2``: one server run per value (``N``: ``serve --workers N``; ``Ns``/``NsI``: the same
+   with ``--shared-models``, and ``--instances I`` in the model process); the in-process reference is measured once. ``--py-spy S`` samples the (single-process)
    server's Python stacks for S seconds under load and prints where its time goes (needs py-spy on PATH).
 6. ``--soak S``: a further S seconds of load at concurrency C while the telemetry sampler reads GPU memory and
    /metrics gives the server's RSS; reports memory after warm-up and at the end (growth should be ~0 with
@@ -66,14 +66,31 @@ def in_process(args) -> dict:
     return out
 
 
-def start_server(args, log: Path, workers: int = 1) -> tuple[subprocess.Popen, str, str]:
+def server_spec(text: str) -> str:
+    """``N`` (serve --workers N), ``Ns`` (+ --shared-models) or ``NsI`` (+ --instances I in the model process)."""
+    import re
+
+    if not re.fullmatch(r"\d+(s\d*)?", text.strip()):
+        raise argparse.ArgumentTypeError(f"server spec {text!r}: use N, Ns or NsI (e.g. 4, 4s, 4s2)")
+    return text.strip()
+
+
+def parse_spec(spec: str) -> tuple[int, bool, int | None]:
+    workers, _, instances = spec.partition("s")
+    return int(workers), "s" in spec, int(instances) if instances else None
+
+
+def start_server(args, log: Path, spec: str = "1") -> tuple[subprocess.Popen, str, str]:
+    workers, shared, instances = parse_spec(spec)
     http, grpc = free_port(), free_port()
     cmd = [sys.executable, "-c", SERVE, "serve", args.model, "--target", args.target, "--http-port", str(http),
            "--grpc-port", str(grpc), "--max-batch", str(args.batch), "--max-queue-delay-ms", str(args.delay_ms),
-           "--instances", str(args.instances), "--max-queue", str(max(256, 4 * args.concurrency)),
+           "--instances", str(instances or args.instances), "--max-queue", str(max(256, 4 * args.concurrency)),
            "--max-request-mb", "512", "--workers", str(workers)]
     if args.precision:
         cmd += ["--precision", args.precision]
+    if shared:
+        cmd += ["--shared-models"]
     cmd += args.serve_args.split()
     if parse_target(args.target).is_gpu:
         cmd += ["--arena-extend-strategy", "kSameAsRequested"]
@@ -234,7 +251,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--inprocess-duration", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=0, help="load generator processes (0: automatic)")
-    parser.add_argument("--server-workers", type=lambda v: [int(x) for x in v.split(",")], default=[1],
+    parser.add_argument("--server-workers", type=lambda v: [server_spec(x) for x in v.split(",")], default=["1"],
                         help="comma-separated serve --workers values, one server run each")
     parser.add_argument("--py-spy", type=float, default=0.0, help="seconds of py-spy sampling (workers=1 run)")
     parser.add_argument("--serve-args", default="", help="more `onnxaccel serve` options, e.g. '--gpu-wait auto'")
@@ -246,12 +263,13 @@ def main() -> None:
     reference = in_process(args)
     base = reference[f"b{args.batch}_numpy"]
     runs = []
-    for workers in args.server_workers:
-        log = Path(os.environ.get("TMPDIR", "/tmp")) / f"serve_throughput_{os.getpid()}_{workers}.log"
-        proc, url, grpc = start_server(args, log, workers)
+    for spec in args.server_workers:
+        workers = parse_spec(spec)[0]
+        log = Path(os.environ.get("TMPDIR", "/tmp")) / f"serve_throughput_{os.getpid()}_{spec}.log"
+        proc, url, grpc = start_server(args, log, spec)
         profile = None
         try:
-            if args.py_spy and workers == 1:
+            if args.py_spy and spec == "1":
                 import threading
 
                 holder = {}
@@ -262,20 +280,21 @@ def main() -> None:
             server = load(args, url, grpc, args.concurrency, args.duration, args.request_batch)
             cpu = cpu_per_request(ticks, cpu_ticks(proc.pid), server["requests"] + int(
                 server["inferences_per_s"] * args.warmup / max(1, args.request_batch)))
-            if args.py_spy and workers == 1:
+            if args.py_spy and spec == "1":
                 spy.join()
                 profile = holder.get("top")
             batches = server_batches(url, model_name(args.model))
             single = load(args, url, grpc, 1, min(args.duration, 10.0), args.request_batch) \
-                if workers == args.server_workers[0] else None
-            soaked = soak(args, url, grpc) if args.soak > 0 and workers == args.server_workers[-1] else None
+                if spec == args.server_workers[0] else None
+            soaked = soak(args, url, grpc) if args.soak > 0 and spec == args.server_workers[-1] else None
         finally:
             proc.send_signal(signal.SIGTERM)
             exit_code = proc.wait(90)
         ratio = server["inferences_per_s"] / base["items_per_s"] if base["items_per_s"] else 0.0
         added = single["latency"]["p50_ms"] - reference[f"b{args.request_batch}_numpy"]["p50_ms"] \
             if single and single["latency"] else None
-        runs.append({"server_workers": workers, "server": server, "server_batches": batches,
+        runs.append({"server_workers": workers, "server_spec": spec, "shared_models": parse_spec(spec)[1],
+                     "model_instances": parse_spec(spec)[2] or args.instances, "server": server, "server_batches": batches,
                      "server_concurrency_1": single, "ratio_server_over_in_process": ratio,
                      "added_latency_p50_ms_at_concurrency_1": added, "server_exit_code": exit_code,
                      "soak": soaked, "py_spy_top": profile, "server_cpu_ms_per_request": cpu})
@@ -285,7 +304,7 @@ def main() -> None:
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "in_process": reference, "runs": runs, "best_ratio": best["ratio_server_over_in_process"],
-        "best_server_workers": best["server_workers"],
+        "best_server_workers": best["server_spec"],
     }
     sys.stdout.write(
         f"{args.model} on {args.target}{'/' + args.precision if args.precision else ''}, batch {args.batch}, "
@@ -296,7 +315,7 @@ def main() -> None:
     for run in runs:
         server, lat = run["server"], run["server"]["latency"] or {}
         sys.stdout.write(
-            f"  server --workers {run['server_workers']}: {server['inferences_per_s']:,.1f} infer/s "
+            f"  server {run['server_spec']}: {server['inferences_per_s']:,.1f} infer/s "
             f"({run['ratio_server_over_in_process']:.1%} of in-process), p50 {lat.get('p50_ms', float('nan')):.2f} ms, "
             f"p99 {lat.get('p99_ms', float('nan')):.2f} ms, errors {server['error_count']}; mean batch "
             f"{run['server_batches']['mean_batch'] or 0:.1f}, run {run['server_batches']['compute_ms_per_request']:.2f} ms "

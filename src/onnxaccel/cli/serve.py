@@ -47,6 +47,10 @@ def serve_command(
     workers: Annotated[int, typer.Option("--workers", min=1, help="Server processes sharing the ports, each "
                        "with its own copy of every model (N x its memory). For high request rates with large "
                        "tensors, where one process's request decoding is the limit; see docs/SERVING.md.")] = 1,
+    shared_models: Annotated[bool, typer.Option("--shared-models", help="With --workers: the workers only decode "
+                             "requests; one model process holds one copy of every model and batches all the "
+                             "workers' requests together (fuller batches, one GPU context; API load/unload "
+                             "works). Tensors pass through shared memory.")] = False,
     max_queue: Annotated[int, typer.Option("--max-queue", help="Requests waiting per model before 429.")] = 256,
     timeout_ms: Annotated[float, typer.Option("--timeout-ms", help="Per-request deadline (queue + run), "
                           "0 for none; past it the request gets 503.")] = 30000.0,
@@ -109,7 +113,7 @@ def serve_command(
         host=host, http_port=http_port, grpc_port=grpc_port if grpc else None,
         max_request_bytes=int(max_request_mb * 1024 * 1024), max_connections=max_connections,
         drain_timeout_s=drain_timeout, strict_readiness=strict_readiness, log_level=log_level, workers=workers,
-        gil_switch_ms=gil_switch_ms, gpu_wait=_gpu_wait(gpu_wait),
+        gil_switch_ms=gil_switch_ms, gpu_wait=_gpu_wait(gpu_wait), shared_models=shared_models,
     )
     if host not in ("127.0.0.1", "localhost", "::1"):
         warn(f"listening on {host}: the server has no authentication; anyone who reaches this address can use it.")
@@ -124,14 +128,15 @@ def serve_command(
             note(message)
         console.print(f"[bold]serving[/] {escape(source)} at {result.http_url}"
                       + (f" and grpc://{result.grpc_address}" if result.grpc_address else "")
-                      + (f" with {result.workers} worker processes" if result.workers > 1 else ""))
+                      + (f" with {result.workers} worker processes" if result.workers > 1 else "")
+                      + (" and one model process" if shared_models else ""))
         for model in result.models:
             state = "[green]READY[/]" if model["state"] == "READY" else f"[red]{model['state']}[/]"
             reason = f": {escape(model.get('reason', ''))}" if model.get("reason") else ""
             console.print(f"  {escape(model['name'])} {state}{reason}")
         console.print("[dim]SIGTERM or Ctrl+C drains in-flight requests and stops.[/]")
 
-    if ray is not None and workers > 1:
+    if ray is not None and (workers > 1 or shared_models):
         raise UsageError("--workers runs several local server processes; with --ray, Ray Serve runs the replicas.",
                          "Drop --workers and use --replicas (or autoscaling) with --ray.")
     if ray is not None:

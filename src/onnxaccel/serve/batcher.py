@@ -41,6 +41,8 @@ class _Pending:
     key: tuple
     future: asyncio.Future
     arrived: float = field(default_factory=time.perf_counter)
+    #: perf_counter() after which it leaves the queue unrun (503); None: it waits as long as it takes.
+    deadline: float | None = None
 
 
 class DynamicBatcher:
@@ -65,13 +67,18 @@ class DynamicBatcher:
     def queued(self) -> int:
         return len(self._queue)
 
-    async def submit(self, feeds: dict[str, np.ndarray], rows: int) -> tuple[dict[str, np.ndarray], BatchTiming]:
-        """Queue one request; its outputs once its batch has run. Raises ProtocolError 429 when full."""
+    async def submit(self, feeds: dict[str, np.ndarray], rows: int, timeout_s: float | None = None
+                     ) -> tuple[dict[str, np.ndarray], BatchTiming]:
+        """Queue one request; its outputs once its batch has run. Raises ProtocolError 429 when full, and
+        503 when ``timeout_s`` passes while it still waits in the queue (once its batch runs, it finishes)."""
         if len(self._queue) >= self.max_queue:
             raise ProtocolError(429, f"Model '{self.instance.config.name}' has {len(self._queue)} requests "
                                 f"waiting (max_queue {self.max_queue}); retry later.", retry_after=1)
         future = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(feeds, rows, self.instance.batch_key(feeds), future))
+        pending = _Pending(feeds, rows, self.instance.batch_key(feeds), future)
+        if timeout_s is not None:
+            pending.deadline = pending.arrived + timeout_s
+        self._queue.append(pending)
         self._work.set()
         self._arrival.set()
         return await future
@@ -148,6 +155,14 @@ class DynamicBatcher:
         return sum(p.rows for p in self._queue if p.key == key)
 
     def _drop_abandoned(self) -> None:
+        """Leave out requests nobody waits for any more, and those past their deadline (answered 503)."""
+        now = time.perf_counter()
+        for pending in self._queue:
+            if pending.deadline is not None and now > pending.deadline and not pending.future.done():
+                pending.future.set_exception(ProtocolError(
+                    503, f"Request to model '{self.instance.config.name}' timed out after "
+                    f"{(now - pending.arrived) * 1e3:.0f} ms in the queue (the server is overloaded).",
+                    retry_after=1))
         if any(p.future.done() for p in self._queue):
             self._queue = collections.deque(p for p in self._queue if not p.future.done())
 

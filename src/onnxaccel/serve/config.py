@@ -144,6 +144,11 @@ class ServerConfig:
     log_level: str = "warning"
     #: Server processes sharing the ports, each with its own copy of every model (see serve/workers.py).
     workers: int = 1
+    #: With workers: one model process holds the models and batches every worker's requests; the workers only
+    #: decode (serve/model_host.py). Otherwise each worker has its own copy.
+    shared_models: bool = False
+    #: Internal: a worker's Unix socket to the model process (set by the supervisor with shared_models).
+    model_socket: str | None = None
     #: Python's GIL switch interval in the server process (sys.setswitchinterval), milliseconds. The run threads
     #: need the GIL briefly around every model run and every batch copy; with the default 5 ms, an event loop
     #: busy decoding requests makes each of those waits up to 5 ms (measured: 11.5 ms instead of 1.2 ms per

@@ -114,7 +114,7 @@ class InferenceService:
         self.metrics.queue_length.labels(request.model_name).set(entry.batcher.queued + 1)
         try:
             try:
-                outputs, timing = await asyncio.wait_for(entry.batcher.submit(feeds, rows), timeout)
+                outputs, timing = await asyncio.wait_for(entry.batcher.submit(feeds, rows, timeout), timeout)
             except asyncio.TimeoutError:
                 raise ProtocolError(503, f"Request to model '{request.model_name}' timed out after "
                                     f"{timeout * 1e3:.0f} ms (queue or run too slow: the server is overloaded).",
@@ -147,11 +147,11 @@ class InferenceService:
         self.metrics.model_ready.labels(name).set(0)
 
     def _single_process_only(self, action: str) -> None:
-        if self.config.workers > 1:
+        if self.config.workers > 1 and not self.config.shared_models:
             raise ProtocolError(400, f"Cannot {action} models through the API with --workers {self.config.workers}: "
                                 "each worker process holds its own copy of every model and a request reaches only "
-                                "one of them. Change the repository and restart the server, or serve with "
-                                "--workers 1.")
+                                "one of them. Serve with --shared-models (one model process for all workers), "
+                                "or change the repository and restart the server.")
 
     async def load_all(self) -> None:
         await self.repository.load_all()

@@ -36,38 +36,23 @@ def has_batch_axis(model: Model) -> bool:
 def metadata_shape(spec: TensorSpec) -> list[int]:
     return [-1 if _variable(d) else int(d) for d in spec.shape] if spec.shape is not None else [-1]
 
-
 @dataclass
-class ModelInstance:
-    """The compiled runners of one model and what the batcher needs to know about it."""
+class ModelSignature:
+    """What serving a model needs to know without running it: request validation, the protocol's model
+    metadata and Triton's model config. A :class:`ModelInstance` has one; with ``--shared-models`` the
+    decoding workers get only this from the model process (serve/model_host.py)."""
 
     config: ModelConfig
-    model: Model
-    runners: list[Runner]
-    warnings: list[str] = field(default_factory=list)
-    load_seconds: float = 0.0
-    #: Per instance, a session per padded batch size (see ``repository.load_instance``); empty: one session.
-    size_runners: list[dict[int, Runner]] = field(default_factory=list)
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    batching: bool
+    gpu: bool
 
-    def __post_init__(self) -> None:
-        self.batching = has_batch_axis(self.model) and self.config.max_batch > 1
-        self.output_names = [o.name for o in self.model.outputs]
-        self._run_options = _run_options(self.runners[0], self.config) if self.runners else None
-        gpu = bool(self.runners) and self.runners[0].target.is_gpu
-        #: On GPUs every new input shape costs a fresh kernel search (cuDNN's algorithm search on CUDA, a
-        #: recompile on MIGraphX): measured on an H200, dynamic batches of every size 1..64 made ResNet-50
-        #: spend ~1.3 s per request in search. So batches are padded to a few sizes (powers of two up to
-        #: max_batch), each warmed once at load, as Triton's preferred batch sizes do. CPUs run as joined.
-        self.buckets = _buckets(self.config.max_batch) if self.batching and gpu else ()
-        #: Per instance, the reused host buffers that batches are joined into: page-locked on GPUs (one DMA
-        #: per batch instead of the driver's chunked copy from pageable memory) and never freshly allocated
-        #: (no page faults in the run thread). One per instance: each is used by its run thread only.
-        runtime = runtime_for(self.runners[0].target.device) if gpu else None
-        keep = max(16, 2 * len(self.model.inputs))
-        device_id = (self.runners[0].target.device_id or 0) if gpu else 0
-        self.host = [HostMemory(runtime, keep=keep, device_id=device_id) for _ in self.runners]
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.outputs]
 
-    # -- signature -------------------------------------------------------------------------------------
+    # -- metadata -------------------------------------------------------------------------------------
 
     @property
     def max_batch(self) -> int:
@@ -77,9 +62,9 @@ class ModelInstance:
         return {
             "name": self.config.name, "versions": [VERSION], "platform": PLATFORM,
             "inputs": [{"name": s.name, "datatype": datatype_of(s.dtype), "shape": metadata_shape(s)}
-                       for s in self.model.inputs],
+                       for s in self.inputs],
             "outputs": [{"name": s.name, "datatype": datatype_of(s.dtype), "shape": metadata_shape(s)}
-                        for s in self.model.outputs],
+                        for s in self.outputs],
         }
 
     def triton_config(self) -> dict:
@@ -89,16 +74,15 @@ class ModelInstance:
         def dims(spec: TensorSpec) -> list[int]:
             return metadata_shape(spec)[drop:]
 
-        gpu = self.runners[0].target.is_gpu if self.runners else False
         config = {
             "name": self.config.name, "platform": PLATFORM, "backend": "onnxruntime",
             "max_batch_size": self.max_batch,
             "input": [{"name": s.name, "data_type": "TYPE_" + _triton_type(s.dtype), "dims": dims(s)}
-                      for s in self.model.inputs],
+                      for s in self.inputs],
             "output": [{"name": s.name, "data_type": "TYPE_" + _triton_type(s.dtype), "dims": dims(s)}
-                       for s in self.model.outputs],
+                       for s in self.outputs],
             "instance_group": [{"name": self.config.name, "count": self.config.instances,
-                                "kind": "KIND_GPU" if gpu else "KIND_CPU"}],
+                                "kind": "KIND_GPU" if self.gpu else "KIND_CPU"}],
         }
         if self.batching:
             config["dynamic_batching"] = {
@@ -109,7 +93,7 @@ class ModelInstance:
 
     def validate(self, request: InferRequest) -> tuple[dict[str, np.ndarray], int]:
         """Check names, datatypes and shapes against the signature; return the feeds and their row count."""
-        names = [s.name for s in self.model.inputs]
+        names = [s.name for s in self.inputs]
         unknown = [n for n in request.inputs if n not in names]
         if unknown:
             raise bad_request(f"Model '{self.config.name}' has no input named '{unknown[0]}'; its inputs are: "
@@ -120,7 +104,7 @@ class ModelInstance:
                               f"'{self.config.name}'.")
         rows = None
         feeds = {}
-        for spec in self.model.inputs:
+        for spec in self.inputs:
             value = request.inputs[spec.name]
             want = datatype_of(spec.dtype)
             sent = request.datatypes.get(spec.name, datatype_of(value.dtype))
@@ -150,6 +134,57 @@ class ModelInstance:
     def batch_key(self, feeds: Mapping[str, np.ndarray]) -> tuple:
         """Requests with equal keys can be joined along axis 0 (same trailing shapes)."""
         return tuple((name, value.shape[1:]) for name, value in feeds.items())
+
+
+@dataclass
+class ModelInstance:
+    """The compiled runners of one model and what the batcher needs to know about it."""
+
+    config: ModelConfig
+    model: Model
+    runners: list[Runner]
+    warnings: list[str] = field(default_factory=list)
+    load_seconds: float = 0.0
+    #: Per instance, a session per padded batch size (see ``repository.load_instance``); empty: one session.
+    size_runners: list[dict[int, Runner]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.batching = has_batch_axis(self.model) and self.config.max_batch > 1
+        self.output_names = [o.name for o in self.model.outputs]
+        self._run_options = _run_options(self.runners[0], self.config) if self.runners else None
+        gpu = bool(self.runners) and self.runners[0].target.is_gpu
+        self.signature = ModelSignature(self.config, list(self.model.inputs), list(self.model.outputs),
+                                        self.batching, gpu)
+        #: On GPUs every new input shape costs a fresh kernel search (cuDNN's algorithm search on CUDA, a
+        #: recompile on MIGraphX): measured on an H200, dynamic batches of every size 1..64 made ResNet-50
+        #: spend ~1.3 s per request in search. So batches are padded to a few sizes (powers of two up to
+        #: max_batch), each warmed once at load, as Triton's preferred batch sizes do. CPUs run as joined.
+        self.buckets = _buckets(self.config.max_batch) if self.batching and gpu else ()
+        #: Per instance, the reused host buffers that batches are joined into: page-locked on GPUs (one DMA
+        #: per batch instead of the driver's chunked copy from pageable memory) and never freshly allocated
+        #: (no page faults in the run thread). One per instance: each is used by its run thread only.
+        runtime = runtime_for(self.runners[0].target.device) if gpu else None
+        keep = max(16, 2 * len(self.model.inputs))
+        device_id = (self.runners[0].target.device_id or 0) if gpu else 0
+        self.host = [HostMemory(runtime, keep=keep, device_id=device_id) for _ in self.runners]
+
+    # -- signature (see ModelSignature) ---------------------------------------------------------------
+
+    @property
+    def max_batch(self) -> int:
+        return self.signature.max_batch
+
+    def metadata(self) -> dict:
+        return self.signature.metadata()
+
+    def triton_config(self) -> dict:
+        return self.signature.triton_config()
+
+    def validate(self, request: InferRequest) -> tuple[dict[str, np.ndarray], int]:
+        return self.signature.validate(request)
+
+    def batch_key(self, feeds: Mapping[str, np.ndarray]) -> tuple:
+        return self.signature.batch_key(feeds)
 
     # -- running ---------------------------------------------------------------------------------------
 
@@ -227,6 +262,12 @@ class ModelInstance:
                     runner.close()
 
 
+#: Whether batch joins keep the GIL (see _join_rows). A process-wide choice, because it depends on what else
+#: the process runs: True where an event loop decodes requests in the same process; the model process of
+#: ``--shared-models`` (serve/model_host.py), whose loop only passes messages, sets it False so that joins of
+#: several instances and the loop run at the same time.
+JOIN_HOLDS_GIL = True
+
 #: memmove that keeps the GIL (ctypes.memmove releases it, as numpy's copies do). See _join_rows.
 _memmove_holding_gil = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(
     ctypes.cast(ctypes.memmove, ctypes.c_void_p).value)
@@ -252,7 +293,8 @@ def _join_rows(buffer: np.ndarray, values: list[np.ndarray]) -> None:
         if (contiguous and value.flags.c_contiguous and value.dtype == buffer.dtype
                 and value.shape[1:] == buffer.shape[1:]):
             step = value.nbytes // n if n else 0
-            _memmove_holding_gil(buffer.ctypes.data + at * step, value.ctypes.data, value.nbytes)
+            copy = _memmove_holding_gil if JOIN_HOLDS_GIL else ctypes.memmove
+            copy(buffer.ctypes.data + at * step, value.ctypes.data, value.nbytes)
         else:
             buffer[at:at + n] = value
         at += n

@@ -119,31 +119,12 @@ def _compile_shapes(model, given: dict) -> dict:
     return shapes
 
 
-class ModelRepository:
-    """Models by name, each with its state; ``load``/``unload`` run compiles off the event loop."""
+class ModelIndex:
+    """Models by name with their states: what the protocol's endpoints look up. The models run here
+    (:class:`ModelRepository`) or in a model process (serve/model_link.py ``RemoteRepository``)."""
 
-    def __init__(self, source: str, defaults: dict, *,
-                 on_batch: Callable[[str], Callable[[int, float], None]] | None = None):
-        self.source = source
-        self.defaults = dict(defaults)
+    def __init__(self) -> None:
         self.entries: dict[str, ModelEntry] = {}
-        self._on_batch = on_batch
-        self._locks: dict[str, asyncio.Lock] = {}
-        self.scan()
-
-    # -- discovery -------------------------------------------------------------------------------------
-
-    def scan(self) -> None:
-        """Find the models of the source; existing entries keep their state."""
-        for name, source, config_file in discover(self.source):
-            if name not in self.entries:
-                self.entries[name] = ModelEntry(name, source, config_file)
-
-    @property
-    def is_folder(self) -> bool:
-        return Path(self.source).is_dir()
-
-    # -- state -----------------------------------------------------------------------------------------
 
     def get(self, name: str) -> ModelEntry:
         entry = self.entries.get(name)
@@ -160,6 +141,31 @@ class ModelRepository:
 
     def index(self, ready_only: bool = False) -> list[dict]:
         return [e.index_entry() for e in self.entries.values() if not ready_only or e.state == READY]
+
+
+class ModelRepository(ModelIndex):
+    """Models by name, each with its state; ``load``/``unload`` run compiles off the event loop."""
+
+    def __init__(self, source: str, defaults: dict, *,
+                 on_batch: Callable[[str], Callable[[int, float], None]] | None = None):
+        super().__init__()
+        self.source = source
+        self.defaults = dict(defaults)
+        self._on_batch = on_batch
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.scan()
+
+    # -- discovery -------------------------------------------------------------------------------------
+
+    def scan(self) -> None:
+        """Find the models of the source; existing entries keep their state."""
+        for name, source, config_file in discover(self.source):
+            if name not in self.entries:
+                self.entries[name] = ModelEntry(name, source, config_file)
+
+    @property
+    def is_folder(self) -> bool:
+        return Path(self.source).is_dir()
 
     # -- load / unload ---------------------------------------------------------------------------------
 

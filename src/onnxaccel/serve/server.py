@@ -135,11 +135,18 @@ class InferenceServer:
 
         gpu, stop_gpu = _gpu_source(self.config.telemetry_interval_s)
         metrics = ServerMetrics(gpu_source=gpu, multiprocess_dir=self.multiprocess_dir)
-        repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer)
-        if not repository.entries:
-            raise UsageError(f"No models found in {self.source}.",
-                             "Pass an .onnx file, zoo:NAME, or a folder of NAME/model.onnx (see docs/SERVING.md).")
-        self.gpu_wait_note = _set_gpu_wait(self.model_defaults.get("target"), self.config.gpu_wait)
+        if self.config.model_socket:  # a decoding worker: the models run in the model process
+            from onnxaccel.serve.model_link import RemoteRepository
+
+            repository = RemoteRepository(self.config.model_socket,
+                                          on_state=lambda name, ready: metrics.model_ready.labels(name).set(
+                                              1 if ready else 0))
+        else:
+            repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer)
+            if not repository.entries:
+                raise UsageError(f"No models found in {self.source}.", "Pass an .onnx file, zoo:NAME, or a folder "
+                                 "of NAME/model.onnx (see docs/SERVING.md).")
+            self.gpu_wait_note = _set_gpu_wait(self.model_defaults.get("target"), self.config.gpu_wait)
         self.service = service = InferenceService(repository, metrics, self.config)
         if self.peers_ready is not None:
             service.peers_ready = self.peers_ready
@@ -230,7 +237,7 @@ def serve(source: str, model_defaults: dict, config: ServerConfig,
           on_ready: Callable[[InferenceServer], None] | None = None) -> ServeResult:
     """Serve until SIGTERM/SIGINT; blocking. Uses uvloop when installed (uvicorn's "auto" choice does too).
     With ``config.workers`` > 1, a supervisor runs that many server processes (serve/workers.py)."""
-    if config.workers > 1:
+    if config.workers > 1 or config.shared_models:
         from onnxaccel.serve.workers import serve_workers
 
         return serve_workers(source, model_defaults, config, on_ready)

@@ -148,6 +148,12 @@ class WorkerPool:
         # In the environment before any worker starts: prometheus_client picks its storage at import.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.metrics_dir
         self.worker_config = replace(config, http_port=self.http_port, grpc_port=self.grpc_port)
+        #: With shared_models: the model process, and the Unix socket (in a private folder) it listens on.
+        self.host: multiprocessing.Process | None = None
+        self.socket_dir = None
+        if config.shared_models:
+            self.socket_dir = tempfile.mkdtemp(prefix="onnxaccel-models-")
+            self.worker_config = replace(self.worker_config, model_socket=os.path.join(self.socket_dir, "models.sock"))
         self.processes: dict[int, multiprocessing.Process] = {}
         self.ready_reports: dict[int, dict] = {}
         self.stopping = False
@@ -167,6 +173,36 @@ class WorkerPool:
         finally:
             signal.signal(signal.SIGINT, previous)
         self.processes[index] = process
+
+    def start_host(self) -> None:
+        """Start the model process (``--shared-models``): it loads every model and then listens."""
+        from onnxaccel.serve.model_host import host_main
+
+        self.host = self.ctx.Process(
+            target=host_main, name="onnxaccel-models", daemon=False,
+            args=(self.source, self.model_defaults, self.worker_config, self.worker_config.model_socket,
+                  self.metrics_dir, self.events, os.getpid()))
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as for workers (see start)
+        try:
+            self.host.start()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def wait_host(self) -> None:
+        """Until the model process loaded its models and listens; UsageError with its error."""
+        while not self.stopping:
+            try:
+                kind, _index, payload = self.events.get(timeout=0.2)
+            except queue_module.Empty:
+                if self.host.exitcode is not None:
+                    raise UsageError(f"The model process exited with status {self.host.exitcode} while loading.",
+                                     "See its error above.") from None
+                continue
+            if kind == "error":
+                message, hint = payload
+                raise UsageError(f"Model process: {message}", hint or "See the log above.")
+            if kind == "models-ready":
+                return
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
         """Until every worker reported ready; raises UsageError with the first worker's error."""
@@ -206,24 +242,29 @@ class WorkerPool:
         while not self.stopping:
             self._drain_events()
             sentinels = {p.sentinel: i for i, p in self.processes.items()}
+            if self.host is not None:
+                sentinels[self.host.sentinel] = -1
             for sentinel in wait(list(sentinels), timeout=0.5):
                 if self.stopping:
                     break
                 index = sentinels[sentinel]
-                process = self.processes[index]
+                process = self.host if index < 0 else self.processes[index]
+                what = "the model process" if index < 0 else f"server worker {index}"
                 process.join()
                 self._mark_dead(process.pid)
                 now = time.monotonic()
                 self.restarts = [t for t in self.restarts if now - t < RESTART_WINDOW_S] + [now]
                 if len(self.restarts) > MAX_RESTARTS:
-                    raise UsageError(f"Server workers exited {len(self.restarts)} times within "
-                                     f"{RESTART_WINDOW_S:.0f} s (the last: worker {index}, status {process.exitcode}); "
+                    raise UsageError(f"Server processes exited {len(self.restarts)} times within "
+                                     f"{RESTART_WINDOW_S:.0f} s (the last: {what}, status {process.exitcode}); "
                                      "stopping.", "Run with --workers 1 to see the error in one process.")
-                self.log(f"server worker {index} (pid {process.pid}) exited with status {process.exitcode}; "
-                         "starting a new one.")
-                self.ready_reports.pop(index, None)
+                self.log(f"{what} (pid {process.pid}) exited with status {process.exitcode}; starting a new one.")
                 time.sleep(min(5.0, 0.25 * 2 ** (len(self.restarts) - 1)))
-                self.start(index)
+                if index < 0:  # the workers reconnect to the new one by themselves
+                    self.start_host()
+                else:
+                    self.ready_reports.pop(index, None)
+                    self.start(index)
 
     def _drain_events(self) -> None:
         """Reports of replacement workers: ready ones are noted, errors told to the user (and the queue's pipe
@@ -235,8 +276,8 @@ class WorkerPool:
                 return
             if kind == "ready":
                 self.ready_reports[index] = payload
-            else:
-                self.log(f"server worker {index}: {payload[0]}")
+            elif kind == "error":
+                self.log(f"{'model process' if index < 0 else f'server worker {index}'}: {payload[0]}")
 
     def stop(self) -> bool:
         """SIGTERM every worker, wait for their drains; True when all exited 0."""
@@ -256,6 +297,16 @@ class WorkerPool:
             stopped_loading = process.exitcode == -signal.SIGTERM and index not in self.ready_reports
             clean = clean and (process.exitcode == 0 or stopped_loading)
             self._mark_dead(process.pid)
+        if self.host is not None:  # after the workers: it answers their in-flight requests until they leave
+            if self.host.exitcode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.host.pid, signal.SIGTERM)
+            self.host.join(max(EXIT_GRACE_S, deadline - time.monotonic()))
+            if self.host.exitcode is None:
+                self.host.kill()
+                self.host.join()
+            clean = clean and self.host.exitcode in (0, -signal.SIGTERM, None)
+            self._mark_dead(self.host.pid)
         return clean
 
     def close(self) -> None:
@@ -264,6 +315,8 @@ class WorkerPool:
             self.grpc_reservation.close()
         self.events.close()
         shutil.rmtree(self.metrics_dir, ignore_errors=True)
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
         if self._previous_env is None:
             os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
         else:
@@ -299,6 +352,9 @@ def serve_workers(source: str, model_defaults: dict, config: ServerConfig, on_re
     for sig in (signal.SIGTERM, signal.SIGINT):
         previous[sig] = signal.signal(sig, request_stop)
     try:
+        if config.shared_models:
+            pool.start_host()
+            pool.wait_host()
         for index in range(config.workers):
             pool.start(index)
         pool.wait_ready()

@@ -1,0 +1,239 @@
+"""The model process of ``serve --workers N --shared-models``: one copy of every model, one batcher each,
+fed by all the decoding workers (Triton's layout: many request handlers, one scheduler per model).
+
+Why: with ``--workers N`` alone every worker holds its own sessions and batches only the requests that reach
+it. With large tensors at high concurrency the workers are needed (one event loop decodes at most ~2,000
+ResNet-50 images a second), but N copies of a model split the load into N small batches that the GPU
+time-slices between N contexts (docs/BENCHMARKS.md, issue 7). Here the workers only decode and validate; the
+model process owns the GPU, forms full batches from every worker's requests, and answers through a Unix socket
+(the wire and the shared-memory arenas: serve/model_link.py). Loading and unloading through the protocol's
+repository endpoints work again: there is one copy to change, and every worker is told.
+
+Lifecycle: the supervisor (serve/workers.py) starts this process first and starts the workers once it reported
+ready. On SIGTERM it stops taking new connections, runs what is queued without waiting for fuller batches, and
+keeps answering until every worker has disconnected (workers drain first) or the drain timeout passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import mmap
+import os
+import pickle
+import signal
+import socket
+import sys
+import time
+
+from onnxaccel.errors import OnnxAccelError, UsageError
+from onnxaccel.serve.config import ServerConfig
+from onnxaccel.serve.metrics import ServerMetrics
+from onnxaccel.serve.model_link import pack, read_message, tensor_view
+from onnxaccel.serve.protocol import ProtocolError
+from onnxaccel.serve.repository import ModelRepository
+
+#: Seconds a new connection has to send its hello (arena descriptor).
+HELLO_TIMEOUT_S = 10.0
+
+
+class _Worker:
+    """One connected decoding worker: where to answer, and its arena mapped here."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, arena: mmap.mmap | None):
+        self.reader = reader
+        self.writer = writer
+        self.arena = arena
+
+    def send(self, message: tuple) -> None:
+        if not self.writer.is_closing():
+            self.writer.writelines(pack(message))
+
+    def tensor(self, described: tuple):
+        if described[0] == "inline":
+            return described[1]
+        if self.arena is None:
+            raise ProtocolError(500, "A request refers to shared memory this worker never passed.")
+        _kind, offset, dtype, shape = described
+        return tensor_view(self.arena, offset, dtype, shape)
+
+
+class ModelHost:
+    """Build it, ``await run(on_ready)``; SIGTERM/SIGINT or ``stop()`` drains it."""
+
+    def __init__(self, source: str, model_defaults: dict, config: ServerConfig, socket_path: str,
+                 multiprocess_dir: str | None):
+        self.source, self.model_defaults, self.config = source, model_defaults, config
+        self.socket_path = socket_path
+        self.multiprocess_dir = multiprocess_dir
+        self.workers: set[_Worker] = set()
+        self._tasks: set[asyncio.Task] = set()
+        self._stop: asyncio.Event | None = None
+        self._no_workers: asyncio.Event | None = None
+
+    def describe(self) -> dict:
+        """Every model's state, config and signature: what a worker needs to validate and route requests."""
+        return {name: {"state": e.state, "reason": e.reason, "config": e.config, "warnings": list(e.warnings),
+                       "signature": e.instance.signature if e.instance is not None else None,
+                       "source": e.source, "loaded_at": e.loaded_at}
+                for name, e in self.repository.entries.items()}
+
+    async def run(self, on_ready) -> bool:
+        """Load, serve the workers until stopped; True when every worker disconnected in time."""
+        from onnxaccel.serve import instance
+        from onnxaccel.serve.server import _set_gpu_wait
+
+        instance.JOIN_HOLDS_GIL = False  # this loop only passes messages (see instance.JOIN_HOLDS_GIL)
+        self._stop, self._no_workers = asyncio.Event(), asyncio.Event()
+        self._no_workers.set()
+        metrics = ServerMetrics(multiprocess_dir=self.multiprocess_dir)
+        self.repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer)
+        if not self.repository.entries:
+            raise UsageError(f"No models found in {self.source}.",
+                             "Pass an .onnx file, zoo:NAME, or a folder of NAME/model.onnx (see docs/SERVING.md).")
+        _set_gpu_wait(self.model_defaults.get("target"), self.config.gpu_wait)
+        await self.repository.load_all()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.stop)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)  # a previous model process's socket
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.socket_path)
+        listener.listen(256)
+        listener.setblocking(False)
+        accepting = asyncio.ensure_future(self._accept(listener))
+        on_ready(self)
+        try:
+            await self._stop.wait()
+            accepting.cancel()
+            listener.close()
+            self.repository.flush()
+            try:
+                await asyncio.wait_for(self._no_workers.wait(), self.config.drain_timeout_s)
+                clean = True
+            except asyncio.TimeoutError:
+                clean = False
+        finally:
+            accepting.cancel()
+            listener.close()
+            await self.repository.close()
+        return clean
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            connection, _ = await loop.sock_accept(listener)
+            self._spawn(self._serve(connection))
+
+    async def _serve(self, connection: socket.socket) -> None:
+        try:
+            worker = await self._greet(connection)
+        except (OSError, EOFError, pickle.UnpicklingError, ValueError, KeyError, AttributeError):
+            connection.close()
+            return
+        self.workers.add(worker)
+        self._no_workers.clear()
+        worker.send(("models", None, self.describe()))
+        try:
+            while True:
+                message = await read_message(worker.reader)
+                kind = message[0]
+                if kind == "infer":
+                    self._spawn(self._infer(worker, *message[1:]))
+                elif kind in ("load", "unload"):
+                    self._spawn(self._change(worker, kind, *message[1:]))
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass  # the worker exited (or drained and closed)
+        finally:
+            self.workers.discard(worker)
+            worker.writer.close()
+            if not self.workers:
+                self._no_workers.set()
+
+    async def _infer(self, worker: _Worker, rid: int, name: str, described: dict, rows: int,
+                     timeout_s: float | None) -> None:
+        try:
+            entry = self.repository.ready(name)
+            feeds = {n: worker.tensor(d) for n, d in described.items()}
+            outputs, timing = await entry.batcher.submit(feeds, rows, timeout_s)
+            answer = ("ok", rid, outputs, (timing.queue_s, timing.compute_s, timing.batch_rows))
+        except ProtocolError as exc:
+            answer = ("error", rid, exc.status, exc.message, exc.retry_after)
+        except Exception as exc:  # noqa: BLE001 - the worker answers the client with it
+            answer = ("error", rid, 500, f"Inference failed on model '{name}': {type(exc).__name__}: {exc}", None)
+        worker.send(answer)
+
+    async def _change(self, worker: _Worker, kind: str, rid: int, name: str) -> None:
+        """Load or unload, then tell every worker the new states (before answering the one that asked)."""
+        try:
+            if self._stop.is_set():
+                raise ProtocolError(503, "The server is shutting down.")
+            if kind == "load":
+                await self.repository.load(name)
+            else:
+                await self.repository.unload(name)
+            described = self.describe()
+            for other in list(self.workers):
+                other.send(("models", None, described))
+            answer = ("ok", rid, None, None)
+        except ProtocolError as exc:
+            answer = ("error", rid, exc.status, exc.message, exc.retry_after)
+        worker.send(answer)
+
+    async def _greet(self, connection: socket.socket) -> _Worker:
+        """The hello: arena size and, on Linux, the arena's descriptor (SCM_RIGHTS)."""
+        connection.setblocking(True)
+        connection.settimeout(HELLO_TIMEOUT_S)
+        data, fds, _flags, _address = await asyncio.to_thread(socket.recv_fds, connection, 4096, 1)
+        hello = pickle.loads(data)
+        arena = None
+        try:
+            if fds and hello.get("arena_bytes"):
+                arena = mmap.mmap(fds[0], hello["arena_bytes"])
+        finally:
+            for fd in fds:
+                os.close(fd)
+        connection.setblocking(False)
+        reader, writer = await asyncio.open_unix_connection(sock=connection)
+        return _Worker(reader, writer, arena)
+
+
+def host_main(source: str, model_defaults: dict, config: ServerConfig, socket_path: str, multiprocess_dir: str,
+              events, supervisor: int) -> None:
+    """The model process (spawned by the supervisor). Reports ("models-ready", -1, described) or
+    ("error", -1, (message, hint)) on ``events``."""
+    from onnxaccel.serve.workers import _die_with_parent
+
+    _die_with_parent(supervisor)
+    if config.gil_switch_ms > 0:
+        sys.setswitchinterval(config.gil_switch_ms / 1e3)
+    host = ModelHost(source, model_defaults, config, socket_path, multiprocess_dir)
+
+    def on_ready(ready: ModelHost) -> None:
+        events.put(("models-ready", -1, {"models": ready.repository.index(), "loaded": time.time()}))
+
+    runner = asyncio.run
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        runner = getattr(uvloop, "run", runner)
+    try:
+        clean = runner(host.run(on_ready))
+    except OnnxAccelError as exc:
+        events.put(("error", -1, (exc.message, exc.hint)))
+        raise SystemExit(2) from None
+    except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which reports it to the user
+        events.put(("error", -1, (f"{type(exc).__name__}: {exc}", None)))
+        raise SystemExit(1) from None
+    raise SystemExit(0 if clean else 3)

@@ -1,0 +1,358 @@
+"""A decoding worker's side of ``serve --workers N --shared-models``: the link to the model process.
+
+The worker parses and validates requests as any server does (its repository holds each model's
+:class:`~onnxaccel.serve.instance.ModelSignature`, not its sessions), then hands the tensors to the one model
+process (serve/model_host.py), which batches the requests of every worker together and runs them.
+
+Tensors do not travel through the socket: each worker owns an *arena*, anonymous shared memory
+(``memfd_create``) whose file descriptor it passes to the model process once, at connect (``SCM_RIGHTS``,
+``socket.send_fds``). A request's tensors are copied into the arena (one copy, in the worker); the message
+says where they are; the model process joins them from there into its page-locked batch buffer, as it would
+from a request body. A slot is reused only after the model process answered the request (its batch has
+run), so a timed-out request cannot have its bytes overwritten under a running join. Small tensors, strings,
+and anything that does not fit in the arena at that moment travel inside the message instead (pickled).
+
+Messages are length-prefixed pickles (both ends are this package, in processes of one supervisor, over a
+socket in a private folder): ``("infer", id, model, tensors, rows, timeout_s)``, ``("load" | "unload", id,
+model)``; answers ``("ok", id, outputs, timing)``, ``("error", id, status, message, retry_after)``, and
+``("models", None, described)`` whenever the model process's models change.
+
+When the model process exits, waiting requests fail with 503, the models show UNAVAILABLE, and the worker
+reconnects to the replacement the supervisor starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import mmap
+import os
+import pickle
+import socket
+import struct
+from collections.abc import Callable
+
+import numpy as np
+
+from onnxaccel.serve.batcher import BatchTiming
+from onnxaccel.serve.protocol import ProtocolError
+from onnxaccel.serve.repository import READY, UNAVAILABLE, ModelEntry, ModelIndex
+
+#: Shared memory per worker for request tensors in flight (anonymous memory: touched pages count as the
+#: worker's, shared with the model process). 128 MiB holds ~200 ResNet-50 images (600 kB each).
+ARENA_BYTES = 128 * 2**20
+#: Tensors smaller than this travel inside the message: a pickle copy is cheaper than an arena slot then.
+INLINE_BYTES = 16 * 1024
+#: Arena slots start at multiples of this (cache lines; numpy views of any dtype stay aligned).
+ALIGN = 64
+#: Seconds a worker keeps trying to reach the model process at start-up before it gives up.
+CONNECT_TIMEOUT_S = 30.0
+
+_FRAME = struct.Struct("!I")
+
+
+def pack(message: tuple) -> list[bytes]:
+    """A message as the buffers to write (length prefix, pickle)."""
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return [_FRAME.pack(len(data)), data]
+
+
+async def read_message(reader: asyncio.StreamReader) -> tuple:
+    (size,) = _FRAME.unpack(await reader.readexactly(_FRAME.size))
+    return pickle.loads(await reader.readexactly(size))
+
+
+def tensor_view(buffer, offset: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The array at ``offset`` of an arena (either end's mapping of it)."""
+    return np.ndarray(shape, dtype=np.dtype(dtype), buffer=buffer, offset=offset)
+
+
+class Arena:
+    """A ring of variable-sized slots in shared memory. Slots are taken at the head and returned in any
+    order; space comes back when the oldest slots are returned (requests finish roughly in arrival order).
+    ``alloc`` answers None when there is no room: the caller then sends the tensor inline."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.fd = os.memfd_create("onnxaccel-arena", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            os.ftruncate(self.fd, size)
+            self.memory = mmap.mmap(self.fd, size)
+        except OSError:
+            os.close(self.fd)
+            raise
+        self._slots: collections.OrderedDict[int, list] = collections.OrderedDict()  # offset -> [end, returned]
+        self._head = 0
+
+    def alloc(self, nbytes: int) -> int | None:
+        n = -(-max(nbytes, 1) // ALIGN) * ALIGN
+        if n > self.size:
+            return None
+        if not self._slots:
+            start = 0
+        else:
+            tail = next(iter(self._slots))
+            if self._head > tail:  # live region [tail, head): room at the end, else at the start
+                start = self._head if self._head + n <= self.size else (0 if n <= tail else None)
+            else:  # wrapped (or full when head == tail): room only in [head, tail)
+                start = self._head if self._head + n <= tail else None
+            if start is None:
+                return None
+        self._slots[start] = [start + n, False]
+        self._head = start + n
+        return start
+
+    def free(self, offset: int) -> None:
+        slot = self._slots.get(offset)
+        if slot is not None:
+            slot[1] = True
+        while self._slots and next(iter(self._slots.values()))[1]:
+            self._slots.popitem(last=False)
+
+    def reset(self) -> None:
+        """Everything returned (the model process that read the slots is gone)."""
+        self._slots.clear()
+        self._head = 0
+
+    @property
+    def used(self) -> int:
+        return len(self._slots)
+
+    def close(self) -> None:
+        with contextlib.suppress(BufferError, ValueError):
+            self.memory.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def _arena() -> Arena | None:
+    if not hasattr(os, "memfd_create") or not hasattr(socket, "send_fds"):
+        return None  # not Linux: tensors travel inside the messages
+    try:
+        return Arena(ARENA_BYTES)
+    except OSError:
+        return None
+
+
+class ModelLink:
+    """The connection to the model process: send requests, match answers, reconnect after a restart."""
+
+    def __init__(self, path: str, on_models: Callable[[dict], None], on_lost: Callable[[str], None]):
+        self.path = path
+        self.on_models = on_models
+        self.on_lost = on_lost
+        self.arena = _arena()
+        self.inflight: collections.Counter[str] = collections.Counter()
+        self._pending: dict[int, tuple[asyncio.Future, list[int], str]] = {}
+        self._ids = itertools.count()
+        self._writer: asyncio.StreamWriter | None = None
+        self._described = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._closing = False
+
+    async def start(self) -> None:
+        """Connect, and wait for the model process's first description of its models."""
+        await self._connect(CONNECT_TIMEOUT_S)
+        self._task = asyncio.ensure_future(self._run())
+        await self._described.wait()
+
+    async def _connect(self, timeout_s: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        delay = 0.05
+        while True:
+            try:
+                sock = await asyncio.to_thread(self._handshake)
+                break
+            except OSError as exc:
+                if self._closing:
+                    raise ConnectionError("closing") from None
+                if deadline is not None and loop.time() > deadline:
+                    from onnxaccel.errors import UsageError
+
+                    raise UsageError(f"Cannot reach the model process at {self.path}: {exc}.",
+                                     "The supervisor starts it before the workers; see the log above for its "
+                                     "error.") from None
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
+        self._described.clear()
+        reader, self._writer = await asyncio.open_unix_connection(sock=sock)
+        self._reader = reader
+
+    def _handshake(self) -> socket.socket:
+        """Blocking: connect and pass the arena's file descriptor with a hello."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(10)
+            sock.connect(self.path)
+            hello = pickle.dumps({"arena_bytes": self.arena.size if self.arena else 0})
+            if self.arena is not None:
+                socket.send_fds(sock, [hello], [self.arena.fd])
+            else:
+                sock.sendall(hello)
+            sock.setblocking(False)
+            return sock
+        except BaseException:
+            sock.close()
+            raise
+
+    async def _run(self) -> None:
+        """Read answers until the connection ends; then fail what waits and reconnect."""
+        while not self._closing:
+            try:
+                while True:
+                    message = await read_message(self._reader)
+                    self._dispatch(message)
+            except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                pass
+            self._lost("the model process exited; the server is restarting it")
+            if self._closing:
+                return
+            try:
+                await self._connect(None)
+            except ConnectionError:
+                return
+
+    def _dispatch(self, message: tuple) -> None:
+        kind, rid = message[0], message[1]
+        if kind == "models":
+            self.on_models(message[2])
+            self._described.set()
+            return
+        waiting = self._pending.pop(rid, None)
+        if waiting is None:
+            return
+        future, slots, model = waiting
+        self._release(slots, model)
+        if future.done():  # the request timed out or its client left; its slots are free now
+            return
+        if kind == "ok":
+            future.set_result(message[2:])
+        else:
+            future.set_exception(ProtocolError(message[2], message[3], retry_after=message[4]))
+
+    def _release(self, slots: list[int], model: str) -> None:
+        for offset in slots:
+            self.arena.free(offset)
+        self.inflight[model] -= 1
+
+    def _lost(self, reason: str) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = None
+        pending, self._pending = self._pending, {}
+        for future, _slots, model in pending.values():
+            self.inflight[model] -= 1
+            if not future.done():
+                future.set_exception(ProtocolError(503, f"The request was lost: {reason}. Retry it.",
+                                                   retry_after=1))
+        if self.arena is not None:
+            self.arena.reset()
+        self.on_lost(reason)
+
+    async def request(self, kind: str, model: str, *args, tensors: dict[str, np.ndarray] | None = None) -> tuple:
+        """Send one request; its answer's fields (after kind and id). Raises ProtocolError."""
+        if self._writer is None:
+            raise ProtocolError(503, "The model process is restarting; retry shortly.", retry_after=1)
+        described, slots = self._place(tensors) if tensors is not None else (None, [])
+        rid = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[rid] = (future, slots, model)
+        self.inflight[model] += 1
+        message = (kind, rid, model, described, *args) if tensors is not None else (kind, rid, model, *args)
+        self._writer.writelines(pack(message))
+        return await future
+
+    def _place(self, tensors: dict[str, np.ndarray]) -> tuple[dict, list[int]]:
+        """Each tensor into an arena slot (described by offset, dtype, shape) or inline."""
+        described, slots = {}, []
+        for name, value in tensors.items():
+            offset = None
+            if self.arena is not None and value.dtype != object and value.nbytes >= INLINE_BYTES:
+                offset = self.arena.alloc(value.nbytes)
+            if offset is None:
+                described[name] = ("inline", value)
+                continue
+            slots.append(offset)
+            np.copyto(tensor_view(self.arena.memory, offset, value.dtype.str, value.shape), value, casting="no")
+            described[name] = ("arena", offset, value.dtype.str, value.shape)
+        return described, slots
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._writer is not None:
+            self._writer.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        if self.arena is not None:
+            self.arena.close()
+
+
+class RemoteBatcher:
+    """A worker's stand-in for a model's DynamicBatcher: the batching happens in the model process."""
+
+    def __init__(self, link: ModelLink, name: str):
+        self.link = link
+        self.name = name
+
+    @property
+    def queued(self) -> int:
+        """This worker's requests for the model that wait for their answer."""
+        return max(0, self.link.inflight[self.name])
+
+    async def submit(self, feeds: dict[str, np.ndarray], rows: int, timeout_s: float | None = None
+                     ) -> tuple[dict[str, np.ndarray], BatchTiming]:
+        outputs, timing = await self.link.request("infer", self.name, rows, timeout_s, tensors=feeds)
+        return outputs, BatchTiming(*timing)
+
+    def flush(self) -> None:
+        """Nothing to do here: the model process flushes its batchers when it drains."""
+
+
+class RemoteRepository(ModelIndex):
+    """A decoding worker's models: their signatures and states as the model process describes them."""
+
+    def __init__(self, path: str, on_state: Callable[[str, bool], None] | None = None):
+        super().__init__()
+        self.on_state = on_state
+        self.link = ModelLink(path, self._described, self._lost)
+
+    def _described(self, described: dict) -> None:
+        for name, info in described.items():
+            entry = self.entries.setdefault(name, ModelEntry(name, info.get("source", "")))
+            entry.state, entry.reason = info["state"], info["reason"]
+            entry.config, entry.warnings = info["config"], list(info["warnings"])
+            entry.instance = info["signature"] if entry.state == READY else None
+            entry.batcher = RemoteBatcher(self.link, name) if entry.state == READY else None
+            entry.loaded_at = info.get("loaded_at")
+            if self.on_state is not None:
+                self.on_state(name, entry.state == READY)
+
+    def _lost(self, reason: str) -> None:
+        for entry in self.entries.values():
+            if entry.state == READY:
+                entry.state, entry.reason, entry.batcher = UNAVAILABLE, reason, None
+                if self.on_state is not None:
+                    self.on_state(entry.name, False)
+
+    async def load_all(self) -> None:
+        await self.link.start()
+
+    async def load(self, name: str) -> ModelEntry:
+        """Load (or reload) in the model process; every worker learns the new state from it."""
+        await self.link.request("load", name)
+        return self.get(name)
+
+    async def unload(self, name: str) -> ModelEntry:
+        await self.link.request("unload", name)
+        return self.get(name)
+
+    def flush(self) -> None:
+        """The model process flushes its own batchers when it drains."""
+
+    async def close(self) -> None:
+        await self.link.close()
