@@ -47,10 +47,15 @@ for stage in "$@"; do
       name=serve_workers_${SERVE_PROTOCOL:-http}${SERVE_TAG:-}
       timeout 500 python3 benchmarks/serve_throughput.py --model zoo:resnet50 --target cuda:0 --precision fp16 \
         --batch 64 --concurrency 64 --duration ${SERVE_SECONDS:-15} --warmup 5 --inprocess-duration 8 \
+        ${SERVER_TARGET:+--server-target "$SERVER_TARGET"} \
         --server-workers ${SERVER_WORKERS:-1,4,8} --protocol ${SERVE_PROTOCOL:-http} --serve-args "${SERVE_ARGS:-}" \
         --request-batch ${REQUEST_BATCH:-1} --delay-ms ${SERVE_DELAY_MS:-2} \
         --py-spy ${PY_SPY_SECONDS:-8} --workers 6 --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1
-      echo "rc=$?"; tail -40 "$OUT/$name.log" ;;
+      echo "rc=$?"; tail -40 "$OUT/$name.log" | cut -c1-3000 ;;
+    graph-check)  # issue 7: served ResNet-50 with CUDA graphs answers like a plain in-process session
+      export PATH=/tmp/serve-site/bin:$PATH
+      timeout 300 python3 benchmarks/serve_graph_check.py > "$OUT/serve_graph_check.json" 2> "$OUT/serve_graph_check.err"
+      echo "rc=$?"; cat "$OUT/serve_graph_check.json"; tail -5 "$OUT/serve_graph_check.err" ;;
     ray-batch)  # issue 9: batch in-process vs Ray Data (1 GPU), and serve --ray (1 replica)
       timeout ${BATCH_TIMEOUT:-420} python3 benchmarks/batch_throughput.py --target cuda/fp16 --model zoo:resnet50 \
         --gpus 1 --seconds ${BATCH_SECONDS:-40} --workdir /tmp/bt --json "$OUT/batch_h200.json" > "$OUT/batch_h200.log" 2>&1

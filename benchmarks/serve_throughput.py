@@ -83,7 +83,8 @@ def parse_spec(spec: str) -> tuple[int, bool, int | None]:
 def start_server(args, log: Path, spec: str = "1") -> tuple[subprocess.Popen, str, str]:
     workers, shared, instances = parse_spec(spec)
     http, grpc = free_port(), free_port()
-    cmd = [sys.executable, "-c", SERVE, "serve", args.model, "--target", args.target, "--http-port", str(http),
+    cmd = [sys.executable, "-c", SERVE, "serve", args.model, "--target", args.server_target or args.target,
+           "--http-port", str(http),
            "--grpc-port", str(grpc), "--max-batch", str(args.batch), "--max-queue-delay-ms", str(args.delay_ms),
            "--instances", str(instances or args.instances), "--max-queue", str(max(256, 4 * args.concurrency)),
            "--max-request-mb", "512", "--workers", str(workers)]
@@ -254,6 +255,8 @@ def main() -> None:
     parser.add_argument("--server-workers", type=lambda v: [server_spec(x) for x in v.split(",")], default=["1"],
                         help="comma-separated serve --workers values, one server run each")
     parser.add_argument("--py-spy", type=float, default=0.0, help="seconds of py-spy sampling (workers=1 run)")
+    parser.add_argument("--server-target", default=None, help="the server's target if not --target, e.g. "
+                        "'cuda:0?enable_cuda_graph=1' (the in-process reference keeps --target)")
     parser.add_argument("--serve-args", default="", help="more `onnxaccel serve` options, e.g. '--gpu-wait auto'")
     parser.add_argument("--soak", type=float, default=0.0, help="seconds of GPU memory soak after the run")
     parser.add_argument("--load-timeout", type=float, default=600.0)
@@ -307,7 +310,8 @@ def main() -> None:
         "best_server_workers": best["server_spec"],
     }
     sys.stdout.write(
-        f"{args.model} on {args.target}{'/' + args.precision if args.precision else ''}, batch {args.batch}, "
+        f"{args.model} on {args.target}{'/' + args.precision if args.precision else ''}"
+        f"{' (server: ' + args.server_target + ')' if args.server_target else ''}, batch {args.batch}, "
         f"{args.protocol}{'' if args.json_tensors or args.protocol == 'grpc' else ' binary'}, "
         f"concurrency {args.concurrency}, requests of {args.request_batch} row(s)\n"
         f"  in-process (numpy in/out) b{args.batch}: {base['items_per_s']:,.1f} items/s, "

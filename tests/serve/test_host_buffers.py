@@ -172,3 +172,42 @@ def test_graph_capture_from_a_tuned_target_is_dropped_when_serving_with_a_note(t
     assert any(key in n and "served without it" in n for n in notes)
     plain, plain_notes = ModelConfig(name="m", source="zoo:resnet50", target="cuda:0?prefer_nhwc=1").resolved_target()
     assert not any("graph capture" in n for n in plain_notes)
+
+
+def test_graph_capture_is_kept_for_models_served_in_padded_sizes():
+    from onnxaccel.serve.config import ModelConfig
+
+    config = ModelConfig(name="m", source="zoo:resnet50", target="cuda:0?enable_cuda_graph=1", precision="fp16")
+    resolved, notes = config.resolved_target(graph_ok=True)
+    assert resolved.graph_capture and not any("graph capture" in n for n in notes)
+
+
+def test_bound_sessions_per_size_answer_like_a_plain_session(mlp_path):
+    """The graph-capture run path (inputs and outputs bound once per instance and size, new values copied in
+    before each run) on ONNX Runtime's CPU provider, which binds the same way but captures nothing."""
+    import onnxruntime as ort
+
+    from onnxaccel.model import load_model
+    from onnxaccel.serve.config import ModelConfig
+    from onnxaccel.serve.repository import _compile, load_instance
+    from onnxaccel.target import parse_target
+
+    instance = load_instance(ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=8))
+    try:
+        model, target = load_model(str(mlp_path)), parse_target("cpu")
+        instance.buckets = (1, 2, 4, 8)
+        instance.size_runners = [{size: _compile(model, target, {})[1] for size in instance.buckets}]
+        instance.graph = True
+        assert instance.warm_up() == [1, 2, 4, 8]
+        assert sorted(instance.bound) == [(0, 1), (0, 2), (0, 4), (0, 8)]
+        sess = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(11)
+        for rows in ((1, 2), (3,), (2, 2, 1), (8,)):  # padded to 4, 4, 8, 8: each size's binding is reused
+            parts = [{"x": rng.random((n, 4), dtype=np.float32)} for n in rows]
+            outputs, _seconds = instance.execute_joined(0, parts)
+            want = sess.run(None, {"x": np.concatenate([p["x"] for p in parts])})[0]
+            assert outputs["probs"].shape == want.shape
+            np.testing.assert_array_equal(outputs["probs"], want)  # new inputs every time: no stale values
+    finally:
+        instance.close()
+    assert not instance.bound

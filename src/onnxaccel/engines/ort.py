@@ -254,8 +254,10 @@ class OrtRunner(Runner):
             raise _inference_error(self.target, exc) from exc
         return dict(zip(names, values))
 
-    def bind(self, feeds: Mapping[str, np.ndarray]) -> OrtBoundRun:
-        return OrtBoundRun(self, feeds)
+    def bind(self, feeds: Mapping[str, np.ndarray], *, fixed_outputs: bool = False) -> OrtBoundRun:
+        """IO binding for ``feeds``' shapes. ``fixed_outputs``: outputs too are bound once, at addresses that
+        never change (what a captured CUDA graph replays into); their shapes come from one run here."""
+        return OrtBoundRun(self, feeds, fixed_outputs=fixed_outputs)
 
     def close(self) -> None:
         self.session = None
@@ -264,7 +266,7 @@ class OrtRunner(Runner):
 class OrtBoundRun(BoundRun):
     """IO binding: inputs copied to the device once, outputs allocated there by ONNX Runtime."""
 
-    def __init__(self, runner: OrtRunner, feeds: Mapping[str, np.ndarray]):
+    def __init__(self, runner: OrtRunner, feeds: Mapping[str, np.ndarray], *, fixed_outputs: bool = False):
         self.runner = runner
         ort = runner.ort
         self.device, self.device_id, self.vendor = _ortvalue_device(runner.target)
@@ -273,12 +275,25 @@ class OrtBoundRun(BoundRun):
         for name, array in feeds.items():
             self.values[name] = _ortvalue(ort, np.ascontiguousarray(array), self.device, self.device_id, self.vendor)
             self.binding.bind_ortvalue_input(name, self.values[name])
-        for out in runner.session.get_outputs():
-            if self.vendor is not None:
-                self.binding.bind_output(out.name, self.device, self.device_id, vendor_id=self.vendor)
-            else:
-                self.binding.bind_output(out.name, self.device, self.device_id)
         self.output_names = [o.name for o in runner.session.get_outputs()]
+        self._bind_outputs_on_device()
+        if fixed_outputs:
+            # ORT's CUDA graph docs bind outputs to pre-allocated OrtValues (bind_ortvalue_output): a replay
+            # writes where the capture wrote. Their shapes come from one ordinary run (ORT captures only after
+            # its first regular runs, onnxruntime cuda_execution_provider.cc kMinNumRunsBeforeCudaGraphCapture).
+            self.run()
+            shapes = self.binding.copy_outputs_to_cpu()
+            self.binding.clear_binding_outputs()
+            self.fixed = [_ortvalue(ort, np.zeros_like(v), self.device, self.device_id, self.vendor) for v in shapes]
+            for name, value in zip(self.output_names, self.fixed):
+                self.binding.bind_ortvalue_output(name, value)
+
+    def _bind_outputs_on_device(self) -> None:
+        for name in self.output_names:
+            if self.vendor is not None:
+                self.binding.bind_output(name, self.device, self.device_id, vendor_id=self.vendor)
+            else:
+                self.binding.bind_output(name, self.device, self.device_id)
 
     def update(self, feeds: Mapping[str, np.ndarray]) -> None:
         for name, array in feeds.items():

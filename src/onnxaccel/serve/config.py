@@ -59,8 +59,10 @@ class ModelConfig:
     session_per_batch_size: bool = True
     options: dict[str, str] = field(default_factory=dict)
 
-    def resolved_target(self) -> tuple[Target, list[str]]:
-        """The Target with precision, options and arena settings applied, and notes about ignored settings."""
+    def resolved_target(self, *, graph_ok: bool = False) -> tuple[Target, list[str]]:
+        """The Target with precision, options and arena settings applied, and notes about ignored settings.
+        ``graph_ok``: the model is served in padded batch sizes, one session each (serve/instance.py), so a
+        graph-capture option in the target is kept."""
         base = parse_target(self.target, precision=self.precision)
         extra = {k: str(v) for k, v in self.options.items()}
         notes = []
@@ -73,14 +75,18 @@ class ModelConfig:
                 notes.append(f"{self.name}: {what} has no effect on {base.device} (its provider has no such option).")
             else:
                 extra[key] = str(value)
-        if base.graph_capture:
-            # Graph replay needs inputs and outputs bound once at fixed device addresses (IO binding); the
-            # server feeds host arrays per batch and runs several threads, so a captured graph would read
-            # stale addresses or fail mid-capture. Served without it; the target's other options stay.
-            base = base.without_options(GRAPH_OPTION[base.device])
-            notes.append(f"{self.name}: graph capture ({GRAPH_OPTION[base.device]}) is not used when serving (it "
-                         "needs inputs bound at fixed device addresses); the model is served without it, with "
-                         "the target's other options.")
+        if base.graph_capture and not graph_ok:
+            # A captured graph replays one shape at fixed device addresses. The server gives it that only with
+            # one session per padded batch size, each bound once (serve/instance.py); a model without a batch
+            # axis, or served with max_batch 1 or without session_per_batch_size, runs without it.
+            option = GRAPH_OPTION[base.device]
+            base = base.without_options(option)
+            notes.append(f"{self.name}: graph capture ({option}) is used when serving only for models with a batch "
+                         "axis, max_batch > 1 and session_per_batch_size (one fixed shape per session); this one "
+                         "is served without it, with the target's other options.")
+        elif base.graph_capture and self.arena_shrinkage:
+            notes.append(f"{self.name}: arena_shrinkage is not applied with graph capture (a captured graph keeps "
+                         "its memory).")
         if (base.is_gpu and base.engine == "ort" and "intra_op_num_threads" not in base.option_dict
                 and "intra_op_num_threads" not in extra):
             # A GPU session's CPU thread pool only runs the few CPU-placed (shape) nodes, but by default has one

@@ -167,6 +167,14 @@ class ModelInstance:
         keep = max(16, 2 * len(self.model.inputs))
         device_id = (self.runners[0].target.device_id or 0) if gpu else 0
         self.host = [HostMemory(runtime, keep=keep, device_id=device_id) for _ in self.runners]
+        #: Graph capture (the target's enable_cuda_graph=1 and the like; kept only for models run in padded
+        #: sizes, one session each: see repository.load_instance): per (instance, size), inputs and outputs
+        #: bound once on the device (IO binding); a batch is copied into the bound inputs and the graph replayed,
+        #: without launching each kernel from the CPU. Set up by warm_up.
+        self.graph = bool(self.buckets) and self.runners[0].target.graph_capture
+        self.bound: dict[tuple[int, int], object] = {}
+        if self.graph:
+            self._run_options = None  # no arena shrinkage under a captured graph (config.resolved_target notes it)
 
     # -- signature (see ModelSignature) ---------------------------------------------------------------
 
@@ -240,9 +248,19 @@ class ModelInstance:
 
     def _execute(self, index: int, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
         runner = self.runners[index]
+        size = next(iter(feeds.values())).shape[0] if feeds else 0
         if self.size_runners and feeds:
-            runner = self.size_runners[index].get(next(iter(feeds.values())).shape[0], runner)
+            runner = self.size_runners[index].get(size, runner)
         start = time.perf_counter()
+        if self.graph:
+            bound = self.bound.get((index, size))
+            if bound is None:  # at warm-up: bind, and run until ONNX Runtime has captured the graph
+                bound = self.bound[(index, size)] = runner.bind(feeds, fixed_outputs=True)
+                for _ in range(GRAPH_WARM_RUNS):
+                    bound.run()
+            bound.update(feeds)
+            bound.run()
+            return bound.outputs(), time.perf_counter() - start
         if self._run_options is not None:
             session = runner.session  # OrtRunner: run with RunOptions (arena shrinkage)
             values = session.run(self.output_names, dict(feeds), self._run_options)
@@ -252,6 +270,7 @@ class ModelInstance:
         return outputs, time.perf_counter() - start
 
     def close(self) -> None:
+        self.bound.clear()
         for host in self.host:  # before the sessions: nothing runs on the buffers any more
             host.close()
         for runner in self.runners:
@@ -261,6 +280,10 @@ class ModelInstance:
                 if runner not in self.runners:
                     runner.close()
 
+
+#: Runs of a newly bound session at warm-up, so that ONNX Runtime has captured its graph before serving (it
+#: captures after its first regular runs: cuda_execution_provider.cc kMinNumRunsBeforeCudaGraphCapture, 2).
+GRAPH_WARM_RUNS = 3
 
 #: Whether batch joins keep the GIL (see _join_rows). A process-wide choice, because it depends on what else
 #: the process runs: True where an event loop decodes requests in the same process; the model process of

@@ -19,11 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onnxaccel.errors import InputError, OnnxAccelError
+from onnxaccel.errors import InputError, OnnxAccelError, UsageError
 from onnxaccel.model import ZOO_PREFIX, load_model
+from onnxaccel.target import GRAPH_OPTION
 from onnxaccel.serve.batcher import DynamicBatcher
 from onnxaccel.serve.config import ModelConfig, model_config_from
-from onnxaccel.serve.instance import ModelInstance
+from onnxaccel.serve.instance import ModelInstance, has_batch_axis
 from onnxaccel.serve.protocol import ProtocolError
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
@@ -52,8 +53,9 @@ class ModelEntry:
 def load_instance(config: ModelConfig) -> ModelInstance:
     """Compile ``config.instances`` runners of the model (blocking; call it in a thread)."""
     start = time.perf_counter()
-    target, notes = config.resolved_target()
     model = load_model(config.source)
+    target, notes = config.resolved_target(
+        graph_ok=has_batch_axis(model) and config.max_batch > 1 and config.session_per_batch_size)
     runners, warnings = [], list(notes)
     shapes = _compile_shapes(model, config.shape_bindings())
     try:
@@ -83,6 +85,11 @@ def load_instance(config: ModelConfig) -> ModelInstance:
     try:
         instance.warm_up()
     except Exception as exc:  # noqa: BLE001 - a model that cannot run at a padded size serves unpadded
+        if instance.graph:  # its sessions capture graphs: they cannot serve unpadded shapes
+            instance.close()
+            option = GRAPH_OPTION.get(target.device, "graph capture")
+            raise UsageError(f"Model '{config.name}': graph capture failed at warm-up: {exc}",
+                             f"Serve it without {option} in the target.") from None
         instance.buckets = ()
         instance.warnings.append(f"batch padding disabled: warm-up failed ({exc})")
     instance.load_seconds = time.perf_counter() - start

@@ -1,0 +1,209 @@
+"""`serve --workers N --shared-models`: decoding workers, one model process that batches all their requests.
+
+What must hold: the supervisor runs one model process and N workers; each request gets its own correct answer;
+requests that reached different workers are joined into one batch; tensors above the inline size travel
+through the workers' shared-memory arenas and come back intact; load/unload through the protocol works (one
+copy to change) and every worker sees the new state; a killed model process fails the waiting requests with
+503, is replaced, and the workers reconnect by themselves; SIGTERM drains and the supervisor exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from onnxaccel.serve.model_link import INLINE_BYTES, Arena
+from tests.serve.conftest import ServerProcess
+from tests.serve.test_workers import children, metrics_dir
+
+tritonhttp = pytest.importorskip("tritonclient.http")
+
+
+def make_mean(path: Path) -> Path:
+    """image[N,3,224,224] -> ReduceMean over H,W -> [N,3]: a model whose requests carry 600 kB per row."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["image"], ["mean"], axes=[2, 3], keepdims=0)], "mean",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, 224, 224])],
+        [helper.make_tensor_value_info("mean", TensorProto.FLOAT, ["N", 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture
+def shared_server(tmp_path, mlp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "mlp.onnx").write_bytes(mlp_path.read_bytes())
+    make_mean(repo / "mean.onnx")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    # A long queue delay: the batch of 16 below runs when it is full, whichever workers its requests reached.
+    server = ServerProcess(repo, "--workers", "2", "--shared-models", "--max-batch", "16",
+                           "--max-queue-delay-ms", "1500", log=tmp_path / "serve.log", env={"TMPDIR": str(tmp)})
+    server.tmp = tmp
+    server.repo = repo
+    yield server.wait_ready(120)
+    server.stop()
+
+
+def post_many(url: str, model: str, bodies: list[dict]) -> list[httpx.Response]:
+    """Concurrent requests, each on its own connection (so the kernel hands them to either worker)."""
+
+    async def one(body):
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            return await client.post(f"/v2/models/{model}/infer", json=body)
+
+    async def run():
+        return await asyncio.gather(*(one(b) for b in bodies))
+
+    return asyncio.run(run())
+
+
+def mlp_body(row: np.ndarray) -> dict:
+    return {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": row.tolist()}]}
+
+
+def stats(url: str, model: str) -> dict:
+    return httpx.get(f"{url}/v2/models/{model}/stats").json()["model_stats"][0]
+
+
+def test_one_model_process_batches_the_requests_of_every_worker(shared_server, mlp_path):
+    server = shared_server
+    assert len(children(server.proc.pid)) == 3  # the model process and two workers
+    sess = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    folder = metrics_dir(server.tmp)
+    sent = 0
+    for _ in range(10):  # until the kernel has handed connections to both workers (normally the first round)
+        x = rng.random((16, 4), dtype=np.float32)
+        before = stats(server.url, "mlp")
+        responses = post_many(server.url, "mlp", [mlp_body(x[i:i + 1]) for i in range(16)])
+        sent += 16
+        for i, response in enumerate(responses):
+            assert response.status_code == 200, response.text
+            out = response.json()["outputs"][0]
+            got = np.array(out["data"], dtype=np.float32).reshape(out["shape"])
+            np.testing.assert_allclose(got, sess.run(None, {"x": x[i:i + 1]})[0], rtol=1e-5, atol=1e-6)
+        after = stats(server.url, "mlp")
+        # Sixteen requests, one run of sixteen rows: the model process joined them.
+        assert after["execution_count"] - before["execution_count"] == 1
+        assert after["inference_count"] - before["inference_count"] == 16
+        # Request counters are written by the workers (one file each once both answered).
+        if len(list(folder.glob("counter_*.db"))) >= 2:
+            break
+    assert len(list(folder.glob("counter_*.db"))) >= 2, "only one worker ever answered"
+    text = httpx.get(f"{server.url}/metrics").text
+    line = next(li for li in text.splitlines() if li.startswith('onnxaccel_requests_total{code="200"'))
+    assert float(line.split()[-1]) == sent
+    assert 'onnxaccel_batch_size_count{model="mlp"}' in text
+
+
+def test_large_tensors_pass_through_the_arena_intact(shared_server):
+    server = shared_server
+    rng = np.random.default_rng(7)
+    images = rng.random((6, 3, 224, 224), dtype=np.float32)
+    assert images[0].nbytes > INLINE_BYTES
+    client = tritonhttp.InferenceServerClient(server.url.removeprefix("http://"), concurrency=6)
+    pending = []
+    for i in range(6):  # one image per request, binary tensors
+        value = tritonhttp.InferInput("image", [1, 3, 224, 224], "FP32")
+        value.set_data_from_numpy(images[i:i + 1], binary_data=True)
+        pending.append(client.async_infer("mean", [value]))
+    results = [p.get_result().as_numpy("mean") for p in pending]
+    for i, got in enumerate(results):
+        np.testing.assert_allclose(got, images[i:i + 1].mean(axis=(2, 3)), rtol=1e-5)
+    # A request of two rows goes through one arena slot too.
+    value = tritonhttp.InferInput("image", [2, 3, 224, 224], "FP32")
+    value.set_data_from_numpy(images[2:4], binary_data=True)
+    np.testing.assert_allclose(client.infer("mean", [value]).as_numpy("mean"), images[2:4].mean(axis=(2, 3)),
+                               rtol=1e-5)
+    client.close()
+    # The tensors went through the arenas: both workers' arena pages were written (resident), and the model
+    # process maps both arenas (their descriptors were passed at connect).
+    workers = children(server.proc.pid)
+    resident = [arena_rss(pid) for pid in workers]
+    assert sum(r > 0 for r in resident) >= 2, resident  # the model process's own view counts too
+    assert sum(resident) >= 6 * images[0].nbytes, resident
+
+
+def arena_rss(pid: int) -> int:
+    """Resident bytes of the onnxaccel arena mappings in a process (/proc/PID/smaps)."""
+    total, inside = 0, False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        if line[:1].isdigit() or line[:1] in "abcdef" and "-" in line.split()[0]:
+            inside = "onnxaccel-arena" in line
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1]) * 1024
+    return total
+
+
+def test_load_and_unload_change_the_one_copy_and_every_worker_sees_it(shared_server):
+    server = shared_server
+    response = httpx.post(f"{server.url}/v2/repository/models/mean/unload")
+    assert response.status_code == 200, response.text
+    for _ in range(8):  # fresh connections: whichever worker answers, the model is gone
+        assert httpx.get(f"{server.url}/v2/models/mean/ready").status_code != 200
+        index = httpx.post(f"{server.url}/v2/repository/index", json={}).json()
+        assert {m["name"]: m["state"] for m in index}["mean"] == "UNAVAILABLE"
+    response = httpx.post(f"{server.url}/v2/repository/models/mean/load")
+    assert response.status_code == 200, response.text
+    for _ in range(8):
+        assert httpx.get(f"{server.url}/v2/models/mean/ready").status_code == 200
+    response = httpx.post(f"{server.url}/v2/repository/models/nosuch/load")
+    assert response.status_code == 404 and "nosuch" in response.json()["error"]
+
+
+def test_a_killed_model_process_is_replaced_and_the_workers_reconnect(shared_server, mlp_path):
+    server = shared_server
+    processes = children(server.proc.pid)
+    host = min(processes, key=lambda pid: int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]))  # started first
+    assert Path(f"/proc/{host}/maps").read_text().count("onnxruntime") > 0
+    os.kill(host, signal.SIGKILL)
+    body = mlp_body(np.ones((1, 4), dtype=np.float32))
+    deadline = time.monotonic() + 90
+    codes = []
+    while time.monotonic() < deadline:
+        response = httpx.post(f"{server.url}/v2/models/mlp/infer", json=body, timeout=30)
+        codes.append(response.status_code)
+        if response.status_code == 200 and len(codes) > 1:
+            break
+        assert response.status_code == 503, response.text  # while it restarts: unavailable, with a reason
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"the model process did not come back: {codes}\n{server.log()}")
+    assert "the model process" in server.log() and "status -9" in server.log()
+    now = children(server.proc.pid)
+    assert len(now) == 3 and host not in now
+    assert server.stop(60) == 0
+
+
+def test_arena_slots_wrap_and_come_back_in_any_order():
+    arena = Arena(1024)
+    try:
+        a, b, c = arena.alloc(300), arena.alloc(300), arena.alloc(300)
+        assert (a, b, c) == (0, 320, 640)  # 64-byte aligned
+        assert arena.alloc(300) is None  # full: the caller sends the tensor inline
+        arena.free(b)  # returned out of order: no room until the oldest is back
+        assert arena.alloc(300) is None
+        arena.free(a)
+        assert arena.alloc(500) == 0  # wraps to the start, into the space of a and b
+        assert arena.alloc(200) is None
+        arena.free(c)
+        assert arena.alloc(64) == 512
+        assert arena.alloc(2048) is None  # larger than the arena
+        arena.memory[0:4] = b"abcd"
+        assert os.pread(arena.fd, 4, 0) == b"abcd"  # the memory is the descriptor's: what the model process maps
+    finally:
+        arena.close()
