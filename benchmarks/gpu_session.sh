@@ -51,7 +51,9 @@ for stage in "$@"; do
         --server-workers ${SERVER_WORKERS:-1,4,8} --protocol ${SERVE_PROTOCOL:-http} --serve-args "${SERVE_ARGS:-}" \
         --request-batch ${REQUEST_BATCH:-1} --delay-ms ${SERVE_DELAY_MS:-2} \
         --py-spy ${PY_SPY_SECONDS:-8} --workers 6 --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1
-      echo "rc=$?"; tail -40 "$OUT/$name.log" | cut -c1-3000 ;;
+      echo "rc=$?"; tail -40 "$OUT/$name.log" | cut -c1-3000
+      mkdir -p "$OUT/$name-server-logs"; cp /tmp/serve_throughput_*.log "$OUT/$name-server-logs/" 2>/dev/null
+      grep -h -m3 -i "failed\|error" /tmp/serve_throughput_*.log | cut -c1-400 ;;
     graph-check)  # issue 7: served ResNet-50 with CUDA graphs answers like a plain in-process session
       export PATH=/tmp/serve-site/bin:$PATH
       timeout 300 python3 benchmarks/serve_graph_check.py > "$OUT/serve_graph_check.json" 2> "$OUT/serve_graph_check.err"

@@ -324,6 +324,8 @@ def main() -> None:
             f"p99 {lat.get('p99_ms', float('nan')):.2f} ms, errors {server['error_count']}; mean batch "
             f"{run['server_batches']['mean_batch'] or 0:.1f}, run {run['server_batches']['compute_ms_per_request']:.2f} ms "
             f"per request, queue {server.get('server_queue_ms') or 0:.2f} ms\n")
+        for code, text in (server.get("error_samples") or {}).items():
+            sys.stdout.write(f"    first {code} error: {text[:300]}\n")
         cpu = run["server_cpu_ms_per_request"]
         sys.stdout.write(f"    server CPU per request: event loop {cpu['event_loop_threads_ms']:.3f} ms, other threads "
                          f"{cpu['other_threads_ms']:.3f} ms, all {cpu['total_ms']:.3f} ms\n")

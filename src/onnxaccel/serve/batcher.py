@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,10 @@ import numpy as np
 
 from onnxaccel.serve.instance import ModelInstance
 from onnxaccel.serve.protocol import ProtocolError
+
+logger = logging.getLogger(__name__)
+#: Failed batches logged with their traceback per model; later ones are counted in the log line only.
+LOGGED_FAILURES = 5
 
 
 @dataclass
@@ -54,6 +59,8 @@ class DynamicBatcher:
         self.delay_s = instance.config.max_queue_delay_ms / 1e3 if instance.batching else 0.0
         self.max_queue = instance.config.max_queue
         self._queue: collections.deque[_Pending] = collections.deque()
+        #: Rows queued per batch key, kept with the queue (so gathering does not rescan it per arrival).
+        self._rows: collections.Counter[tuple] = collections.Counter()
         self._work = asyncio.Event()
         self._arrival = asyncio.Event()
         self._flush = False
@@ -62,6 +69,7 @@ class DynamicBatcher:
         self._pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix=f"run-{instance.config.name}")
         self._workers = [asyncio.ensure_future(self._worker(i)) for i in range(count)]
         self.executions = 0
+        self.failures = 0
 
     @property
     def queued(self) -> int:
@@ -71,17 +79,25 @@ class DynamicBatcher:
                      ) -> tuple[dict[str, np.ndarray], BatchTiming]:
         """Queue one request; its outputs once its batch has run. Raises ProtocolError 429 when full, and
         503 when ``timeout_s`` passes while it still waits in the queue (once its batch runs, it finishes)."""
+        return await self.enqueue(feeds, rows, timeout_s)
+
+    def enqueue(self, feeds: dict[str, np.ndarray], rows: int, timeout_s: float | None = None) -> asyncio.Future:
+        """``submit`` without a coroutine: the future of (outputs, timing). For callers that answer from a
+        callback (the model process, serve/model_host.py), one task per request less."""
         if len(self._queue) >= self.max_queue:
             raise ProtocolError(429, f"Model '{self.instance.config.name}' has {len(self._queue)} requests "
                                 f"waiting (max_queue {self.max_queue}); retry later.", retry_after=1)
         future = asyncio.get_running_loop().create_future()
-        pending = _Pending(feeds, rows, self.instance.batch_key(feeds), future)
+        key = self.instance.batch_key(feeds)
+        pending = _Pending(feeds, rows, key, future)
         if timeout_s is not None:
             pending.deadline = pending.arrived + timeout_s
         self._queue.append(pending)
+        self._rows[key] += rows
         self._work.set()
-        self._arrival.set()
-        return await future
+        if self._rows[key] >= self.max_batch:  # a gathering worker waits for a full batch, not each arrival
+            self._arrival.set()
+        return future
 
     def flush(self) -> None:
         """Stop waiting for batches to fill (shutdown): run what is queued now."""
@@ -97,6 +113,7 @@ class DynamicBatcher:
             if not pending.future.done():
                 pending.future.set_exception(ProtocolError(503, "The model was unloaded."))
         self._queue.clear()
+        self._rows.clear()
         self._pool.shutdown(wait=True)
 
     # -- workers ---------------------------------------------------------------------------------------
@@ -125,6 +142,11 @@ class DynamicBatcher:
             except Exception as exc:  # noqa: BLE001 - every waiting request gets the failure
                 error = exc if isinstance(exc, ProtocolError) else ProtocolError(
                     500, f"Inference failed on model '{self.instance.config.name}': {exc}")
+                self.failures += 1
+                if self.failures <= LOGGED_FAILURES:  # the server's log says why (a few times, not a flood)
+                    logger.error("model '%s': a batch of %d request(s) failed (%d so far): %s",
+                                 self.instance.config.name, len(batch), self.failures, error.message,
+                                 exc_info=not isinstance(exc, ProtocolError))
                 for pending in batch:
                     if not pending.future.done():
                         pending.future.set_exception(error)
@@ -152,7 +174,12 @@ class DynamicBatcher:
                 return
 
     def _rows_for(self, key: tuple) -> int:
-        return sum(p.rows for p in self._queue if p.key == key)
+        return self._rows[key]
+
+    def _recount(self) -> None:
+        self._rows = collections.Counter()
+        for pending in self._queue:
+            self._rows[pending.key] += pending.rows
 
     def _drop_abandoned(self) -> None:
         """Leave out requests nobody waits for any more, and those past their deadline (answered 503)."""
@@ -165,6 +192,7 @@ class DynamicBatcher:
                     retry_after=1))
         if any(p.future.done() for p in self._queue):
             self._queue = collections.deque(p for p in self._queue if not p.future.done())
+            self._recount()
 
     def _take(self) -> list[_Pending]:
         """The oldest request plus the others of the same key that fit in max_batch rows."""
@@ -183,6 +211,7 @@ class DynamicBatcher:
                 else:
                     kept.append(pending)
             self._queue = kept + self._queue
+        self._rows[first.key] -= sum(p.rows for p in batch)
         if not self._queue:
             self._work.clear()
         return batch

@@ -63,6 +63,8 @@ class LevelResult:
     latency: LatencyStats | None
     server_queue_ms: float | None = None
     server_compute_ms: float | None = None
+    #: The first error message seen per code (the server's answer, or the client-side exception).
+    error_samples: dict[str, str] = field(default_factory=dict)
 
     @property
     def throughput(self) -> float:
@@ -78,7 +80,8 @@ class LevelResult:
                 "error_count": sum(self.errors.values()), "seconds": self.seconds,
                 "requests_per_s": self.throughput, "inferences_per_s": self.inferences_per_s,
                 "latency": self.latency.to_dict() if self.latency else None,
-                "server_queue_ms": self.server_queue_ms, "server_compute_ms": self.server_compute_ms}
+                "server_queue_ms": self.server_queue_ms, "server_compute_ms": self.server_compute_ms,
+                "error_samples": self.error_samples}
 
 
 @dataclass
@@ -148,6 +151,7 @@ async def _drive(config: LoadtestConfig, inputs: dict, concurrency: int, max_req
     measure_from, stop_at = start + config.warmup_s, start + config.warmup_s + config.duration_s
     latencies: list[float] = []
     errors: dict[str, int] = {}
+    samples: dict[str, str] = {}
     sent = 0
 
     async def client() -> None:
@@ -159,14 +163,17 @@ async def _drive(config: LoadtestConfig, inputs: dict, concurrency: int, max_req
                 t0 = time.perf_counter()
                 try:
                     if conn is not None:
-                        status, _ = await asyncio.wait_for(conn.post(payload), config.timeout_s)
+                        status, body = await asyncio.wait_for(conn.post(payload), config.timeout_s)
                         code = str(status)
                         ok = status == 200
+                        if not ok and code not in samples:
+                            samples[code] = body[:400].decode(errors="replace")
                     else:
                         code = await grpc_caller.call(payload, config.timeout_s)
                         ok = code == "OK"
                 except (asyncio.TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
                     code, ok = type(exc).__name__, False
+                    samples.setdefault(code, str(exc)[:400])
                     if conn is not None:
                         await conn.close()
                 t1 = time.perf_counter()
@@ -185,7 +192,7 @@ async def _drive(config: LoadtestConfig, inputs: dict, concurrency: int, max_req
     await asyncio.gather(*(client() for _ in range(concurrency)))
     if grpc_caller is not None:
         await grpc_caller.close()
-    return {"latencies": latencies, "errors": errors,
+    return {"latencies": latencies, "errors": errors, "error_samples": samples,
             "seconds": max(1e-9, min(time.perf_counter(), stop_at) - measure_from)}
 
 
@@ -264,7 +271,11 @@ def _merge(concurrency: int, batch: int, parts: list[dict]) -> LevelResult:
             errors[code] = errors.get(code, 0) + n
     seconds = max(p["seconds"] for p in parts)
     stats = LatencyStats.from_seconds(latencies) if latencies else None
-    return LevelResult(concurrency, len(latencies), errors, seconds, batch, stats)
+    samples: dict[str, str] = {}
+    for part in parts:
+        for code, text in part.get("error_samples", {}).items():
+            samples.setdefault(code, text)
+    return LevelResult(concurrency, len(latencies), errors, seconds, batch, stats, error_samples=samples)
 
 
 def _server_times(before: dict, after: dict) -> tuple[float | None, float | None]:

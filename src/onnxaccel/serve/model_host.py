@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import math
 import mmap
 import os
 import pickle
@@ -26,10 +28,12 @@ import socket
 import sys
 import time
 
+import numpy as np
+
 from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.metrics import ServerMetrics
-from onnxaccel.serve.model_link import pack, read_message, tensor_view
+from onnxaccel.serve.model_link import FRAME, pack
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import ModelRepository
 
@@ -37,17 +41,54 @@ from onnxaccel.serve.repository import ModelRepository
 HELLO_TIMEOUT_S = 10.0
 
 
-class _Worker:
-    """One connected decoding worker: where to answer, and its arena mapped here."""
+class _Worker(asyncio.Protocol):
+    """One connected decoding worker: its messages in (framed in ``data_received``, no task per message),
+    answers out (those of one loop iteration written together), and its arena mapped here."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, arena: mmap.mmap | None):
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, host: ModelHost, arena: mmap.mmap | None):
+        self.host = host
         self.arena = arena
+        self._flat = np.frombuffer(arena, dtype=np.uint8) if arena is not None else None
+        self.transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._out: list[bytes] = []
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.host.joined(self)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        start = 0
+        while len(buffer) - start >= FRAME.size:
+            (size,) = FRAME.unpack_from(buffer, start)
+            end = start + FRAME.size + size
+            if len(buffer) < end:
+                break
+            message = pickle.loads(bytes(buffer[start + FRAME.size:end]))
+            start = end
+            self.host.dispatch(self, message)
+        del buffer[:start]
+
+    def connection_lost(self, exc) -> None:
+        self.host.left(self)
 
     def send(self, message: tuple) -> None:
-        if not self.writer.is_closing():
-            self.writer.writelines(pack(message))
+        if self.transport is None or self.transport.is_closing():
+            return
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.extend(pack(message))
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(out))
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
 
     def tensor(self, described: tuple):
         if described[0] == "inline":
@@ -55,7 +96,9 @@ class _Worker:
         if self.arena is None:
             raise ProtocolError(500, "A request refers to shared memory this worker never passed.")
         _kind, offset, dtype, shape = described
-        return tensor_view(self.arena, offset, dtype, shape)
+        dtype = np.dtype(dtype)
+        size = dtype.itemsize * math.prod(shape)
+        return self._flat[offset:offset + size].view(dtype).reshape(shape)  # cheaper than np.ndarray(buffer=)
 
 
 class ModelHost:
@@ -118,6 +161,8 @@ class ModelHost:
         finally:
             accepting.cancel()
             listener.close()
+            for worker in list(self.workers):
+                worker.close()
             await self.repository.close()
         return clean
 
@@ -138,41 +183,54 @@ class ModelHost:
 
     async def _serve(self, connection: socket.socket) -> None:
         try:
-            worker = await self._greet(connection)
+            arena = await self._greet(connection)
+            await asyncio.get_running_loop().connect_accepted_socket(lambda: _Worker(self, arena), connection)
         except (OSError, EOFError, pickle.UnpicklingError, ValueError, KeyError, AttributeError):
             connection.close()
-            return
+
+    def joined(self, worker: _Worker) -> None:
         self.workers.add(worker)
         self._no_workers.clear()
         worker.send(("models", None, self.describe()))
-        try:
-            while True:
-                message = await read_message(worker.reader)
-                kind = message[0]
-                if kind == "infer":
-                    self._spawn(self._infer(worker, *message[1:]))
-                elif kind in ("load", "unload"):
-                    self._spawn(self._change(worker, kind, *message[1:]))
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass  # the worker exited (or drained and closed)
-        finally:
-            self.workers.discard(worker)
-            worker.writer.close()
-            if not self.workers:
-                self._no_workers.set()
 
-    async def _infer(self, worker: _Worker, rid: int, name: str, described: dict, rows: int,
-                     timeout_s: float | None) -> None:
+    def left(self, worker: _Worker) -> None:
+        """The worker exited (or drained and closed); its requests still in batches finish unanswered."""
+        self.workers.discard(worker)
+        if not self.workers:
+            self._no_workers.set()
+
+    def dispatch(self, worker: _Worker, message: tuple) -> None:
+        kind = message[0]
+        if kind == "infer":
+            self._infer(worker, *message[1:])
+        elif kind in ("load", "unload"):
+            self._spawn(self._change(worker, kind, *message[1:]))
+
+    def _infer(self, worker: _Worker, rid: int, name: str, described: dict, rows: int,
+               timeout_s: float | None) -> None:
         try:
             entry = self.repository.ready(name)
             feeds = {n: worker.tensor(d) for n, d in described.items()}
-            outputs, timing = await entry.batcher.submit(feeds, rows, timeout_s)
-            answer = ("ok", rid, outputs, (timing.queue_s, timing.compute_s, timing.batch_rows))
+            future = entry.batcher.enqueue(feeds, rows, timeout_s)
         except ProtocolError as exc:
-            answer = ("error", rid, exc.status, exc.message, exc.retry_after)
-        except Exception as exc:  # noqa: BLE001 - the worker answers the client with it
-            answer = ("error", rid, 500, f"Inference failed on model '{name}': {type(exc).__name__}: {exc}", None)
-        worker.send(answer)
+            worker.send(("error", rid, exc.status, exc.message, exc.retry_after))
+            return
+        future.add_done_callback(functools.partial(self._answer, worker, rid, name))
+
+    @staticmethod
+    def _answer(worker: _Worker, rid: int, name: str, future: asyncio.Future) -> None:
+        if future.cancelled():
+            worker.send(("error", rid, 503, f"Model '{name}' was unloaded.", 1))
+            return
+        error = future.exception()
+        if error is None:
+            outputs, timing = future.result()
+            worker.send(("ok", rid, outputs, (timing.queue_s, timing.compute_s, timing.batch_rows)))
+        elif isinstance(error, ProtocolError):
+            worker.send(("error", rid, error.status, error.message, error.retry_after))
+        else:
+            worker.send(("error", rid, 500, f"Inference failed on model '{name}': {type(error).__name__}: {error}",
+                         None))
 
     async def _change(self, worker: _Worker, kind: str, rid: int, name: str) -> None:
         """Load or unload, then tell every worker the new states (before answering the one that asked)."""
@@ -191,8 +249,8 @@ class ModelHost:
             answer = ("error", rid, exc.status, exc.message, exc.retry_after)
         worker.send(answer)
 
-    async def _greet(self, connection: socket.socket) -> _Worker:
-        """The hello: arena size and, on Linux, the arena's descriptor (SCM_RIGHTS)."""
+    async def _greet(self, connection: socket.socket) -> mmap.mmap | None:
+        """The hello: arena size and, on Linux, the arena's descriptor (SCM_RIGHTS); the arena mapped."""
         connection.setblocking(True)
         connection.settimeout(HELLO_TIMEOUT_S)
         data, fds, _flags, _address = await asyncio.to_thread(socket.recv_fds, connection, 4096, 1)
@@ -205,8 +263,7 @@ class ModelHost:
             for fd in fds:
                 os.close(fd)
         connection.setblocking(False)
-        reader, writer = await asyncio.open_unix_connection(sock=connection)
-        return _Worker(reader, writer, arena)
+        return arena
 
 
 def host_main(source: str, model_defaults: dict, config: ServerConfig, socket_path: str, multiprocess_dir: str,

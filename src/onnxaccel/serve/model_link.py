@@ -50,17 +50,18 @@ ALIGN = 64
 #: Seconds a worker keeps trying to reach the model process at start-up before it gives up.
 CONNECT_TIMEOUT_S = 30.0
 
-_FRAME = struct.Struct("!I")
+#: Message framing: a 4-byte big-endian length, then the pickle (model_host.py reads it the same way).
+FRAME = struct.Struct("!I")
 
 
 def pack(message: tuple) -> list[bytes]:
     """A message as the buffers to write (length prefix, pickle)."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    return [_FRAME.pack(len(data)), data]
+    return [FRAME.pack(len(data)), data]
 
 
 async def read_message(reader: asyncio.StreamReader) -> tuple:
-    (size,) = _FRAME.unpack(await reader.readexactly(_FRAME.size))
+    (size,) = FRAME.unpack(await reader.readexactly(FRAME.size))
     return pickle.loads(await reader.readexactly(size))
 
 
