@@ -17,7 +17,6 @@ import collections
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,7 +65,6 @@ class DynamicBatcher:
         self._flush = False
         self._on_batch = on_batch
         count = len(instance.runners)
-        self._pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix=f"run-{instance.config.name}")
         self._workers = [asyncio.ensure_future(self._worker(i)) for i in range(count)]
         self.executions = 0
         self.failures = 0
@@ -114,7 +112,6 @@ class DynamicBatcher:
                 pending.future.set_exception(ProtocolError(503, "The model was unloaded."))
         self._queue.clear()
         self._rows.clear()
-        self._pool.shutdown(wait=True)
 
     # -- workers ---------------------------------------------------------------------------------------
 
@@ -132,7 +129,7 @@ class DynamicBatcher:
             if not batch:
                 continue
             try:
-                outputs, seconds = await loop.run_in_executor(self._pool, self._run, index, batch)
+                outputs, seconds = await loop.run_in_executor(self.instance.threads[index], self._run, index, batch)
                 results = self._split(batch, outputs)  # here, not in the run thread: see _run
             except asyncio.CancelledError:
                 for pending in batch:

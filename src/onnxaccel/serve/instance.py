@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -172,6 +173,12 @@ class ModelInstance:
         #: bound once on the device (IO binding); a batch is copied into the bound inputs and the graph replayed,
         #: without launching each kernel from the CPU. Set up by warm_up.
         self.graph = bool(self.buckets) and self.runners[0].target.graph_capture
+        #: One thread per instance, which runs all of that instance's work, warm-up included. ONNX Runtime's
+        #: CUDA EP keeps its captured graph per thread (cuda_execution_provider.h PerThreadContext holds
+        #: cuda_graph_): runs from another thread would capture again, while other instances run, which
+        #: fails ("operation not permitted when stream is capturing", seen on an H200 with a shared pool).
+        self.threads = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"run-{self.config.name}-{i}")
+                        for i in range(len(self.runners))]
         self.bound: dict[tuple[int, int], object] = {}
         if self.graph:
             self._run_options = None  # no arena shrinkage under a captured graph (config.resolved_target notes it)
@@ -242,7 +249,9 @@ class ModelInstance:
                     # From the instance's own buffers, so they are allocated (and pinned) at load.
                     feeds[spec.name] = self._buffer(index, spec.name, (size, *trailing), np.dtype(spec.dtype))
                     feeds[spec.name][...] = 0
-                self._execute(index, feeds)
+                # In the instance's own thread, one instance at a time: a graph capture must not overlap
+                # other CUDA work in the process (capture mode global).
+                self.threads[index].submit(self._execute, index, feeds).result()
             done.append(size)
         return sorted(done)
 
@@ -270,6 +279,8 @@ class ModelInstance:
         return outputs, time.perf_counter() - start
 
     def close(self) -> None:
+        for thread in self.threads:
+            thread.shutdown(wait=True)
         self.bound.clear()
         for host in self.host:  # before the sessions: nothing runs on the buffers any more
             host.close()
