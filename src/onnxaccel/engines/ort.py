@@ -254,9 +254,10 @@ class OrtRunner(Runner):
             raise _inference_error(self.target, exc) from exc
         return dict(zip(names, values))
 
-    def bind(self, feeds: Mapping[str, np.ndarray], *, fixed_outputs: bool = False) -> OrtBoundRun:
-        """IO binding for ``feeds``' shapes. ``fixed_outputs``: outputs too are bound once, at addresses that
-        never change (what a captured CUDA graph replays into); their shapes come from one run here."""
+    def bind(self, feeds: Mapping[str, np.ndarray], *,
+             fixed_outputs: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None) -> OrtBoundRun:
+        """IO binding for ``feeds``' shapes. ``fixed_outputs`` (shape and dtype by output name): outputs too are
+        bound once, at addresses that never change, as a captured CUDA graph replays into them."""
         return OrtBoundRun(self, feeds, fixed_outputs=fixed_outputs)
 
     def close(self) -> None:
@@ -266,7 +267,8 @@ class OrtRunner(Runner):
 class OrtBoundRun(BoundRun):
     """IO binding: inputs copied to the device once, outputs allocated there by ONNX Runtime."""
 
-    def __init__(self, runner: OrtRunner, feeds: Mapping[str, np.ndarray], *, fixed_outputs: bool = False):
+    def __init__(self, runner: OrtRunner, feeds: Mapping[str, np.ndarray], *,
+                 fixed_outputs: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None):
         self.runner = runner
         ort = runner.ort
         self.device, self.device_id, self.vendor = _ortvalue_device(runner.target)
@@ -276,17 +278,17 @@ class OrtBoundRun(BoundRun):
             self.values[name] = _ortvalue(ort, np.ascontiguousarray(array), self.device, self.device_id, self.vendor)
             self.binding.bind_ortvalue_input(name, self.values[name])
         self.output_names = [o.name for o in runner.session.get_outputs()]
-        self._bind_outputs_on_device()
-        if fixed_outputs:
-            # ORT's CUDA graph docs bind outputs to pre-allocated OrtValues (bind_ortvalue_output): a replay
-            # writes where the capture wrote. Their shapes come from one ordinary run (ORT captures only after
-            # its first regular runs, onnxruntime cuda_execution_provider.cc kMinNumRunsBeforeCudaGraphCapture).
-            self.run()
-            shapes = self.binding.copy_outputs_to_cpu()
-            self.binding.clear_binding_outputs()
-            self.fixed = [_ortvalue(ort, np.zeros_like(v), self.device, self.device_id, self.vendor) for v in shapes]
-            for name, value in zip(self.output_names, self.fixed):
-                self.binding.bind_ortvalue_output(name, value)
+        if fixed_outputs is None:
+            self._bind_outputs_on_device()
+            return
+        # ORT's CUDA graph docs bind outputs to pre-allocated OrtValues (bind_ortvalue_output): a replay writes
+        # where the capture wrote. They must be bound before the first run: with graph capture on, that run
+        # already captures (InferenceSession::Run runs again at once "for necessary memory allocation or graph
+        # capture"), into whatever outputs are bound then.
+        self.fixed = [_ortvalue(ort, np.zeros(*fixed_outputs[name]), self.device, self.device_id, self.vendor)
+                      for name in self.output_names]
+        for name, value in zip(self.output_names, self.fixed):
+            self.binding.bind_ortvalue_output(name, value)
 
     def _bind_outputs_on_device(self) -> None:
         for name in self.output_names:

@@ -264,7 +264,7 @@ class ModelInstance:
         if self.graph:
             bound = self.bound.get((index, size))
             if bound is None:  # at warm-up: bind, and run until ONNX Runtime has captured the graph
-                bound = self.bound[(index, size)] = runner.bind(feeds, fixed_outputs=True)
+                bound = self.bound[(index, size)] = runner.bind(feeds, fixed_outputs=self._output_shapes(size))
                 for _ in range(GRAPH_WARM_RUNS):
                     bound.run()
             bound.update(feeds)
@@ -277,6 +277,18 @@ class ModelInstance:
         else:
             outputs = runner.run(feeds)
         return outputs, time.perf_counter() - start
+
+    def _output_shapes(self, size: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Each output's shape and dtype at batch ``size``, from the signature: a captured graph has fixed
+        shapes, so every axis but the batch axis must be fixed in the model."""
+        shapes = {}
+        for spec in self.model.outputs:
+            rest = spec.shape[1:] if spec.shape else None
+            if rest is None or not all(isinstance(d, int) for d in rest):
+                raise ValueError(f"output '{spec.name}' has shape {metadata_shape(spec)}: graph capture needs every "
+                                 "axis but the batch axis fixed")
+            shapes[spec.name] = ((size, *rest), np.dtype(spec.dtype))
+        return shapes
 
     def close(self) -> None:
         for thread in self.threads:
