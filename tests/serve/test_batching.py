@@ -117,3 +117,44 @@ def test_model_without_batch_axis_runs_each_request_alone(server, model_repo):
         np.testing.assert_array_equal(np.asarray(response.json()["outputs"][0]["data"], np.float32).reshape(2, 3),
                                       expected)
     assert after[1] - before[1] == 8  # one run per request
+
+
+def test_a_request_past_its_deadline_leaves_the_queue_unrun(mlp_path):
+    """The batcher's own deadline (what the model process of --shared-models relies on): a request still queued
+    when its time is up is answered 503 and never run; one already running finishes."""
+    import time
+
+    from onnxaccel.serve.batcher import DynamicBatcher
+    from onnxaccel.serve.config import ModelConfig
+    from onnxaccel.serve.protocol import ProtocolError
+    from onnxaccel.serve.repository import load_instance
+
+    instance = load_instance(ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=8,
+                                         max_queue_delay_ms=0))
+    x = np.ones((1, 4), dtype=np.float32)
+
+    async def scenario():
+        batcher = DynamicBatcher(instance)
+        try:
+            # Keep the instance's one run thread busy, so that the requests below wait in the queue.
+            blocker = asyncio.get_running_loop().run_in_executor(instance.threads[0], time.sleep, 0.4)
+            first = asyncio.ensure_future(batcher.submit({"x": x}, 1))  # taken at once, runs after the blocker
+            await asyncio.sleep(0.05)
+            late = asyncio.ensure_future(batcher.submit({"x": x}, 1, timeout_s=0.1))
+            patient = asyncio.ensure_future(batcher.submit({"x": x}, 1))
+            await blocker
+            outputs, _ = await first
+            with pytest.raises(ProtocolError) as refused:
+                await late
+            await patient
+            return outputs, refused.value, batcher.executions
+        finally:
+            await batcher.close()
+
+    try:
+        outputs, error, executions = asyncio.run(scenario())
+    finally:
+        instance.close()
+    assert outputs["probs"].shape[0] == 1
+    assert error.status == 503 and "in the queue" in error.message
+    assert executions == 2  # the first and the patient one; the late one never ran

@@ -211,3 +211,59 @@ def test_bound_sessions_per_size_answer_like_a_plain_session(mlp_path):
     finally:
         instance.close()
     assert not instance.bound
+
+
+def test_graph_capture_needs_every_axis_but_the_batch_fixed(tmp_path, mlp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from onnxaccel.model import load_model
+    from onnxaccel.serve.instance import graph_capture_possible
+
+    assert graph_capture_possible(load_model(str(mlp_path)))
+    graph = helper.make_graph([helper.make_node("Identity", ["tokens"], ["same"])], "seq",
+                              [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, ["N", "L"])],
+                              [helper.make_tensor_value_info("same", TensorProto.FLOAT, ["N", "L"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "seq.onnx"))
+    assert not graph_capture_possible(load_model(str(tmp_path / "seq.onnx")))
+
+
+def test_a_capture_waits_for_running_batches_and_holds_new_ones_back():
+    import threading
+    import time
+
+    from onnxaccel.serve.instance import CaptureGate
+
+    gate, events = CaptureGate(), []
+    batch_running, release_batch = threading.Event(), threading.Event()
+
+    def batch(name, hold=None):
+        with gate.shared():
+            events.append(f"{name} start")
+            if hold is not None:
+                batch_running.set()
+                hold.wait(5)
+            events.append(f"{name} end")
+
+    def capture():
+        with gate.exclusive():
+            events.append("capture start")
+            time.sleep(0.1)
+            events.append("capture end")
+
+    first = threading.Thread(target=batch, args=("a", release_batch))
+    first.start()
+    batch_running.wait(5)
+    capturing = threading.Thread(target=capture)
+    capturing.start()
+    time.sleep(0.1)
+    later = threading.Thread(target=batch, args=("b",))  # arrives while the capture waits: goes after it
+    later.start()
+    time.sleep(0.1)
+    assert events == ["a start"]
+    release_batch.set()
+    for thread in (first, capturing, later):
+        thread.join(5)
+    assert events == ["a start", "a end", "capture start", "capture end", "b start", "b end"]

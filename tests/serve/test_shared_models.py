@@ -130,12 +130,20 @@ def test_large_tensors_pass_through_the_arena_intact(shared_server):
     np.testing.assert_allclose(client.infer("mean", [value]).as_numpy("mean"), images[2:4].mean(axis=(2, 3)),
                                rtol=1e-5)
     client.close()
-    # The tensors went through the arenas: both workers' arena pages were written (resident), and the model
-    # process maps both arenas (their descriptors were passed at connect).
-    workers = children(server.proc.pid)
-    resident = [arena_rss(pid) for pid in workers]
-    assert sum(r > 0 for r in resident) >= 2, resident  # the model process's own view counts too
-    assert sum(resident) >= 6 * images[0].nbytes, resident
+    # The tensors went through the arenas: the model process maps both workers' arenas (their descriptors were
+    # passed at connect), and the workers wrote the images there (their arena pages are resident).
+    host = model_process(server)
+    workers = [pid for pid in children(server.proc.pid) if pid != host]
+    assert Path(f"/proc/{host}/maps").read_text().count("onnxaccel-arena") == 2
+    assert sum(arena_rss(pid) for pid in workers) >= 6 * images[0].nbytes
+
+
+def model_process(server) -> int:
+    """The supervisor's child that runs the models: the only one with ONNX Runtime sessions."""
+    found = [pid for pid in children(server.proc.pid)
+             if "onnxruntime_pybind11_state" in Path(f"/proc/{pid}/maps").read_text()]
+    assert len(found) == 1, found
+    return found[0]
 
 
 def arena_rss(pid: int) -> int:
@@ -157,21 +165,35 @@ def test_load_and_unload_change_the_one_copy_and_every_worker_sees_it(shared_ser
         assert httpx.get(f"{server.url}/v2/models/mean/ready").status_code != 200
         index = httpx.post(f"{server.url}/v2/repository/index", json={}).json()
         assert {m["name"]: m["state"] for m in index}["mean"] == "UNAVAILABLE"
+    # Readiness in /metrics is the lowest over the live processes: 0 once any worker has the model unloaded.
+    assert 'onnxaccel_model_ready{model="mean"} 0.0' in httpx.get(f"{server.url}/metrics").text
     response = httpx.post(f"{server.url}/v2/repository/models/mean/load")
     assert response.status_code == 200, response.text
     for _ in range(8):
         assert httpx.get(f"{server.url}/v2/models/mean/ready").status_code == 200
+    # ... and 1 again only when every worker has been told the model is back.
+    assert 'onnxaccel_model_ready{model="mean"} 1.0' in httpx.get(f"{server.url}/metrics").text
     response = httpx.post(f"{server.url}/v2/repository/models/nosuch/load")
     assert response.status_code == 404 and "nosuch" in response.json()["error"]
 
 
 def test_a_killed_model_process_is_replaced_and_the_workers_reconnect(shared_server, mlp_path):
+    import threading
+
     server = shared_server
-    processes = children(server.proc.pid)
-    host = min(processes, key=lambda pid: int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]))  # started first
-    assert Path(f"/proc/{host}/maps").read_text().count("onnxruntime") > 0
-    os.kill(host, signal.SIGKILL)
+    host = model_process(server)
+    workers = sorted(pid for pid in children(server.proc.pid) if pid != host)
     body = mlp_body(np.ones((1, 4), dtype=np.float32))
+    # A request waiting in the model process's queue (1.5 s delay) when it dies gets 503, not a hang.
+    waiting = {}
+    sender = threading.Thread(target=lambda: waiting.update(
+        response=httpx.post(f"{server.url}/v2/models/mlp/infer", json=body, timeout=30)))
+    sender.start()
+    time.sleep(0.5)
+    os.kill(host, signal.SIGKILL)
+    sender.join(30)
+    assert waiting["response"].status_code == 503, waiting["response"].text
+    assert "model process" in waiting["response"].json()["error"]
     deadline = time.monotonic() + 90
     codes = []
     while time.monotonic() < deadline:
@@ -186,6 +208,7 @@ def test_a_killed_model_process_is_replaced_and_the_workers_reconnect(shared_ser
     assert "the model process" in server.log() and "status -9" in server.log()
     now = children(server.proc.pid)
     assert len(now) == 3 and host not in now
+    assert sorted(pid for pid in now if pid != model_process(server)) == workers  # reconnected, not replaced
     assert server.stop(60) == 0
 
 
@@ -207,3 +230,30 @@ def test_arena_slots_wrap_and_come_back_in_any_order():
         assert os.pread(arena.fd, 4, 0) == b"abcd"  # the memory is the descriptor's: what the model process maps
     finally:
         arena.close()
+
+
+def test_messages_are_framed_whatever_the_chunks_they_arrive_in():
+    """The model process reads length-prefixed pickles from a byte stream: any split of the stream into chunks
+    gives the same messages, in order."""
+    from onnxaccel.serve.model_host import _Worker
+    from onnxaccel.serve.model_link import pack
+
+    class Recorder:
+        def __init__(self):
+            self.messages = []
+
+        def dispatch(self, worker, message):
+            self.messages.append(message)
+
+    messages = [("infer", i, "m", {"x": ("inline", np.full((2, 3), i, dtype=np.float32))}, 2, None)
+                for i in range(5)] + [("load", 5, "m")]
+    stream = b"".join(b"".join(pack(m)) for m in messages)
+    for chunk in (1, 3, 7, 64, len(stream)):
+        host = Recorder()
+        worker = _Worker(host, None)
+        for at in range(0, len(stream), chunk):
+            worker.data_received(stream[at:at + chunk])
+        assert [m[:3] for m in host.messages] == [m[:3] for m in messages]
+        assert all(np.array_equal(got[3]["x"][1], want[3]["x"][1])
+                   for got, want in zip(host.messages[:5], messages[:5]))
+        assert not worker._buffer  # nothing left over

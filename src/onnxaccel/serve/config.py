@@ -82,8 +82,8 @@ class ModelConfig:
             option = GRAPH_OPTION[base.device]
             base = base.without_options(option)
             notes.append(f"{self.name}: graph capture ({option}) is used when serving only for models with a batch "
-                         "axis, max_batch > 1 and session_per_batch_size (one fixed shape per session); this one "
-                         "is served without it, with the target's other options.")
+                         "axis and all other axes fixed, max_batch > 1 and session_per_batch_size (one fixed shape "
+                         "per session); this one is served without it, with the target's other options.")
         elif base.graph_capture and self.arena_shrinkage:
             notes.append(f"{self.name}: arena_shrinkage is not applied with graph capture (a captured graph keeps "
                          "its memory).")

@@ -7,7 +7,9 @@ back by the same row counts. A model with a fixed first axis runs each request a
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
@@ -32,6 +34,14 @@ def _variable(dim) -> bool:
 def has_batch_axis(model: Model) -> bool:
     specs = list(model.inputs) + list(model.outputs)
     return bool(specs) and all(s.shape is not None and len(s.shape) >= 1 and _variable(s.shape[0]) for s in specs)
+
+
+def graph_capture_possible(model: Model) -> bool:
+    """A captured graph replays fixed shapes: served in padded batch sizes, that needs a batch axis and every
+    other axis of every input and output fixed (else a request of another shape would meet a graph bound to
+    the warm-up's shape)."""
+    specs = list(model.inputs) + list(model.outputs)
+    return has_batch_axis(model) and all(all(isinstance(d, int) for d in s.shape[1:]) for s in specs)
 
 
 def metadata_shape(spec: TensorSpec) -> list[int]:
@@ -212,6 +222,13 @@ class ModelInstance:
         """Join ``parts`` along axis 0 straight into one buffer of the padded size (one copy per request,
         not a concatenate and then a padding copy), run on instance ``index``; the outputs of the real rows
         and the seconds of the run."""
+        if not self.buckets:  # CPU: no graphs, no gate
+            return self._execute_joined(index, parts)
+        with GPU_GATE.shared():
+            return self._execute_joined(index, parts)
+
+    def _execute_joined(self, index: int, parts: list[Mapping[str, np.ndarray]]
+                        ) -> tuple[dict[str, np.ndarray], float]:
         pinned = self.host[index].pinned if self.host else False
         if len(parts) == 1 and not self.buckets:
             return self._execute(index, parts[0])
@@ -249,9 +266,13 @@ class ModelInstance:
                     # From the instance's own buffers, so they are allocated (and pinned) at load.
                     feeds[spec.name] = self._buffer(index, spec.name, (size, *trailing), np.dtype(spec.dtype))
                     feeds[spec.name][...] = 0
-                # In the instance's own thread, one instance at a time: a graph capture must not overlap
-                # other CUDA work in the process (capture mode global).
-                self.threads[index].submit(self._execute, index, feeds).result()
+                # In the instance's own thread, one instance at a time; a graph capture excludes every other
+                # batch in the process (GPU_GATE).
+                if self.graph:
+                    with GPU_GATE.exclusive():
+                        self.threads[index].submit(self._execute, index, feeds).result()
+                else:
+                    self.threads[index].submit(self._execute, index, feeds).result()
             done.append(size)
         return sorted(done)
 
@@ -303,6 +324,53 @@ class ModelInstance:
                 if runner not in self.runners:
                     runner.close()
 
+
+class CaptureGate:
+    """Graph captures exclusive against every GPU batch of the process (a readers-writer lock, writers first).
+
+    ONNX Runtime begins a capture with cudaStreamCaptureModeGlobal (onnxruntime cuda_graph.cc): while it lasts,
+    CUDA calls from any other thread of the process fail, and so does the capture. Loading a graph-captured model
+    while others serve (the repository API) would hit that; batches hold the gate shared, captures exclusive.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+        self._writers_waiting = 0
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            while self._writing or self._writers_waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        with self._cond:
+            self._writers_waiting += 1
+            while self._writing or self._readers:
+                self._cond.wait()
+            self._writers_waiting -= 1
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+
+#: The process's gate (see CaptureGate).
+GPU_GATE = CaptureGate()
 
 #: Runs of a newly bound session at warm-up, so that ONNX Runtime has captured its graph before serving (it
 #: captures after its first regular runs: cuda_execution_provider.cc kMinNumRunsBeforeCudaGraphCapture, 2).

@@ -33,7 +33,7 @@ import numpy as np
 from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.metrics import ServerMetrics
-from onnxaccel.serve.model_link import FRAME, pack
+from onnxaccel.serve.model_link import FRAME, HELLO, pack
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import ModelRepository
 
@@ -215,6 +215,10 @@ class ModelHost:
         except ProtocolError as exc:
             worker.send(("error", rid, exc.status, exc.message, exc.retry_after))
             return
+        except Exception as exc:  # noqa: BLE001 - answered, so the worker's request does not wait forever
+            worker.send(("error", rid, 500, f"Model '{name}': the model process could not queue the request: "
+                         f"{type(exc).__name__}: {exc}", None))
+            return
         future.add_done_callback(functools.partial(self._answer, worker, rid, name))
 
     @staticmethod
@@ -247,23 +251,37 @@ class ModelHost:
             answer = ("ok", rid, None, None)
         except ProtocolError as exc:
             answer = ("error", rid, exc.status, exc.message, exc.retry_after)
+        except Exception as exc:  # noqa: BLE001 - the repository records load failures; anything else is answered
+            answer = ("error", rid, 500, f"Could not {kind} model '{name}': {type(exc).__name__}: {exc}", None)
         worker.send(answer)
 
     async def _greet(self, connection: socket.socket) -> mmap.mmap | None:
-        """The hello: arena size and, on Linux, the arena's descriptor (SCM_RIGHTS); the arena mapped."""
+        """The hello: the arena's size (HELLO, fixed length, so no message behind it is read here) and, on
+        Linux, its descriptor (SCM_RIGHTS); the arena mapped."""
         connection.setblocking(True)
         connection.settimeout(HELLO_TIMEOUT_S)
-        data, fds, _flags, _address = await asyncio.to_thread(socket.recv_fds, connection, 4096, 1)
-        hello = pickle.loads(data)
+        data, fds = await asyncio.to_thread(_receive_hello, connection)
+        (arena_bytes,) = HELLO.unpack(data)
         arena = None
         try:
-            if fds and hello.get("arena_bytes"):
-                arena = mmap.mmap(fds[0], hello["arena_bytes"])
+            if fds and arena_bytes:
+                arena = mmap.mmap(fds[0], arena_bytes)
         finally:
             for fd in fds:
                 os.close(fd)
         connection.setblocking(False)
         return arena
+
+
+def _receive_hello(connection: socket.socket) -> tuple[bytes, list[int]]:
+    data, fds = b"", []
+    while len(data) < HELLO.size:
+        chunk, more, _flags, _address = socket.recv_fds(connection, HELLO.size - len(data), 1)
+        if not chunk:
+            raise EOFError("the worker closed before its hello")
+        data += chunk
+        fds += more
+    return data, fds
 
 
 def host_main(source: str, model_defaults: dict, config: ServerConfig, socket_path: str, multiprocess_dir: str,

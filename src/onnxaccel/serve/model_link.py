@@ -27,6 +27,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import logging
 import mmap
 import os
 import pickle
@@ -40,6 +41,8 @@ from onnxaccel.serve.batcher import BatchTiming
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import READY, UNAVAILABLE, ModelEntry, ModelIndex
 
+logger = logging.getLogger(__name__)
+
 #: Shared memory per worker for request tensors in flight (anonymous memory: touched pages count as the
 #: worker's, shared with the model process). 128 MiB holds ~200 ResNet-50 images (600 kB each).
 ARENA_BYTES = 128 * 2**20
@@ -52,6 +55,8 @@ CONNECT_TIMEOUT_S = 30.0
 
 #: Message framing: a 4-byte big-endian length, then the pickle (model_host.py reads it the same way).
 FRAME = struct.Struct("!I")
+#: A worker's first bytes on a new connection: its arena's size (0: none), sent with the arena's descriptor.
+HELLO = struct.Struct("!Q")
 
 
 def pack(message: tuple) -> list[bytes]:
@@ -166,6 +171,7 @@ class ModelLink:
         while True:
             try:
                 sock = await asyncio.to_thread(self._handshake)
+                reader, writer = await asyncio.open_unix_connection(sock=sock)
                 break
             except OSError as exc:
                 if self._closing:
@@ -179,8 +185,7 @@ class ModelLink:
                 await asyncio.sleep(delay)
                 delay = min(1.0, delay * 2)
         self._described.clear()
-        reader, self._writer = await asyncio.open_unix_connection(sock=sock)
-        self._reader = reader
+        self._reader, self._writer = reader, writer
 
     def _handshake(self) -> socket.socket:
         """Blocking: connect and pass the arena's file descriptor with a hello."""
@@ -188,7 +193,7 @@ class ModelLink:
         try:
             sock.settimeout(10)
             sock.connect(self.path)
-            hello = pickle.dumps({"arena_bytes": self.arena.size if self.arena else 0})
+            hello = HELLO.pack(self.arena.size if self.arena else 0)
             if self.arena is not None:
                 socket.send_fds(sock, [hello], [self.arena.fd])
             else:
@@ -202,13 +207,17 @@ class ModelLink:
     async def _run(self) -> None:
         """Read answers until the connection ends; then fail what waits and reconnect."""
         while not self._closing:
+            reason = "the model process exited; the server is restarting it"
             try:
                 while True:
                     message = await read_message(self._reader)
                     self._dispatch(message)
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
                 pass
-            self._lost("the model process exited; the server is restarting it")
+            except Exception as exc:  # noqa: BLE001 - an unreadable answer: start over on a new connection
+                reason = f"the link to the model process broke ({type(exc).__name__}: {exc}); reconnecting"
+                logger.error("%s", reason)
+            self._lost(reason)
             if self._closing:
                 return
             try:
@@ -283,12 +292,11 @@ class ModelLink:
 
     async def close(self) -> None:
         self._closing = True
-        if self._writer is not None:
-            self._writer.close()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
+        self._lost("the server is stopping")  # whatever still waits gets its 503 now
         if self.arena is not None:
             self.arena.close()
 

@@ -24,7 +24,7 @@ from onnxaccel.model import ZOO_PREFIX, load_model
 from onnxaccel.target import GRAPH_OPTION
 from onnxaccel.serve.batcher import DynamicBatcher
 from onnxaccel.serve.config import ModelConfig, model_config_from
-from onnxaccel.serve.instance import ModelInstance, has_batch_axis
+from onnxaccel.serve.instance import ModelInstance, graph_capture_possible
 from onnxaccel.serve.protocol import ProtocolError
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
@@ -55,7 +55,7 @@ def load_instance(config: ModelConfig) -> ModelInstance:
     start = time.perf_counter()
     model = load_model(config.source)
     target, notes = config.resolved_target(
-        graph_ok=has_batch_axis(model) and config.max_batch > 1 and config.session_per_batch_size)
+        graph_ok=graph_capture_possible(model) and config.max_batch > 1 and config.session_per_batch_size)
     runners, warnings = [], list(notes)
     shapes = _compile_shapes(model, config.shape_bindings())
     try:
@@ -214,7 +214,7 @@ class ModelRepository(ModelIndex):
         if batcher is not None:
             await batcher.close()
         if instance is not None:
-            instance.close()
+            await asyncio.to_thread(instance.close)  # waits for its run threads: not on the event loop
 
     async def load_all(self) -> None:
         for name in list(self.entries):

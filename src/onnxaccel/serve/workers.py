@@ -152,7 +152,12 @@ class WorkerPool:
         self.host: multiprocessing.Process | None = None
         self.socket_dir = None
         if config.shared_models:
+            # A private folder (mode 0700: the socket carries pickles, so only this user may connect). Unix
+            # socket paths are limited to 107 bytes (sun_path): a long TMPDIR falls back to /tmp.
             self.socket_dir = tempfile.mkdtemp(prefix="onnxaccel-models-")
+            if len(os.path.join(self.socket_dir, "models.sock")) > 100:
+                os.rmdir(self.socket_dir)
+                self.socket_dir = tempfile.mkdtemp(prefix="oa-", dir="/tmp")
             self.worker_config = replace(self.worker_config, model_socket=os.path.join(self.socket_dir, "models.sock"))
         self.processes: dict[int, multiprocessing.Process] = {}
         self.ready_reports: dict[int, dict] = {}
@@ -203,6 +208,7 @@ class WorkerPool:
                 raise UsageError(f"Model process: {message}", hint or "See the log above.")
             if kind == "models-ready":
                 return
+        raise _Stopped()
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
         """Until every worker reported ready; raises UsageError with the first worker's error."""
@@ -210,6 +216,10 @@ class WorkerPool:
         while len(self.ready_reports) < len(self.processes):
             if self.stopping:
                 return
+            if self.host is not None and self.host.exitcode is not None:
+                raise UsageError(f"The model process exited with status {self.host.exitcode} while the workers "
+                                 "were starting.", "See its error above; --workers 1 without --shared-models "
+                                 "shows the model's error in one process.")
             try:
                 kind, index, payload = self.events.get(timeout=0.2)
             except queue_module.Empty:
@@ -260,6 +270,8 @@ class WorkerPool:
                                      "stopping.", "Run with --workers 1 to see the error in one process.")
                 self.log(f"{what} (pid {process.pid}) exited with status {process.exitcode}; starting a new one.")
                 time.sleep(min(5.0, 0.25 * 2 ** (len(self.restarts) - 1)))
+                if self.stopping:
+                    break
                 if index < 0:  # the workers reconnect to the new one by themselves
                     self.start_host()
                 else:
@@ -331,6 +343,10 @@ class WorkerPool:
             multiprocess.mark_process_dead(pid, self.metrics_dir)
 
 
+class _Stopped(Exception):
+    """Stopping was asked for before the server was up."""
+
+
 def _warn(message: str) -> None:
     sys.stderr.write(f"warning: {message}\n")
     sys.stderr.flush()
@@ -362,6 +378,8 @@ def serve_workers(source: str, model_defaults: dict, config: ServerConfig, on_re
             if on_ready is not None:
                 on_ready(pool)
             pool.supervise()
+        drained = pool.stop()
+    except _Stopped:  # SIGTERM while the model process was loading: nothing was serving
         drained = pool.stop()
     except BaseException:
         pool.stop()
