@@ -108,6 +108,11 @@ def test_one_model_process_batches_the_requests_of_every_worker(shared_server, m
     line = next(li for li in text.splitlines() if li.startswith('onnxaccel_requests_total{code="200"'))
     assert float(line.split()[-1]) == sent
     assert 'onnxaccel_batch_size_count{model="mlp"}' in text
+    # Where a batch's time goes, from the model process: joining the requests, then the run.
+    for phase in ("join", "run"):
+        line = next(li for li in text.splitlines()
+                    if li.startswith(f'onnxaccel_batch_phase_seconds_count{{model="mlp",phase="{phase}"}}'))
+        assert float(line.split()[-1]) >= 1
 
 
 def test_large_tensors_pass_through_the_arena_intact(shared_server):

@@ -52,7 +52,7 @@ class _Pending:
 class DynamicBatcher:
     """The queue and workers of one model."""
 
-    def __init__(self, instance: ModelInstance, *, on_batch: Callable[[int, float], None] | None = None):
+    def __init__(self, instance: ModelInstance, *, on_batch: Callable[[int, float, dict], None] | None = None):
         self.instance = instance
         self.max_batch = max(1, instance.max_batch)
         self.delay_s = instance.config.max_queue_delay_ms / 1e3 if instance.batching else 0.0
@@ -151,7 +151,7 @@ class DynamicBatcher:
             self.executions += 1
             rows = sum(p.rows for p in batch)
             if self._on_batch is not None:
-                self._on_batch(rows, seconds)
+                self._on_batch(rows, seconds, self.instance.phases[index])
             now = time.perf_counter()
             for pending, result in zip(batch, results):
                 if not pending.future.done():

@@ -190,6 +190,9 @@ class ModelInstance:
         self.threads = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"run-{self.config.name}-{i}")
                         for i in range(len(self.runners))]
         self.bound: dict[tuple[int, int], object] = {}
+        #: Per instance, the seconds of each phase of its last batch (join, then run, or copy_in, replay and
+        #: copy_out with graphs); read by the batcher for the batch-phase metric after the run.
+        self.phases: list[dict[str, float]] = [{} for _ in self.runners]
         if self.graph:
             self._run_options = None  # no arena shrinkage under a captured graph (config.resolved_target notes it)
 
@@ -238,12 +241,15 @@ class ModelInstance:
         if len(parts) == 1 and size == rows and not pinned:
             return self._execute(index, parts[0])
         joined = {}
+        start = time.perf_counter()
         for name in names:
             first = parts[0][name]
             buffer = self._buffer(index, name, (size, *first.shape[1:]), first.dtype)
             _join_rows(buffer, [part[name] for part in parts])
             joined[name] = buffer
+        join_s = time.perf_counter() - start
         outputs, seconds = self._execute(index, joined)
+        self.phases[index]["join"] = join_s
         if size == rows:
             return outputs, seconds
         return {n: (v[:rows] if v.ndim and v.shape[0] == size else v) for n, v in outputs.items()}, seconds
@@ -289,15 +295,22 @@ class ModelInstance:
                 for _ in range(GRAPH_WARM_RUNS):
                     bound.run()
             bound.update(feeds)
+            copied = time.perf_counter()
             bound.run()
-            return bound.outputs(), time.perf_counter() - start
+            replayed = time.perf_counter()
+            outputs = bound.outputs()
+            end = time.perf_counter()
+            self.phases[index] = {"copy_in": copied - start, "replay": replayed - copied, "copy_out": end - replayed}
+            return outputs, end - start
         if self._run_options is not None:
             session = runner.session  # OrtRunner: run with RunOptions (arena shrinkage)
             values = session.run(self.output_names, dict(feeds), self._run_options)
             outputs = dict(zip(self.output_names, values))
         else:
             outputs = runner.run(feeds)
-        return outputs, time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self.phases[index] = {"run": seconds}
+        return outputs, seconds
 
     def _output_shapes(self, size: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Each output's shape and dtype at batch ``size``, from the signature: a captured graph has fixed

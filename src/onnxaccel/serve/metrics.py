@@ -51,6 +51,9 @@ class ServerMetrics:
                                       "batch).", ["model"], buckets=LATENCY_BUCKETS, registry=reg)
         self.batch = prom.Histogram("onnxaccel_batch_size", "Rows per model run (dynamic batch size).", ["model"],
                                     buckets=BATCH_BUCKETS, registry=reg)
+        self.phase = prom.Histogram("onnxaccel_batch_phase_seconds", "Time of each phase of a batch: join (requests "
+                                    "copied into the batch buffer), run; with graph capture copy_in, replay, "
+                                    "copy_out.", ["model", "phase"], buckets=LATENCY_BUCKETS, registry=reg)
         self.request_compute = prom.Counter("onnxaccel_request_compute_seconds_total", "Seconds of model runs "
                                             "summed over successful requests (each counts the run of its batch).",
                                             ["model"], registry=reg)
@@ -85,9 +88,11 @@ class ServerMetrics:
     def batch_observer(self, model: str):
         batch, compute = self.batch.labels(model), self.compute.labels(model)
 
-        def observe(rows: int, seconds: float) -> None:
+        def observe(rows: int, seconds: float, phases: dict[str, float] | None = None) -> None:
             batch.observe(rows)
             compute.observe(seconds)
+            for phase, spent in (phases or {}).items():
+                self.phase.labels(model, phase).observe(spent)
 
         return observe
 
