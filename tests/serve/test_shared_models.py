@@ -262,3 +262,20 @@ def test_messages_are_framed_whatever_the_chunks_they_arrive_in():
         assert all(np.array_equal(got[3]["x"][1], want[3]["x"][1])
                    for got, want in zip(host.messages[:5], messages[:5]))
         assert not worker._buffer  # nothing left over
+
+
+def test_a_model_process_that_cannot_start_ends_the_start_with_its_error(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.serve.conftest import SERVE
+
+    empty = tmp_path / "repo"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, "-c", SERVE, "serve", str(empty), "--target", "cpu", "--workers", "2",
+                           "--shared-models", "--http-port", "0", "--grpc-port", "0"],
+                          capture_output=True, text=True, timeout=120)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text
+    assert "Traceback" not in text
+    assert "Model process" in text and "No models found" in text and "hint:" in text

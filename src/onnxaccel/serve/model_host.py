@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from onnxaccel.errors import OnnxAccelError, UsageError
+from onnxaccel.errors import OnnxAccelError
 from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.model_link import FRAME, HELLO, pack
@@ -131,9 +131,7 @@ class ModelHost:
         self._no_workers.set()
         metrics = ServerMetrics(multiprocess_dir=self.multiprocess_dir)
         self.repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer)
-        if not self.repository.entries:
-            raise UsageError(f"No models found in {self.source}.",
-                             "Pass an .onnx file, zoo:NAME, or a folder of NAME/model.onnx (see docs/SERVING.md).")
+        self.repository.require_models()
         _set_gpu_wait(self.model_defaults.get("target"), self.config.gpu_wait)
         await self.repository.load_all()
         loop = asyncio.get_running_loop()

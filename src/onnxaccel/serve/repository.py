@@ -164,6 +164,12 @@ class ModelRepository(ModelIndex):
 
     # -- discovery -------------------------------------------------------------------------------------
 
+    def require_models(self) -> None:
+        """UsageError when the source holds no model (a server with nothing to serve should not start)."""
+        if not self.entries:
+            raise UsageError(f"No models found in {self.source}.", "Pass an .onnx file, zoo:NAME, or a folder of "
+                             "NAME/model.onnx (see docs/SERVING.md).")
+
     def scan(self) -> None:
         """Find the models of the source; existing entries keep their state."""
         for name, source, config_file in discover(self.source):

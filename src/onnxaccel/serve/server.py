@@ -143,9 +143,7 @@ class InferenceServer:
                                               1 if ready else 0))
         else:
             repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer)
-            if not repository.entries:
-                raise UsageError(f"No models found in {self.source}.", "Pass an .onnx file, zoo:NAME, or a folder "
-                                 "of NAME/model.onnx (see docs/SERVING.md).")
+            repository.require_models()
             self.gpu_wait_note = _set_gpu_wait(self.model_defaults.get("target"), self.config.gpu_wait)
         self.service = service = InferenceService(repository, metrics, self.config)
         if self.peers_ready is not None:
