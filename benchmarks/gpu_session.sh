@@ -45,13 +45,13 @@ for stage in "$@"; do
     serve-workers)  # issue 7: serve --workers N against in-process at batch 64 (SERVE_PROTOCOL http|grpc)
       export PATH=/tmp/serve-site/bin:$PATH
       name=serve_workers_${SERVE_PROTOCOL:-http}${SERVE_TAG:-}
-      timeout 500 python3 benchmarks/serve_throughput.py --model zoo:resnet50 --target cuda:0 --precision fp16 \
+      timeout ${SERVE_TIMEOUT:-500} python3 benchmarks/serve_throughput.py --model zoo:resnet50 --target cuda:0 --precision fp16 \
         --batch 64 --concurrency 64 --duration ${SERVE_SECONDS:-15} --warmup 5 --inprocess-duration 8 \
         ${SERVER_TARGET:+--server-target "$SERVER_TARGET"} \
-        --server-workers ${SERVER_WORKERS:-1,4,8} --protocol ${SERVE_PROTOCOL:-http} --serve-args "${SERVE_ARGS:-}" \
+        --server-workers "${SERVER_WORKERS:-1,4,8}" --protocol ${SERVE_PROTOCOL:-http} --serve-args "${SERVE_ARGS:-}" \
         --request-batch ${REQUEST_BATCH:-1} --delay-ms ${SERVE_DELAY_MS:-2} \
         --py-spy ${PY_SPY_SECONDS:-8} --workers 6 --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1
-      echo "rc=$?"; tail -40 "$OUT/$name.log" | cut -c1-3000
+      echo "rc=$?"; tail -${SERVE_TAIL:-80} "$OUT/$name.log" | cut -c1-3000
       mkdir -p "$OUT/$name-server-logs"; cp /tmp/serve_throughput_*.log "$OUT/$name-server-logs/" 2>/dev/null
       grep -h -m3 -i "failed\|error" /tmp/serve_throughput_*.log | cut -c1-400 ;;
     graph-check)  # issue 7: served ResNet-50 with CUDA graphs answers like a plain in-process session

@@ -8,7 +8,11 @@
    >= 0.80 for zoo:resnet50 FP16, binary, concurrency 64.
 4. Added latency per request: server p50 at concurrency 1 minus the in-process p50 at the request's batch.
 5. ``--server-workers 1,4,4s2``: one server run per value (``N``: ``serve --workers N``; ``Ns``/``NsI``: the same
-   with ``--shared-models``, and ``--instances I`` in the model process); the in-process reference is measured once. ``--py-spy S`` samples the (single-process)
+   with ``--shared-models``, and ``--instances I`` in the model process; a value may go on with more serve
+   options for its run: ``"5s3,5s3 --max-queue-delay-ms 1"``); the in-process reference is measured once. Each
+   run reports the server's CPU per request by process role, the load generator's, how busy the machine was,
+   and the mean time per batch of each phase (join, run; copy_in, replay, copy_out) from /metrics.
+   ``--py-spy S`` samples the (single-process)
    server's Python stacks for S seconds under load and prints where its time goes (needs py-spy on PATH).
 6. ``--soak S``: a further S seconds of load at concurrency C while the telemetry sampler reads GPU memory and
    /metrics gives the server's RSS; reports memory after warm-up and at the end (growth should be ~0 with
@@ -67,12 +71,15 @@ def in_process(args) -> dict:
 
 
 def server_spec(text: str) -> str:
-    """``N`` (serve --workers N), ``Ns`` (+ --shared-models) or ``NsI`` (+ --instances I in the model process)."""
+    """``N`` (serve --workers N), ``Ns`` (+ --shared-models) or ``NsI`` (+ --instances I in the model process),
+    optionally followed by more serve options for that run only: ``5s3 --max-queue-delay-ms 1``."""
     import re
 
-    if not re.fullmatch(r"\d+(s\d*)?", text.strip()):
-        raise argparse.ArgumentTypeError(f"server spec {text!r}: use N, Ns or NsI (e.g. 4, 4s, 4s2)")
-    return text.strip()
+    spec, _, extra = text.strip().partition(" ")
+    if not re.fullmatch(r"\d+(s\d*)?", spec):
+        raise argparse.ArgumentTypeError(f"server spec {text!r}: use N, Ns or NsI (e.g. 4, 4s, 4s2), then "
+                                         "options if any")
+    return f"{spec} {extra.strip()}".strip()
 
 
 def parse_spec(spec: str) -> tuple[int, bool, int | None]:
@@ -80,7 +87,7 @@ def parse_spec(spec: str) -> tuple[int, bool, int | None]:
     return int(workers), "s" in spec, int(instances) if instances else None
 
 
-def start_server(args, log: Path, spec: str = "1") -> tuple[subprocess.Popen, str, str]:
+def start_server(args, log: Path, spec: str = "1", extra: str = "") -> tuple[subprocess.Popen, str, str]:
     workers, shared, instances = parse_spec(spec)
     http, grpc = free_port(), free_port()
     cmd = [sys.executable, "-c", SERVE, "serve", args.model, "--target", args.server_target or args.target,
@@ -92,9 +99,9 @@ def start_server(args, log: Path, spec: str = "1") -> tuple[subprocess.Popen, st
         cmd += ["--precision", args.precision]
     if shared:
         cmd += ["--shared-models"]
-    cmd += args.serve_args.split()
     if parse_target(args.target).is_gpu:
         cmd += ["--arena-extend-strategy", "kSameAsRequested"]
+    cmd += args.serve_args.split() + extra.split()  # last: a repeated option takes its last value
     proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{http}"
     deadline = time.monotonic() + args.load_timeout
@@ -149,12 +156,14 @@ def _process_tree(root: int) -> list[int]:
     return tree
 
 
-def cpu_ticks(root: int) -> dict[tuple[int, int], int]:
-    """user+system clock ticks per (process, thread) of the server's process tree (Linux /proc)."""
+def cpu_ticks(root: int) -> dict[tuple[int, int], tuple[int, str]]:
+    """user+system clock ticks and process name per (process, thread) of the server's process tree (Linux
+    /proc). The server names its processes (onnxaccel-model, onnxaccel-wN: serve/workers.py name_process)."""
     ticks = {}
     for pid in _process_tree(root):
         try:
             tasks = list(Path(f"/proc/{pid}/task").iterdir())
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             continue
         for task in tasks:
@@ -162,22 +171,88 @@ def cpu_ticks(root: int) -> dict[tuple[int, int], int]:
                 fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            ticks[(pid, int(task.name))] = int(fields[11]) + int(fields[12])
+            ticks[(pid, int(task.name))] = (int(fields[11]) + int(fields[12]), comm)
     return ticks
 
 
+def _role(comm: str) -> str:
+    if comm == "onnxaccel-model":
+        return "model_process"
+    if comm.startswith("onnxaccel-w"):
+        return "http_workers"
+    return "serve_process"  # the whole server with --workers 1; the supervisor otherwise
+
+
 def cpu_per_request(before: dict, after: dict, requests: int) -> dict:
-    """Server CPU milliseconds per request: each process's main (event loop) thread, its other threads, all."""
+    """Server CPU milliseconds per request: each process's main (event loop) thread, its other threads, all;
+    and the same per role (model process, decoding workers, supervisor)."""
     hz = os.sysconf("SC_CLK_TCK")
     main = other = 0
-    for key, value in after.items():
-        spent = value - before.get(key, 0)
+    roles: dict[str, dict[str, float]] = {}
+    per = 1e3 / hz / max(1, requests)
+    for key, (value, comm) in after.items():
+        spent = value - before.get(key, (0, comm))[0]
+        role = roles.setdefault(_role(comm), {"event_loop_thread_ms": 0.0, "other_threads_ms": 0.0})
         if key[0] == key[1]:
             main += spent
+            role["event_loop_thread_ms"] += spent * per
         else:
             other += spent
-    per = 1e3 / hz / max(1, requests)
-    return {"event_loop_threads_ms": main * per, "other_threads_ms": other * per, "total_ms": (main + other) * per}
+            role["other_threads_ms"] += spent * per
+    return {"event_loop_threads_ms": main * per, "other_threads_ms": other * per, "total_ms": (main + other) * per,
+            "by_role": roles}
+
+
+def machine_cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores since boot (/proc/stat), for the machine's load during a run."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def client_cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the load generator's worker processes)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The server's batch metrics (Prometheus text): phase sums and counts, batch-size buckets, by series."""
+    wanted = ("onnxaccel_batch_phase_seconds_sum", "onnxaccel_batch_phase_seconds_count",
+              "onnxaccel_batch_size_bucket", "onnxaccel_batch_size_sum", "onnxaccel_batch_size_count")
+    out = {}
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith(wanted):
+            series, _, value = line.rpartition(" ")
+            out[series] = float(value)
+    return out
+
+
+def batch_phases(before: dict, after: dict) -> dict:
+    """Mean milliseconds per batch of each phase, and the share of batches per size bucket, over a run."""
+    import re
+
+    delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    phases, sizes = {}, {}
+    for series, value in delta.items():
+        phase = re.search(r'phase="([^"]+)"', series)
+        if series.startswith("onnxaccel_batch_phase_seconds_sum") and phase:
+            count = delta.get(series.replace("_sum{", "_count{"), 0.0)
+            phases[phase.group(1)] = {"mean_ms": value / count * 1e3 if count else None, "batches": count}
+        elif series.startswith("onnxaccel_batch_size_bucket"):
+            le = re.search(r'le="([^"]+)"', series)
+            if le:
+                sizes[le.group(1)] = value
+    total = max(sizes.values(), default=0.0)
+    cumulative = sorted(((float(k), v) for k, v in sizes.items()), key=lambda kv: kv[0])
+    share, previous = {}, 0.0
+    for le, value in cumulative:
+        if value - previous > 0 and total:
+            share[f"<={le:g}"] = round((value - previous) / total, 3)
+        previous = value
+    return {"phases_ms": phases, "batch_size_share": share}
 
 
 def py_spy(pid: int, seconds: float, out: Path) -> list[tuple[str, float]]:
@@ -236,6 +311,67 @@ def soak(args, url, grpc) -> dict:
             "notes": notes}
 
 
+def write_result(args, reference: dict, runs: list[dict]) -> None:
+    """The JSON report so far (rewritten after every run, so a run cut short keeps the finished ones)."""
+    if not args.json or not runs:
+        return
+    best = max(runs, key=lambda r: r["ratio_server_over_in_process"])
+    result = {
+        "schema": "onnxaccel.bench.serve-throughput/2", "date": datetime.now(timezone.utc).isoformat(),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "in_process": reference, "runs": runs, "best_ratio": best["ratio_server_over_in_process"],
+        "best_server_workers": best["server_spec"],
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2))
+
+
+def print_header(args, reference: dict) -> None:
+    base = reference[f"b{args.batch}_numpy"]
+    sys.stdout.write(
+        f"{args.model} on {args.target}{'/' + args.precision if args.precision else ''}"
+        f"{' (server: ' + args.server_target + ')' if args.server_target else ''}, batch {args.batch}, "
+        f"{args.protocol}{'' if args.json_tensors or args.protocol == 'grpc' else ' binary'}, "
+        f"concurrency {args.concurrency}, requests of {args.request_batch} row(s)\n"
+        f"  in-process (numpy in/out) b{args.batch}: {base['items_per_s']:,.1f} items/s, "
+        f"p99 {base['p99_ms']:.2f} ms; IO binding: {reference[f'b{args.batch}_iobinding']['items_per_s']:,.1f}\n")
+
+
+def print_run(args, run: dict) -> None:
+    server, lat = run["server"], run["server"]["latency"] or {}
+    sys.stdout.write(
+        f"  server {run['server_spec']}: {server['inferences_per_s']:,.1f} infer/s "
+        f"({run['ratio_server_over_in_process']:.1%} of in-process), p50 {lat.get('p50_ms', float('nan')):.2f} ms, "
+        f"p99 {lat.get('p99_ms', float('nan')):.2f} ms, errors {server['error_count']}; mean batch "
+        f"{run['server_batches']['mean_batch'] or 0:.1f}, run {run['server_batches']['compute_ms_per_request']:.2f} ms "
+        f"per request, queue {server.get('server_queue_ms') or 0:.2f} ms\n")
+    for code, text in (server.get("error_samples") or {}).items():
+        sys.stdout.write(f"    first {code} error: {text[:300]}\n")
+    cpu = run["server_cpu_ms_per_request"]
+    sys.stdout.write(f"    server CPU per request: event loop {cpu['event_loop_threads_ms']:.3f} ms, other threads "
+                     f"{cpu['other_threads_ms']:.3f} ms, all {cpu['total_ms']:.3f} ms; load generator "
+                     f"{cpu['client_ms']:.3f} ms; machine {cpu['machine_busy'] or 0:.0%} busy "
+                     f"({os.cpu_count()} cores)\n")
+    for role, spent in sorted(cpu["by_role"].items()):
+        sys.stdout.write(f"      {role}: event loop {spent['event_loop_thread_ms']:.3f} ms, other threads "
+                         f"{spent['other_threads_ms']:.3f} ms\n")
+    phases = run["batch_phases"]
+    sys.stdout.write("    per batch: " + ", ".join(f"{k} {v['mean_ms']:.2f} ms" for k, v in phases["phases_ms"].items()
+                                                if v["mean_ms"] is not None)
+                     + "; batch sizes " + ", ".join(f"{k}: {v:.0%}" for k, v in phases["batch_size_share"].items())
+                     + "\n")
+    if run["added_latency_p50_ms_at_concurrency_1"] is not None:
+        sys.stdout.write(f"    added latency per request (c=1, p50): "
+                         f"{run['added_latency_p50_ms_at_concurrency_1']:.2f} ms\n")
+    for name, share in run["py_spy_top"] or []:
+        sys.stdout.write(f"    py-spy {share:6.1%}  {name}\n")
+    if run["soak"]:
+        soaked = run["soak"]
+        sys.stdout.write(f"  soak {args.soak:g} s: GPU memory growth {soaked['gpu_memory_growth_bytes']} bytes, "
+                         f"server RSS growth {soaked['rss_growth_bytes'] / 2**20:.1f} MiB\n")
+    sys.stdout.flush()
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="zoo:resnet50")
@@ -265,11 +401,13 @@ def main() -> None:
 
     reference = in_process(args)
     base = reference[f"b{args.batch}_numpy"]
+    print_header(args, reference)
     runs = []
-    for spec in args.server_workers:
+    for index, variant in enumerate(args.server_workers):
+        spec, _, extra = variant.partition(" ")
         workers = parse_spec(spec)[0]
-        log = Path(os.environ.get("TMPDIR", "/tmp")) / f"serve_throughput_{os.getpid()}_{spec}.log"
-        proc, url, grpc = start_server(args, log, spec)
+        log = Path(os.environ.get("TMPDIR", "/tmp")) / f"serve_throughput_{os.getpid()}_{index}_{spec}.log"
+        proc, url, grpc = start_server(args, log, spec, extra)
         profile = None
         try:
             if args.py_spy and spec == "1":
@@ -279,68 +417,35 @@ def main() -> None:
                 spy = threading.Thread(target=lambda h=holder, pid=proc.pid, out=log: h.update(
                     top=py_spy(pid, args.py_spy, out)))
                 spy.start()
-            ticks = cpu_ticks(proc.pid)
+            ticks, machine, client, metrics = cpu_ticks(proc.pid), machine_cpu(), client_cpu_s(), scrape(url)
             server = load(args, url, grpc, args.concurrency, args.duration, args.request_batch)
-            cpu = cpu_per_request(ticks, cpu_ticks(proc.pid), server["requests"] + int(
-                server["inferences_per_s"] * args.warmup / max(1, args.request_batch)))
+            sent = server["requests"] + int(server["inferences_per_s"] * args.warmup / max(1, args.request_batch))
+            cpu = cpu_per_request(ticks, cpu_ticks(proc.pid), sent)
+            busy, total = (b - a for a, b in zip(machine, machine_cpu()))
+            cpu["client_ms"] = (client_cpu_s() - client) * 1e3 / max(1, sent)
+            cpu["machine_busy"] = busy / total if total else None
+            phases = batch_phases(metrics, scrape(url))
             if args.py_spy and spec == "1":
                 spy.join()
                 profile = holder.get("top")
             batches = server_batches(url, model_name(args.model))
             single = load(args, url, grpc, 1, min(args.duration, 10.0), args.request_batch) \
-                if spec == args.server_workers[0] else None
-            soaked = soak(args, url, grpc) if args.soak > 0 and spec == args.server_workers[-1] else None
+                if index == 0 else None
+            soaked = soak(args, url, grpc) if args.soak > 0 and index == len(args.server_workers) - 1 else None
         finally:
             proc.send_signal(signal.SIGTERM)
             exit_code = proc.wait(90)
         ratio = server["inferences_per_s"] / base["items_per_s"] if base["items_per_s"] else 0.0
         added = single["latency"]["p50_ms"] - reference[f"b{args.request_batch}_numpy"]["p50_ms"] \
             if single and single["latency"] else None
-        runs.append({"server_workers": workers, "server_spec": spec, "shared_models": parse_spec(spec)[1],
+        runs.append({"server_workers": workers, "server_spec": variant, "shared_models": parse_spec(spec)[1],
                      "model_instances": parse_spec(spec)[2] or args.instances, "server": server, "server_batches": batches,
                      "server_concurrency_1": single, "ratio_server_over_in_process": ratio,
                      "added_latency_p50_ms_at_concurrency_1": added, "server_exit_code": exit_code,
-                     "soak": soaked, "py_spy_top": profile, "server_cpu_ms_per_request": cpu})
-    best = max(runs, key=lambda r: r["ratio_server_over_in_process"])
-    result = {
-        "schema": "onnxaccel.bench.serve-throughput/2", "date": datetime.now(timezone.utc).isoformat(),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "in_process": reference, "runs": runs, "best_ratio": best["ratio_server_over_in_process"],
-        "best_server_workers": best["server_spec"],
-    }
-    sys.stdout.write(
-        f"{args.model} on {args.target}{'/' + args.precision if args.precision else ''}"
-        f"{' (server: ' + args.server_target + ')' if args.server_target else ''}, batch {args.batch}, "
-        f"{args.protocol}{'' if args.json_tensors or args.protocol == 'grpc' else ' binary'}, "
-        f"concurrency {args.concurrency}, requests of {args.request_batch} row(s)\n"
-        f"  in-process (numpy in/out) b{args.batch}: {base['items_per_s']:,.1f} items/s, "
-        f"p99 {base['p99_ms']:.2f} ms; IO binding: {reference[f'b{args.batch}_iobinding']['items_per_s']:,.1f}\n")
-    for run in runs:
-        server, lat = run["server"], run["server"]["latency"] or {}
-        sys.stdout.write(
-            f"  server {run['server_spec']}: {server['inferences_per_s']:,.1f} infer/s "
-            f"({run['ratio_server_over_in_process']:.1%} of in-process), p50 {lat.get('p50_ms', float('nan')):.2f} ms, "
-            f"p99 {lat.get('p99_ms', float('nan')):.2f} ms, errors {server['error_count']}; mean batch "
-            f"{run['server_batches']['mean_batch'] or 0:.1f}, run {run['server_batches']['compute_ms_per_request']:.2f} ms "
-            f"per request, queue {server.get('server_queue_ms') or 0:.2f} ms\n")
-        for code, text in (server.get("error_samples") or {}).items():
-            sys.stdout.write(f"    first {code} error: {text[:300]}\n")
-        cpu = run["server_cpu_ms_per_request"]
-        sys.stdout.write(f"    server CPU per request: event loop {cpu['event_loop_threads_ms']:.3f} ms, other threads "
-                         f"{cpu['other_threads_ms']:.3f} ms, all {cpu['total_ms']:.3f} ms\n")
-        if run["added_latency_p50_ms_at_concurrency_1"] is not None:
-            sys.stdout.write(f"    added latency per request (c=1, p50): "
-                             f"{run['added_latency_p50_ms_at_concurrency_1']:.2f} ms\n")
-        for name, share in run["py_spy_top"] or []:
-            sys.stdout.write(f"    py-spy {share:6.1%}  {name}\n")
-        if run["soak"]:
-            soaked = run["soak"]
-            sys.stdout.write(f"  soak {args.soak:g} s: GPU memory growth {soaked['gpu_memory_growth_bytes']} bytes, "
-                             f"server RSS growth {soaked['rss_growth_bytes'] / 2**20:.1f} MiB\n")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+                     "soak": soaked, "py_spy_top": profile, "server_cpu_ms_per_request": cpu,
+                     "batch_phases": phases, "extra_serve_args": extra})
+        print_run(args, runs[-1])
+        write_result(args, reference, runs)
 
 
 if __name__ == "__main__":

@@ -158,3 +158,79 @@ def test_a_request_past_its_deadline_leaves_the_queue_unrun(mlp_path):
     assert outputs["probs"].shape[0] == 1
     assert error.status == 503 and "in the queue" in error.message
     assert executions == 2  # the first and the patient one; the late one never ran
+
+
+def _record_batches(instance, submits):
+    """Run ``submits`` (delay seconds, rows) against a DynamicBatcher of ``instance``; the rows of each run."""
+    from onnxaccel.serve.batcher import DynamicBatcher
+
+    runs = []
+
+    async def scenario():
+        batcher = DynamicBatcher(instance, on_batch=lambda rows, seconds, phases: runs.append(rows))
+        try:
+            started = asyncio.get_running_loop().time()
+            futures = []
+            for at, rows in submits:
+                await asyncio.sleep(max(0.0, started + at - asyncio.get_running_loop().time()))
+                futures.append(asyncio.ensure_future(batcher.submit({"x": np.ones((rows, 4), np.float32)}, rows)))
+            results = await asyncio.gather(*futures)
+            return [r[0]["probs"].shape[0] for r in results]
+        finally:
+            await batcher.close()
+
+    return asyncio.run(scenario()), runs
+
+
+def test_two_idle_instances_form_one_batch_at_a_time(mlp_path):
+    """With two instances, a full batch goes to one; the rows left over wait their own queue delay for more,
+    as Triton's scheduler forms one batch at a time. (Before, both idle instances waited for the same first
+    request, and the second ran the leftovers when that request's delay ran out: 4, 2, 2 here.)"""
+    from onnxaccel.serve.config import ModelConfig
+    from onnxaccel.serve.repository import load_instance
+
+    instance = load_instance(ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=4,
+                                         max_queue_delay_ms=600, instances=2))
+    try:
+        # 2 rows at 0 s and 4 at 0.3 s: 4 run at once (full); the other 2 wait until 0.9 s for more, so the 2
+        # sent at 0.75 s join them.
+        answered, runs = _record_batches(instance, [(0.0, 1)] * 2 + [(0.3, 1)] * 4 + [(0.75, 1)] * 2)
+    finally:
+        instance.close()
+    assert answered == [1] * 8
+    assert runs == [4, 4]
+
+
+@pytest.mark.parametrize("max_padding,expected", [(0.25, [4, 1]), (1.0, [5])])
+def test_padded_batches_are_cut_where_padding_would_exceed_max_padding(mlp_path, max_padding, expected):
+    """Models run in padded sizes (GPUs; here the CPU with the sizes set as a GPU would get them): 5 waiting rows
+    would run as 8 with 3 of padding (37 %); under max_padding 0.25 they run as 4 and then 1."""
+    from onnxaccel.serve.config import ModelConfig
+    from onnxaccel.serve.repository import load_instance
+
+    instance = load_instance(ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=8,
+                                         max_queue_delay_ms=100, max_padding=max_padding))
+    instance.buckets = (1, 2, 4, 8)
+    try:
+        answered, runs = _record_batches(instance, [(0.0, 1)] * 5)
+    finally:
+        instance.close()
+    assert answered == [1] * 5
+    assert runs == expected
+
+
+def test_fit_rows_takes_all_waiting_rows_unless_padding_exceeds_the_limit(mlp_path):
+    from onnxaccel.errors import UsageError
+    from onnxaccel.serve.config import ModelConfig
+    from onnxaccel.serve.repository import load_instance
+
+    instance = load_instance(ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=64))
+    try:
+        assert instance.fit_rows(13) == 13  # CPU: no padded sizes, nothing is cut
+        instance.buckets = (1, 2, 4, 8, 16, 32, 64)
+        fits = {n: instance.fit_rows(n) for n in (1, 3, 5, 13, 17, 24, 40, 50, 64, 70)}
+    finally:
+        instance.close()
+    assert fits == {1: 1, 3: 3, 5: 4, 13: 13, 17: 16, 24: 24, 40: 32, 50: 50, 64: 64, 70: 64}
+    with pytest.raises(UsageError, match="max_padding"):
+        ModelConfig(name="m", source="m.onnx", max_padding=1.5)

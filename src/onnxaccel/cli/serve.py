@@ -42,6 +42,9 @@ def serve_command(
     max_batch: Annotated[int, typer.Option("--max-batch", help="Largest dynamic batch; 1 turns batching off.")] = 8,
     max_queue_delay_ms: Annotated[float, typer.Option("--max-queue-delay-ms", help="How long the first request "
                                   "of a batch waits for others.")] = 2.0,
+    max_padding: Annotated[float, typer.Option("--max-padding", min=0.0, max=1.0, help="GPUs (batches padded to "
+                           "powers of two): the largest share of a batch that may be padding; above it the batch "
+                           "is cut to the size below and the rest wait for the next one. 1 never cuts.")] = 0.25,
     instances: Annotated[int | None, typer.Option("--instances", min=1, help="Sessions per model running batches "
                          "in parallel (default 1, or the count in --config).")] = None,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Server processes sharing the ports, each "
@@ -104,6 +107,7 @@ def serve_command(
     tgt = resolve_target(target_text, precision, ep_option)
     defaults = {
         "target": str(tgt), "max_batch": max_batch, "max_queue_delay_ms": max_queue_delay_ms,
+        "max_padding": max_padding,
         "instances": instances or 1, "max_queue": max_queue, "timeout_ms": timeout_ms,
         "shapes": {k: list(v) for k, v in parse_shape_bindings(shape or []).items()},
         "arena_extend_strategy": arena_extend_strategy, "gpu_mem_limit": gpu_mem_limit,

@@ -63,6 +63,10 @@ class DynamicBatcher:
         self._work = asyncio.Event()
         self._arrival = asyncio.Event()
         self._flush = False
+        #: One batch forms at a time, as in Triton's scheduler: two idle instances would otherwise wait for the
+        #: same first request, and the second would then take the first one's leftovers at once (batches of 1-2
+        #: rows beside full ones). After one worker took its batch, the next gathers from the new first request.
+        self._forming = asyncio.Lock()
         self._on_batch = on_batch
         count = len(instance.runners)
         self._workers = [asyncio.ensure_future(self._worker(i)) for i in range(count)]
@@ -119,13 +123,14 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         while True:
             await self._work.wait()
-            self._drop_abandoned()
-            if not self._queue:
-                self._work.clear()
-                continue
-            if self.instance.batching and self.delay_s > 0:
-                await self._gather(self._queue[0])
-            batch = self._take()
+            async with self._forming:
+                self._drop_abandoned()
+                if not self._queue:
+                    self._work.clear()
+                    continue
+                if self.instance.batching and self.delay_s > 0:
+                    await self._gather(self._queue[0])
+                batch = self._take()
             if not batch:
                 continue
             try:
@@ -199,10 +204,12 @@ class DynamicBatcher:
         first = self._queue.popleft()
         batch, rows = [first], first.rows
         if self.instance.batching:
+            # max_batch rows at most, and fewer where padding would waste more than max_padding (fit_rows)
+            limit = max(first.rows, self.instance.fit_rows(self._rows[first.key]))
             kept = collections.deque()
             while self._queue:
                 pending = self._queue.popleft()
-                if pending.key == first.key and rows + pending.rows <= self.max_batch:
+                if pending.key == first.key and rows + pending.rows <= limit:
                     batch.append(pending)
                     rows += pending.rows
                 else:

@@ -2,8 +2,8 @@
 
 A model's config::
 
-    {"target": "cuda:0", "precision": "fp16", "max_batch": 32, "max_queue_delay_ms": 2, "instances": 1,
-     "shapes": {"sequence": 128}, "max_queue": 256, "timeout_ms": 30000,
+    {"target": "cuda:0", "precision": "fp16", "max_batch": 32, "max_queue_delay_ms": 2, "max_padding": 0.25,
+     "instances": 1, "shapes": {"sequence": 128}, "max_queue": 256, "timeout_ms": 30000,
      "arena_extend_strategy": "kSameAsRequested", "gpu_mem_limit": 8589934592, "arena_shrinkage": true,
      "session_per_batch_size": true,
      "options": {"prefer_nhwc": "1"}}
@@ -45,6 +45,10 @@ class ModelConfig:
     #: Largest batch the dynamic batcher forms; 0 or 1 turns batching off.
     max_batch: int = 8
     max_queue_delay_ms: float = 2.0
+    #: Models run in padded batch sizes (GPUs): the largest share of a batch that may be padding. When the
+    #: waiting rows would need more, the batch is cut to the padded size below and the rest wait for the next
+    #: batch (17 rows: 16 now and 1 next, instead of 32 with 15 rows of padding). 1 never cuts.
+    max_padding: float = 0.25
     instances: int = 1
     shapes: dict[str, list[int] | int] = field(default_factory=dict)
     #: Requests waiting in this model's queue before new ones are refused with 429.
@@ -58,6 +62,12 @@ class ModelConfig:
     #: GPUs: one session per padded batch size, so no session ever changes input shape (see load_instance).
     session_per_batch_size: bool = True
     options: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_padding, (int, float)) or not 0 <= self.max_padding <= 1:
+            raise UsageError(f"Model '{self.name}': max_padding is {self.max_padding!r}; it is the largest share of "
+                             "a padded batch that may be padding, from 0 to 1.",
+                             "Use e.g. 0.25 (the default), or 1 to never cut a batch.")
 
     def resolved_target(self, *, graph_ok: bool = False) -> tuple[Target, list[str]]:
         """The Target with precision, options and arena settings applied, and notes about ignored settings.

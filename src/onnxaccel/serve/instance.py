@@ -254,6 +254,18 @@ class ModelInstance:
             return outputs, seconds
         return {n: (v[:rows] if v.ndim and v.shape[0] == size else v) for n, v in outputs.items()}, seconds
 
+    def fit_rows(self, waiting: int) -> int:
+        """How many of ``waiting`` rows the next batch should take: all (up to max_batch), unless the model runs
+        in padded sizes and their padding would exceed ``max_padding`` of the batch; then the padded size below
+        (17 waiting rows: 16, not 32 with 15 of padding; the row left over goes with the next batch)."""
+        limit = min(waiting, self.max_batch) if self.batching else waiting
+        if not self.buckets or limit >= self.max_batch:
+            return limit
+        padded = next((b for b in self.buckets if b >= limit), limit)
+        if padded - limit <= self.config.max_padding * padded:
+            return limit
+        return max((b for b in self.buckets if b <= limit), default=limit)
+
     def _buffer(self, index: int, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
         """Instance ``index``'s reused (page-locked where possible) buffer for input ``name``; strings get a
         fresh array (object arrays hold references, not bytes a device can copy)."""

@@ -286,9 +286,10 @@ def host_main(source: str, model_defaults: dict, config: ServerConfig, socket_pa
               events, supervisor: int) -> None:
     """The model process (spawned by the supervisor). Reports ("models-ready", -1, described) or
     ("error", -1, (message, hint)) on ``events``."""
-    from onnxaccel.serve.workers import _die_with_parent
+    from onnxaccel.serve.workers import _die_with_parent, name_process
 
     _die_with_parent(supervisor)
+    name_process("onnxaccel-model")
     if config.gil_switch_ms > 0:
         sys.setswitchinterval(config.gil_switch_ms / 1e3)
     host = ModelHost(source, model_defaults, config, socket_path, multiprocess_dir)

@@ -83,6 +83,7 @@ def _worker_main(index: int, source: str, model_defaults: dict, config: ServerCo
     """One worker process: a whole server on the shared sockets. Reports ("ready", index, result) or
     ("error", index, message) on ``events``."""
     _die_with_parent(supervisor)
+    name_process(f"onnxaccel-w{index}")
     from onnxaccel.errors import OnnxAccelError
     from onnxaccel.serve.server import InferenceServer, run_server
 
@@ -111,6 +112,15 @@ def _die_with_parent(supervisor: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
     if os.getppid() != supervisor:  # the supervisor died before prctl took effect (reparented)
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def name_process(name: str) -> None:
+    """Name this process for ps, top and /proc/PID/comm (Linux prctl PR_SET_NAME, 15 bytes), so an operator
+    (and benchmarks/serve_throughput.py's CPU breakdown) tells the model process from the decoding workers."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15])  # 15 = PR_SET_NAME
 
 
 def _latch(event) -> Callable[[], bool]:
