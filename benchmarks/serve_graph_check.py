@@ -5,6 +5,9 @@ Starts ``onnxaccel serve zoo:resnet50 --target 'cuda:0?enable_cuda_graph=1' --pr
 check does not depend on the binary path), and compares every answer with a plain FP16 session of the same
 model run in this process on the same image: the top-1 class must agree and logits stay within FP16 noise.
 Different images must get different answers (a graph replaying stale inputs would give one answer to all).
+Reports how many batches were joined on the host and how many copied in (with --shared-models and graph
+capture, requests are copied from the workers' page-locked shared memory straight to the GPU: then none is
+joined on the host).
 
 Prints one JSON object. Usage: python benchmarks/serve_graph_check.py [--target T] [--requests N]
 """
@@ -35,11 +38,12 @@ def main() -> None:
     parser.add_argument("--target", default="cuda:0?enable_cuda_graph=1")
     parser.add_argument("--requests", type=int, default=48)
     parser.add_argument("--port", type=int, default=18600)
+    parser.add_argument("--serve-args", default="", help="more serve options, e.g. --no-direct-copy")
     args = parser.parse_args()
 
     cmd = [sys.executable, "-c", SERVE, "serve", "zoo:resnet50", "--target", args.target, "--precision", "fp16",
            "--workers", "2", "--shared-models", "--instances", "2", "--max-batch", "64", "--max-queue-delay-ms", "5",
-           "--http-port", str(args.port), "--no-grpc"]
+           "--http-port", str(args.port), "--no-grpc", *args.serve_args.split()]
     log = open("/tmp/serve_graph_check.log", "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{args.port}"
@@ -77,6 +81,11 @@ def main() -> None:
 
         got = np.concatenate(asyncio.run(run()))
         stats = httpx.get(f"{url}/v2/models/resnet50/stats").json()["model_stats"][0]
+        phases = {}  # batches per phase: "join" counts batches joined on the host, "copy_in" all copied in
+        for line in httpx.get(f"{url}/metrics").text.splitlines():
+            if line.startswith("onnxaccel_batch_phase_seconds_count{"):
+                phase = line.split('phase="', 1)[1].split('"', 1)[0]
+                phases[phase] = phases.get(phase, 0) + int(float(line.rsplit(" ", 1)[1]))
         diff = np.abs(got.reshape(want.shape) - want)
         top_same = float(np.mean(got.reshape(want.shape).argmax(-1) == want.argmax(-1)))
         distinct = len({g.tobytes() for g in got})  # a replay of stale inputs repeats one answer
@@ -84,6 +93,7 @@ def main() -> None:
             "model": model, "requests": args.requests, "executions": stats["execution_count"],
             "rows": stats["inference_count"], "max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()),
             "top1_agreement": top_same, "distinct_answers": distinct,
+            "batches_joined_on_host": phases.get("join", 0), "batches_copied_in": phases.get("copy_in", 0),
             "ok": bool(top_same == 1.0 and distinct == args.requests and diff.max() < 0.1)})
         prepared.close()
     finally:

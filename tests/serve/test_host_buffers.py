@@ -13,7 +13,8 @@ import pytest
 
 import ctypes
 
-from onnxaccel.engines.hostmem import GPU_WAIT, HostMemory, runtime_for, set_gpu_wait
+from onnxaccel.engines.hostmem import (GPU_WAIT, DeviceCopier, HostMemory, is_pinned, pin, runtime_for,
+                                       set_gpu_wait)
 from onnxaccel.serve.instance import _join_rows
 
 
@@ -76,6 +77,29 @@ def test_without_a_usable_gpu_runtime_buffers_work_and_say_why_they_are_not_pinn
     # answers cudaHostRegister with its own error text).
     assert ("libamdhip64" in described["reason"]) if runtime == "hip" else (
         "libcudart" in described["reason"] or "cudaHostRegister failed: error" in described["reason"])
+
+
+@NO_NVIDIA_DRIVER
+@NO_HIP
+@pytest.mark.parametrize("runtime", ["cuda", "hip"])
+def test_pinning_shared_memory_without_a_gpu_runtime_says_why_and_nothing_counts_as_pinned(runtime):
+    """The model process of --shared-models page-locks each worker's arena (pin) and copies requests from it
+    straight to the GPU (DeviceCopier) only where is_pinned says so; here every step refuses with the reason."""
+    import mmap
+
+    arena = mmap.mmap(-1, 1 << 20)
+    flat = np.frombuffer(arena, dtype=np.uint8)
+    try:
+        assert pin(None, flat.ctypes.data, flat.nbytes) == "no GPU runtime (CPU target)"
+        reason = pin(runtime, flat.ctypes.data, flat.nbytes)
+        assert ("libamdhip64" in reason) if runtime == "hip" else (
+            "libcudart" in reason or "cudaHostRegister failed: error" in reason)
+        assert not is_pinned(flat.ctypes.data, 4096)
+        with pytest.raises(RuntimeError, match="libamdhip64" if runtime == "hip" else "libcudart|error"):
+            DeviceCopier(runtime).copy(0, [(flat.ctypes.data, 16)])
+    finally:
+        del flat
+        arena.close()
 
 
 def test_runtime_for_maps_devices_to_their_runtime():

@@ -81,6 +81,9 @@ def serve_command(
     gpu_wait: Annotated[str, typer.Option("--gpu-wait", help="How run threads wait for the GPU: block (sleep "
                         "until it is done; leaves cores to the event loops), spin, yield, or auto (the runtime's "
                         "default).")] = "block",
+    direct_copy: Annotated[bool, typer.Option("--direct-copy/--no-direct-copy", help="With --shared-models and "
+                           "graph capture: page-lock the workers' shared memory and copy each request straight to "
+                           "the GPU; --no-direct-copy joins each batch on the host first.")] = True,
     ray: Annotated[str | None, typer.Option("--ray", help="Serve as a Ray Serve deployment: auto (RAY_ADDRESS, a "
                    "cluster running here, else a new local one), local, or the cluster's ADDRESS. One replica per GPU, "
                    "autoscaling on queued requests; HTTP only.")] = None,
@@ -118,6 +121,7 @@ def serve_command(
         max_request_bytes=int(max_request_mb * 1024 * 1024), max_connections=max_connections,
         drain_timeout_s=drain_timeout, strict_readiness=strict_readiness, log_level=log_level, workers=workers,
         gil_switch_ms=gil_switch_ms, gpu_wait=_gpu_wait(gpu_wait), shared_models=shared_models,
+        direct_copy=direct_copy,
     )
     if host not in ("127.0.0.1", "localhost", "::1"):
         warn(f"listening on {host}: the server has no authentication; anyone who reaches this address can use it.")

@@ -115,6 +115,11 @@ class BoundRun(abc.ABC):
     def outputs(self) -> dict[str, np.ndarray]:
         """Copy the outputs of the last run to the host."""
 
+    def input_addresses(self) -> dict[str, int] | None:
+        """Device addresses of the bound inputs (C-contiguous, the shapes bound), for a caller that copies into
+        them itself (serve's batch join on the GPU); None where the engine does not expose them."""
+        return None
+
 
 class Runner(abc.ABC):
     """A model compiled for a target."""

@@ -247,3 +247,115 @@ def set_gpu_wait(runtime: str | None, device_id: int, mode: str) -> str:
         return "" if status == 0 else f"the HIP runtime refused (hipError_t {status})"
     except (OSError, AttributeError) as exc:
         return f"no {'CUDA driver (libcuda.so.1)' if runtime == 'cuda' else 'HIP runtime'}: {exc}"
+
+
+# --- memory the caller owns, page-locked in place; copies straight from it -----------------------------------
+
+_COPY_API = {"cuda": ("cudaStreamCreateWithFlags", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaStreamDestroy"),
+             "hip": ("hipStreamCreateWithFlags", "hipMemcpyAsync", "hipStreamSynchronize", "hipStreamDestroy")}
+_NON_BLOCKING = 0x01  # cudaStreamNonBlocking == hipStreamNonBlocking
+_HOST_TO_DEVICE = 1  # cudaMemcpyHostToDevice == hipMemcpyHostToDevice
+
+#: Address ranges [start, end) page-locked through pin(), for is_pinned().
+_pinned_ranges: list[tuple[int, int]] = []
+
+
+def pin(runtime: str | None, address: int, nbytes: int, device_id: int = 0) -> str:
+    """Page-lock memory the caller owns (e.g. a shared-memory mapping) with ``runtime``'s host registration,
+    portable to every context. '' when pinned, else why not. Undo with :func:`unpin` before the memory goes."""
+    if runtime is None:
+        return "no GPU runtime (CPU target)"
+    lib, reason = _runtime(runtime)
+    if lib is None:
+        return reason
+    api = _API[runtime]
+    set_device = getattr(lib, api[4], None)
+    if set_device is not None:
+        set_device(int(device_id))
+    status = getattr(lib, api[0])(address, nbytes, _PORTABLE)
+    if status != 0:
+        _clear_error(lib, runtime)
+        return f"{api[0]} failed: error {status}"
+    with _lock:
+        _pinned_ranges.append((address, address + nbytes))
+    return ""
+
+
+def unpin(runtime: str, address: int) -> None:
+    """Undo :func:`pin` for the range starting at ``address``."""
+    with _lock:
+        _pinned_ranges[:] = [r for r in _pinned_ranges if r[0] != address]
+    lib, _ = _runtime(runtime)
+    if lib is not None and getattr(lib, _API[runtime][1])(address) != 0:
+        _clear_error(lib, runtime)
+
+
+def is_pinned(address: int, nbytes: int) -> bool:
+    """Whether [address, address + nbytes) lies inside memory page-locked through :func:`pin`."""
+    end = address + nbytes
+    return any(start <= address and end <= stop for start, stop in _pinned_ranges)
+
+
+class DeviceCopier:
+    """Copies host pieces one after another into a device buffer: an asynchronous copy per piece on a stream of
+    its own, then one wait for all of them.
+
+    For joining a batch on the GPU instead of the host: each request's rows go from where they already are (a
+    shared-memory arena page-locked with :func:`pin`) to their rows of the device input, by DMA, without a host
+    copy. The copy calls keep the GIL (they only queue work, microseconds each); the wait releases it once per
+    batch. A host-side join instead releases and retakes the GIL for every row, and next to other busy threads
+    each retake waits (measured on the H200 machine: ~0.2 ms per 600 kB row). Sources must be page-locked:
+    from ordinary memory an "asynchronous" copy is a synchronous staged one, with the GIL held.
+
+    Not run on AMD hardware: the HIP calls (hipStreamCreateWithFlags, hipMemcpyAsync, hipStreamSynchronize)
+    are written to the HIP runtime API with CUDA's argument order and flag values.
+    """
+
+    def __init__(self, runtime: str, device_id: int = 0):
+        self.runtime, self.device_id = runtime, device_id
+        self._lib, self.reason = _runtime(runtime)
+        self._stream: ctypes.c_void_p | None = None
+        self._copy = self._wait = None
+
+    def _start(self) -> None:
+        lib, names = self._lib, _COPY_API[self.runtime]
+        if lib is None:
+            raise RuntimeError(self.reason)
+        create, copy, wait = (getattr(lib, n, None) for n in names[:3])
+        if create is None or copy is None or wait is None:
+            raise RuntimeError(f"the {self.runtime} runtime lacks {', '.join(names[:3])}")
+        set_device = getattr(lib, _API[self.runtime][4], None)
+        if set_device is not None:
+            set_device(int(self.device_id))
+        stream = ctypes.c_void_p()
+        create.argtypes, create.restype = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint], ctypes.c_int
+        self._check(create(ctypes.byref(stream), _NON_BLOCKING), names[0])
+        prototype = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                      ctypes.c_void_p)
+        self._copy = prototype(ctypes.cast(copy, ctypes.c_void_p).value)  # keeps the GIL: it only queues
+        wait.argtypes, wait.restype = [ctypes.c_void_p], ctypes.c_int  # a CDLL call: releases the GIL
+        self._wait, self._stream = wait, stream
+
+    def _check(self, status: int, call: str) -> None:
+        if status != 0:
+            _clear_error(self._lib, self.runtime)
+            raise RuntimeError(f"{call} failed: error {status}")
+
+    def copy(self, destination: int, pieces: list[tuple[int, int]]) -> None:
+        """Copy each (host address, bytes) piece to ``destination`` onwards, in order; return when all are done.
+        Raises RuntimeError with the runtime's error code."""
+        if self._stream is None:
+            self._start()
+        at = destination
+        for address, nbytes in pieces:
+            self._check(self._copy(at, address, nbytes, _HOST_TO_DEVICE, self._stream), _COPY_API[self.runtime][1])
+            at += nbytes
+        self._check(self._wait(self._stream), _COPY_API[self.runtime][2])
+
+    def close(self) -> None:
+        if self._stream is not None and self._lib is not None:
+            destroy = getattr(self._lib, _COPY_API[self.runtime][3], None)
+            if destroy is not None:
+                destroy.argtypes, destroy.restype = [ctypes.c_void_p], ctypes.c_int
+                destroy(self._stream)
+            self._stream = None

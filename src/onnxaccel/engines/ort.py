@@ -310,6 +310,11 @@ class OrtBoundRun(BoundRun):
     def outputs(self) -> dict[str, np.ndarray]:
         return dict(zip(self.output_names, self.binding.copy_outputs_to_cpu()))
 
+    def input_addresses(self) -> dict[str, int] | None:
+        if self.device == "cpu":
+            return None
+        return {name: value.data_ptr() for name, value in self.values.items()}
+
     def device_outputs(self) -> list:
         """The OrtValues of the last run, still on the device."""
         return self.binding.get_outputs()

@@ -174,6 +174,9 @@ class ServerConfig:
     #: runtime's default: spin while there are cores to spare). Blocking leaves the cores to the event loops
     #: of the server's processes (engines/hostmem.py set_gpu_wait).
     gpu_wait: str = "block"
+    #: --shared-models with graph capture: page-lock the workers' arenas in the model process and copy each
+    #: request straight to the GPU (no host join); False joins on the host first.
+    direct_copy: bool = True
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,10 +19,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaccel.engines import Runner
-from onnxaccel.engines.hostmem import HostMemory, runtime_for
+from onnxaccel.engines.hostmem import DeviceCopier, HostMemory, is_pinned, runtime_for
 from onnxaccel.model import Model, TensorSpec
 from onnxaccel.serve.config import ModelConfig
 from onnxaccel.serve.protocol import InferRequest, ProtocolError, bad_request, datatype_of
+
+logger = logging.getLogger(__name__)
 
 VERSION = "1"
 PLATFORM = "onnxruntime_onnx"  # Triton's platform name for ONNX models (model_config.proto "platform")
@@ -190,6 +193,12 @@ class ModelInstance:
         self.threads = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"run-{self.config.name}-{i}")
                         for i in range(len(self.runners))]
         self.bound: dict[tuple[int, int], object] = {}
+        #: Per instance, with graph capture: copies of requests straight from page-locked memory (the arenas of
+        #: --shared-models, pinned by the model process) into the bound device inputs, without the host join;
+        #: None once a copy failed (the reason in direct_copy_note; batches then join on the host).
+        self.copiers: list[DeviceCopier | None] = [
+            DeviceCopier(runtime, device_id) if self.graph and runtime else None for _ in self.runners]
+        self.direct_copy_note = ""
         #: Per instance, the seconds of each phase of its last batch (join, then run, or copy_in, replay and
         #: copy_out with graphs); read by the batcher for the batch-phase metric after the run.
         self.phases: list[dict[str, float]] = [{} for _ in self.runners]
@@ -238,6 +247,10 @@ class ModelInstance:
         names = list(parts[0])
         rows = sum(next(iter(p.values())).shape[0] for p in parts) if names else 0
         size = next((b for b in self.buckets if b >= rows), rows)
+        if self.graph and self.copiers[index] is not None:
+            direct = self._execute_direct(index, parts, rows, size)
+            if direct is not None:
+                return direct
         if len(parts) == 1 and size == rows and not pinned:
             return self._execute(index, parts[0])
         joined = {}
@@ -253,6 +266,41 @@ class ModelInstance:
         if size == rows:
             return outputs, seconds
         return {n: (v[:rows] if v.ndim and v.shape[0] == size else v) for n, v in outputs.items()}, seconds
+
+    def _execute_direct(self, index: int, parts: list[Mapping[str, np.ndarray]], rows: int, size: int
+                        ) -> tuple[dict[str, np.ndarray], float] | None:
+        """With graph capture, where every part lies in page-locked memory: copy each part straight into its
+        rows of the bound device inputs (the rows past ``rows`` keep an earlier batch's values: padding, whose
+        results are dropped), replay, and return the real rows' outputs. None where it does not apply."""
+        bound = self.bound.get((index, size))
+        addresses = bound.input_addresses() if bound is not None else None
+        if not addresses or set(addresses) != set(parts[0]):
+            return None
+        pieces = {}
+        for name in addresses:
+            values = [part[name] for part in parts]
+            if not all(v.flags.c_contiguous and v.dtype != np.dtype(object) and is_pinned(v.ctypes.data, v.nbytes)
+                       for v in values):
+                return None
+            pieces[name] = [(v.ctypes.data, v.nbytes) for v in values]
+        start = time.perf_counter()
+        try:
+            for name, address in addresses.items():
+                self.copiers[index].copy(address, pieces[name])
+        except RuntimeError as exc:  # the host join still works: use it from now on, and say why
+            self.copiers[index] = None
+            self.direct_copy_note = f"direct copies to the GPU failed ({exc}); batches are joined on the host"
+            logger.warning("model '%s', instance %d: %s", self.config.name, index, self.direct_copy_note)
+            return None
+        copied = time.perf_counter()
+        bound.run()
+        replayed = time.perf_counter()
+        outputs = bound.outputs()
+        end = time.perf_counter()
+        self.phases[index] = {"copy_in": copied - start, "replay": replayed - copied, "copy_out": end - replayed}
+        if size != rows:
+            outputs = {n: (v[:rows] if v.ndim and v.shape[0] == size else v) for n, v in outputs.items()}
+        return outputs, end - start
 
     def fit_rows(self, waiting: int) -> int:
         """How many of ``waiting`` rows the next batch should take: all (up to max_batch), unless the model runs
@@ -339,6 +387,9 @@ class ModelInstance:
     def close(self) -> None:
         for thread in self.threads:
             thread.shutdown(wait=True)
+        for copier in self.copiers:
+            if copier is not None:
+                copier.close()
         self.bound.clear()
         for host in self.host:  # before the sessions: nothing runs on the buffers any more
             host.close()

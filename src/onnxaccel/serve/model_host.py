@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import math
 import mmap
 import os
@@ -27,6 +28,7 @@ import signal
 import socket
 import sys
 import time
+import weakref
 
 import numpy as np
 
@@ -37,6 +39,8 @@ from onnxaccel.serve.model_link import FRAME, HELLO, pack
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import ModelRepository
 
+logger = logging.getLogger(__name__)
+
 #: Seconds a new connection has to send its hello (arena descriptor).
 HELLO_TIMEOUT_S = 10.0
 
@@ -45,10 +49,11 @@ class _Worker(asyncio.Protocol):
     """One connected decoding worker: its messages in (framed in ``data_received``, no task per message),
     answers out (those of one loop iteration written together), and its arena mapped here."""
 
-    def __init__(self, host: ModelHost, arena: mmap.mmap | None):
+    def __init__(self, host: ModelHost, arena: mmap.mmap | None, flat: np.ndarray | None = None):
         self.host = host
         self.arena = arena
-        self._flat = np.frombuffer(arena, dtype=np.uint8) if arena is not None else None
+        self._flat = flat if flat is not None else (np.frombuffer(arena, dtype=np.uint8) if arena is not None
+                                                      else None)
         self.transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._out: list[bytes] = []
@@ -113,6 +118,7 @@ class ModelHost:
         self._tasks: set[asyncio.Task] = set()
         self._stop: asyncio.Event | None = None
         self._no_workers: asyncio.Event | None = None
+        self._pin_refused = False
 
     def describe(self) -> dict:
         """Every model's state, config and signature: what a worker needs to validate and route requests."""
@@ -182,9 +188,37 @@ class ModelHost:
     async def _serve(self, connection: socket.socket) -> None:
         try:
             arena = await self._greet(connection)
-            await asyncio.get_running_loop().connect_accepted_socket(lambda: _Worker(self, arena), connection)
+            flat = np.frombuffer(arena, dtype=np.uint8) if arena is not None else None
+            if flat is not None:
+                await asyncio.to_thread(self._pin, flat)
+            await asyncio.get_running_loop().connect_accepted_socket(lambda: _Worker(self, arena, flat), connection)
         except (OSError, EOFError, pickle.UnpicklingError, ValueError, KeyError, AttributeError):
             connection.close()
+
+    def _pin(self, flat: np.ndarray) -> None:
+        """Page-lock a worker's arena with the GPU runtime of the graph-captured models, so that their batches
+        are copied from it straight to the GPU (ModelInstance._execute_direct). Undone when the last view of the
+        arena goes (the worker left and its requests' batches finished). Where it fails, batches are joined on
+        the host as before; the reason is logged once."""
+        from onnxaccel.engines.hostmem import pin, runtime_for, unpin
+
+        if not self.config.direct_copy:
+            return
+        gpu = [e.instance for e in self.repository.entries.values()
+               if e.instance is not None and getattr(e.instance, "graph", False)]
+        if not gpu:
+            return
+        target = gpu[0].runners[0].target
+        runtime = runtime_for(target.device)
+        address = flat.ctypes.data
+        reason = pin(runtime, address, flat.nbytes, target.device_id or 0)
+        if reason:
+            if not self._pin_refused:
+                self._pin_refused = True
+                logger.warning("the workers' shared memory could not be page-locked (%s); batches are joined on "
+                               "the host", reason)
+            return
+        weakref.finalize(flat, unpin, runtime, address)
 
     def joined(self, worker: _Worker) -> None:
         self.workers.add(worker)
