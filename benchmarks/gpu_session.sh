@@ -50,7 +50,7 @@ for stage in "$@"; do
         ${SERVER_TARGET:+--server-target "$SERVER_TARGET"} \
         --server-workers "${SERVER_WORKERS:-1,4,8}" --protocol ${SERVE_PROTOCOL:-http} --serve-args "${SERVE_ARGS:-}" \
         --request-batch ${REQUEST_BATCH:-1} --delay-ms ${SERVE_DELAY_MS:-2} \
-        --py-spy ${PY_SPY_SECONDS:-8} --workers 6 --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1
+        --py-spy ${PY_SPY_SECONDS:-8} ${SERVE_SOAK:+--soak $SERVE_SOAK} --workers 6 --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1
       echo "rc=$?"; tail -${SERVE_TAIL:-80} "$OUT/$name.log" | cut -c1-3000
       mkdir -p "$OUT/$name-server-logs"; cp /tmp/serve_throughput_*.log "$OUT/$name-server-logs/" 2>/dev/null
       grep -h -m3 -i "failed\|error" /tmp/serve_throughput_*.log | cut -c1-400 ;;

@@ -281,8 +281,9 @@ def py_spy(pid: int, seconds: float, out: Path) -> list[tuple[str, float]]:
     return [(name, n / total) for name, n in own.most_common(15)] if total else []
 
 
-def soak(args, url, grpc) -> dict:
-    """Load for args.soak seconds; GPU memory (telemetry sampler) and server RSS (/metrics) over time."""
+def soak(args, url, grpc, pid: int) -> dict:
+    """Load for args.soak seconds; GPU memory (telemetry sampler) and the server's RSS over time: summed over
+    its process tree from /proc (with --workers, /metrics reports only the answering worker's process)."""
     from onnxaccel.system.telemetry_backends import open_backends
 
     backends, notes = open_backends()
@@ -291,10 +292,15 @@ def soak(args, url, grpc) -> dict:
         return [s.memory_used_bytes for b in backends for s in b.read()]
 
     def rss() -> float | None:
-        for line in httpx.get(f"{url}/metrics").text.splitlines():
-            if line.startswith("process_resident_memory_bytes "):
-                return float(line.split()[1])
-        return None
+        total = 0
+        for member in _process_tree(pid):
+            try:
+                for line in Path(f"/proc/{member}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+            except OSError:
+                continue
+        return float(total) if total else None
 
     chunks, samples = max(2, int(args.soak // 10)), []
     for i in range(chunks):
@@ -431,7 +437,7 @@ def main() -> None:
             batches = server_batches(url, model_name(args.model))
             single = load(args, url, grpc, 1, min(args.duration, 10.0), args.request_batch) \
                 if index == 0 else None
-            soaked = soak(args, url, grpc) if args.soak > 0 and index == len(args.server_workers) - 1 else None
+            soaked = soak(args, url, grpc, proc.pid) if args.soak > 0 and index == len(args.server_workers) - 1 else None
         finally:
             proc.send_signal(signal.SIGTERM)
             exit_code = proc.wait(90)
