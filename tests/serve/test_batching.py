@@ -234,3 +234,20 @@ def test_fit_rows_takes_all_waiting_rows_unless_padding_exceeds_the_limit(mlp_pa
     assert fits == {1: 1, 3: 3, 5: 4, 13: 13, 17: 16, 24: 24, 40: 32, 50: 50, 64: 64, 70: 64}
     with pytest.raises(UsageError, match="max_padding"):
         ModelConfig(name="m", source="m.onnx", max_padding=1.5)
+
+
+def test_a_cut_is_kept_only_where_it_pads_less(mlp_path):
+    """Two requests of 10 rows (max_batch 32, padded sizes): a cut to 16 would run them as two batches of 10, each
+    padded to 16 (as much padding as one batch of 20 padded to 32, and two runs): they run together."""
+    from onnxaccel.serve.config import ModelConfig
+    from onnxaccel.serve.repository import load_instance
+
+    instance = load_instance(ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=32,
+                                         max_queue_delay_ms=100))
+    instance.buckets = (1, 2, 4, 8, 16, 32)
+    try:
+        answered, runs = _record_batches(instance, [(0.0, 10), (0.0, 10)])
+    finally:
+        instance.close()
+    assert answered == [10, 10]
+    assert runs == [20]

@@ -96,7 +96,7 @@ def test_pinning_shared_memory_without_a_gpu_runtime_says_why_and_nothing_counts
             "libcudart" in reason or "cudaHostRegister failed: error" in reason)
         assert not is_pinned(flat.ctypes.data, 4096)
         with pytest.raises(RuntimeError, match="libamdhip64" if runtime == "hip" else "libcudart|error"):
-            DeviceCopier(runtime).copy(0, [(flat.ctypes.data, 16)])
+            DeviceCopier(runtime).copy([(0, [(flat.ctypes.data, 16)])])
     finally:
         del flat
         arena.close()
@@ -291,3 +291,78 @@ def test_a_capture_waits_for_running_batches_and_holds_new_ones_back():
     for thread in (first, capturing, later):
         thread.join(5)
     assert events == ["a start", "a end", "capture start", "capture end", "b start", "b end"]
+
+
+class HostCopier:
+    """Stand-in for DeviceCopier where no GPU exists: the same ``copy(jobs)``/``close()`` API, with host memory as
+    the "device" and the runtime's error text when told to fail at a given piece."""
+
+    def __init__(self, fail_at: int | None = None):
+        self.fail_at, self.pieces = fail_at, 0
+
+    def copy(self, jobs):
+        for destination, pieces in jobs:
+            at = destination
+            for address, nbytes in pieces:
+                self.pieces += 1
+                if self.pieces == self.fail_at:
+                    raise RuntimeError("cudaMemcpyAsync failed: error 1")
+                ctypes.memmove(at, address, nbytes)
+                at += nbytes
+
+    def close(self):
+        pass
+
+
+class HostAddressed:
+    """A CPU IO binding that tells its input addresses, as a GPU binding does (input_addresses)."""
+
+    def __init__(self, bound):
+        self.bound = bound
+
+    def input_addresses(self):
+        return {name: value.data_ptr() for name, value in self.bound.values.items()}
+
+    def __getattr__(self, name):
+        return getattr(self.bound, name)
+
+
+def test_direct_copies_place_each_request_in_its_rows_and_fall_back_to_the_host_join(mlp_path, monkeypatch):
+    """The --shared-models graph path copies each request from page-locked memory into its rows of the bound
+    input (ModelInstance._execute_direct). Here the "device" is host memory (a CPU binding and the HostCopier
+    stand-in; page-locking is assumed): every batch shape gives exactly the unbatched rows, no host join
+    happens, and a copy that fails part-way falls back to the host join with the reason kept."""
+    import onnxruntime as ort
+
+    import onnxaccel.serve.instance as instance_module
+    from onnxaccel.model import load_model
+    from onnxaccel.serve.config import ModelConfig
+    from onnxaccel.serve.repository import _compile, load_instance
+    from onnxaccel.target import parse_target
+
+    instance = load_instance(ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=8))
+    try:
+        model, target = load_model(str(mlp_path)), parse_target("cpu")
+        instance.buckets = (1, 2, 4, 8)
+        instance.size_runners = [{s: _compile(model, target, {})[1] for s in instance.buckets}]
+        instance.graph = True  # bound sessions per size, as with graph capture
+        instance.warm_up()
+        instance.bound = {k: HostAddressed(v) for k, v in instance.bound.items()}
+        instance.copiers = [HostCopier()]
+        monkeypatch.setattr(instance_module, "is_pinned", lambda address, nbytes: True)
+        session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(3)
+        for rows in ((1, 2), (3,), (2, 2, 1), (8,), (1,), (5, 3), (1, 1, 1)):
+            parts = [{"x": rng.random((n, 4), dtype=np.float32)} for n in rows]
+            out, _ = instance.execute_joined(0, parts)
+            want = session.run(None, {"x": np.concatenate([p["x"] for p in parts])})[0]
+            np.testing.assert_array_equal(out["probs"], want)
+            assert "copy_in" in instance.phases[0] and "join" not in instance.phases[0]
+        instance.copiers = [HostCopier(fail_at=2)]
+        parts = [{"x": rng.random((n, 4), dtype=np.float32)} for n in (2, 1)]
+        out, _ = instance.execute_joined(0, parts)
+        np.testing.assert_array_equal(out["probs"], session.run(None, {"x": np.concatenate([p["x"] for p in parts])})[0])
+        assert instance.copiers[0] is None and "cudaMemcpyAsync failed" in instance.direct_copy_note
+        assert "join" in instance.phases[0]
+    finally:
+        instance.close()

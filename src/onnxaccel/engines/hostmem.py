@@ -281,12 +281,17 @@ def pin(runtime: str | None, address: int, nbytes: int, device_id: int = 0) -> s
     return ""
 
 
-def unpin(runtime: str, address: int) -> None:
+def unpin(runtime: str, address: int, device_id: int = 0) -> None:
     """Undo :func:`pin` for the range starting at ``address``."""
     with _lock:
         _pinned_ranges[:] = [r for r in _pinned_ranges if r[0] != address]
     lib, _ = _runtime(runtime)
-    if lib is not None and getattr(lib, _API[runtime][1])(address) != 0:
+    if lib is None:
+        return
+    set_device = getattr(lib, _API[runtime][4], None)
+    if set_device is not None:  # on the pinning device: no context appears on GPU 0
+        set_device(int(device_id))
+    if getattr(lib, _API[runtime][1])(address) != 0:
         _clear_error(lib, runtime)
 
 
@@ -341,15 +346,27 @@ class DeviceCopier:
             _clear_error(self._lib, self.runtime)
             raise RuntimeError(f"{call} failed: error {status}")
 
-    def copy(self, destination: int, pieces: list[tuple[int, int]]) -> None:
-        """Copy each (host address, bytes) piece to ``destination`` onwards, in order; return when all are done.
-        Raises RuntimeError with the runtime's error code."""
+    def copy(self, jobs: list[tuple[int, list[tuple[int, int]]]]) -> None:
+        """For each (device destination, pieces) job, copy its (host address, bytes) pieces to the destination
+        onwards, in order; return when every copy is done (one wait for all jobs). Raises RuntimeError with the
+        runtime's error code, after the copies already queued have finished (so that the caller may write the
+        same device memory, or free the sources, once it has the error)."""
         if self._stream is None:
             self._start()
-        at = destination
-        for address, nbytes in pieces:
-            self._check(self._copy(at, address, nbytes, _HOST_TO_DEVICE, self._stream), _COPY_API[self.runtime][1])
-            at += nbytes
+        queued = False
+        try:
+            for destination, pieces in jobs:
+                at = destination
+                for address, nbytes in pieces:
+                    self._check(self._copy(at, address, nbytes, _HOST_TO_DEVICE, self._stream),
+                                _COPY_API[self.runtime][1])
+                    queued = True
+                    at += nbytes
+        except RuntimeError:
+            if queued:
+                self._wait(self._stream)
+                _clear_error(self._lib, self.runtime)
+            raise
         self._check(self._wait(self._stream), _COPY_API[self.runtime][2])
 
     def close(self) -> None:

@@ -197,27 +197,37 @@ class DynamicBatcher:
             self._recount()
 
     def _take(self) -> list[_Pending]:
-        """The oldest request plus the others of the same key that fit in max_batch rows."""
+        """The oldest request plus the others of the same key that fit in max_batch rows; for models run in
+        padded sizes, fewer where that cuts the padding share under max_padding (ModelInstance.fit_rows)."""
         self._drop_abandoned()
         if not self._queue:
             return []
-        first = self._queue.popleft()
-        batch, rows = [first], first.rows
-        if self.instance.batching:
-            # max_batch rows at most, and fewer where padding would waste more than max_padding (fit_rows)
-            limit = max(first.rows, self.instance.fit_rows(self._rows[first.key]))
-            kept = collections.deque()
-            while self._queue:
-                pending = self._queue.popleft()
-                if pending.key == first.key and rows + pending.rows <= limit:
-                    batch.append(pending)
-                    rows += pending.rows
-                else:
-                    kept.append(pending)
-            self._queue = kept + self._queue
-        self._rows[first.key] -= sum(p.rows for p in batch)
+        first = self._queue[0]
+        batch = self._pack(first, self.max_batch if self.instance.batching else first.rows)
+        rows = sum(p.rows for p in batch)
+        if self.instance.batching and self.instance.buckets:
+            limit = max(first.rows, self.instance.fit_rows(rows))
+            if limit < rows:  # keep the cut only where the requests packed under it are padded less
+                cut = self._pack(first, limit)
+                cut_rows = sum(p.rows for p in cut)
+                if self.instance.padding_share(cut_rows) < self.instance.padding_share(rows):
+                    batch, rows = cut, cut_rows
+        taken = {id(p) for p in batch}
+        self._queue = collections.deque(p for p in self._queue if id(p) not in taken)
+        self._rows[first.key] -= rows
         if not self._queue:
             self._work.clear()
+        return batch
+
+    def _pack(self, first: _Pending, limit: int) -> list[_Pending]:
+        """``first`` and, in queue order, the requests of its key that still fit under ``limit`` rows."""
+        batch, rows = [first], first.rows
+        if not self.instance.batching:
+            return batch
+        for pending in self._queue:
+            if pending is not first and pending.key == first.key and rows + pending.rows <= limit:
+                batch.append(pending)
+                rows += pending.rows
         return batch
 
     def _run(self, index: int, batch: list[_Pending]) -> tuple[dict[str, np.ndarray], float]:

@@ -285,9 +285,9 @@ class ModelInstance:
             pieces[name] = [(v.ctypes.data, v.nbytes) for v in values]
         start = time.perf_counter()
         try:
-            for name, address in addresses.items():
-                self.copiers[index].copy(address, pieces[name])
+            self.copiers[index].copy([(address, pieces[name]) for name, address in addresses.items()])
         except RuntimeError as exc:  # the host join still works: use it from now on, and say why
+            self.copiers[index].close()
             self.copiers[index] = None
             self.direct_copy_note = f"direct copies to the GPU failed ({exc}); batches are joined on the host"
             logger.warning("model '%s', instance %d: %s", self.config.name, index, self.direct_copy_note)
@@ -313,6 +313,11 @@ class ModelInstance:
         if padded - limit <= self.config.max_padding * padded:
             return limit
         return max((b for b in self.buckets if b <= limit), default=limit)
+
+    def padding_share(self, rows: int) -> float:
+        """The share of padding in a batch of ``rows`` run at its padded size (0 without padded sizes)."""
+        padded = next((b for b in self.buckets if b >= rows), rows)
+        return (padded - rows) / padded if padded else 0.0
 
     def _buffer(self, index: int, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
         """Instance ``index``'s reused (page-locked where possible) buffer for input ``name``; strings get a

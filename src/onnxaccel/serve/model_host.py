@@ -190,35 +190,46 @@ class ModelHost:
             arena = await self._greet(connection)
             flat = np.frombuffer(arena, dtype=np.uint8) if arena is not None else None
             if flat is not None:
-                await asyncio.to_thread(self._pin, flat)
+                await self._pin(flat)
             await asyncio.get_running_loop().connect_accepted_socket(lambda: _Worker(self, arena, flat), connection)
         except (OSError, EOFError, pickle.UnpicklingError, ValueError, KeyError, AttributeError):
             connection.close()
 
-    def _pin(self, flat: np.ndarray) -> None:
+    async def _pin(self, flat: np.ndarray) -> None:
         """Page-lock a worker's arena with the GPU runtime of the graph-captured models, so that their batches
         are copied from it straight to the GPU (ModelInstance._execute_direct). Undone when the last view of the
         arena goes (the worker left and its requests' batches finished). Where it fails, batches are joined on
-        the host as before; the reason is logged once."""
-        from onnxaccel.engines.hostmem import pin, runtime_for, unpin
+        the host as before; the reason is logged once. Only for models loaded when the worker connects."""
+        from onnxaccel.engines.hostmem import pin, runtime_for
+        from onnxaccel.serve.instance import GPU_GATE
 
         if not self.config.direct_copy:
             return
-        gpu = [e.instance for e in self.repository.entries.values()
-               if e.instance is not None and getattr(e.instance, "graph", False)]
-        if not gpu:
+        graphs = [e.instance for e in list(self.repository.entries.values())
+                  if e.instance is not None and getattr(e.instance, "graph", False)]
+        if not graphs:
             return
-        target = gpu[0].runners[0].target
-        runtime = runtime_for(target.device)
-        address = flat.ctypes.data
-        reason = pin(runtime, address, flat.nbytes, target.device_id or 0)
+        target = graphs[0].runners[0].target
+        runtime, device_id, address = runtime_for(target.device), target.device_id or 0, flat.ctypes.data
+
+        def pin_gated() -> str:
+            with GPU_GATE.shared():  # no CUDA call of ours during a graph capture (see CaptureGate)
+                return pin(runtime, address, flat.nbytes, device_id)
+
+        try:
+            reason = await asyncio.to_thread(pin_gated)
+        except Exception as exc:  # noqa: BLE001 - the host join still works
+            reason = f"{type(exc).__name__}: {exc}"
         if reason:
             if not self._pin_refused:
                 self._pin_refused = True
                 logger.warning("the workers' shared memory could not be page-locked (%s); batches are joined on "
                                "the host", reason)
             return
-        weakref.finalize(flat, unpin, runtime, address)
+        # Unpinned from a thread of its own (it waits for a running capture, and takes a while for 128 MiB), not
+        # at interpreter exit: the process's end releases everything.
+        finalizer = weakref.finalize(flat, _unpin_later, runtime, address, device_id, flat.base)
+        finalizer.atexit = False
 
     def joined(self, worker: _Worker) -> None:
         self.workers.add(worker)
@@ -303,6 +314,22 @@ class ModelHost:
                 os.close(fd)
         connection.setblocking(False)
         return arena
+
+
+def _unpin_later(runtime: str, address: int, device_id: int, mapping) -> None:
+    """Unpin an arena whose last view went, off the thread that dropped it (usually the event loop). ``mapping``
+    (the arena's mmap) stays referenced until then: memory must be unpinned before it is unmapped."""
+    import threading
+
+    from onnxaccel.engines.hostmem import unpin
+    from onnxaccel.serve.instance import GPU_GATE
+
+    def work(mapping=mapping) -> None:
+        with GPU_GATE.shared():
+            unpin(runtime, address, device_id)
+        del mapping  # now it may be unmapped
+
+    threading.Thread(target=work, name="onnxaccel-unpin", daemon=True).start()
 
 
 def _receive_hello(connection: socket.socket) -> tuple[bytes, list[int]]:
