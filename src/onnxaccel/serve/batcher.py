@@ -203,7 +203,7 @@ class DynamicBatcher:
         if not self._queue:
             return []
         first = self._queue[0]
-        batch = self._pack(first, self.max_batch if self.instance.batching else first.rows)
+        batch = self._pack(first, self.max_batch)
         rows = sum(p.rows for p in batch)
         if self.instance.batching and self.instance.buckets:
             limit = max(first.rows, self.instance.fit_rows(rows))

@@ -263,9 +263,7 @@ class ModelInstance:
         join_s = time.perf_counter() - start
         outputs, seconds = self._execute(index, joined)
         self.phases[index]["join"] = join_s
-        if size == rows:
-            return outputs, seconds
-        return {n: (v[:rows] if v.ndim and v.shape[0] == size else v) for n, v in outputs.items()}, seconds
+        return _real_rows(outputs, rows, size), seconds
 
     def _execute_direct(self, index: int, parts: list[Mapping[str, np.ndarray]], rows: int, size: int
                         ) -> tuple[dict[str, np.ndarray], float] | None:
@@ -292,15 +290,8 @@ class ModelInstance:
             self.direct_copy_note = f"direct copies to the GPU failed ({exc}); batches are joined on the host"
             logger.warning("model '%s', instance %d: %s", self.config.name, index, self.direct_copy_note)
             return None
-        copied = time.perf_counter()
-        bound.run()
-        replayed = time.perf_counter()
-        outputs = bound.outputs()
-        end = time.perf_counter()
-        self.phases[index] = {"copy_in": copied - start, "replay": replayed - copied, "copy_out": end - replayed}
-        if size != rows:
-            outputs = {n: (v[:rows] if v.ndim and v.shape[0] == size else v) for n, v in outputs.items()}
-        return outputs, end - start
+        outputs, seconds = self._replay(index, bound, start)
+        return _real_rows(outputs, rows, size), seconds
 
     def fit_rows(self, waiting: int) -> int:
         """How many of ``waiting`` rows the next batch should take: all (up to max_batch), unless the model runs
@@ -360,13 +351,7 @@ class ModelInstance:
                 for _ in range(GRAPH_WARM_RUNS):
                     bound.run()
             bound.update(feeds)
-            copied = time.perf_counter()
-            bound.run()
-            replayed = time.perf_counter()
-            outputs = bound.outputs()
-            end = time.perf_counter()
-            self.phases[index] = {"copy_in": copied - start, "replay": replayed - copied, "copy_out": end - replayed}
-            return outputs, end - start
+            return self._replay(index, bound, start)
         if self._run_options is not None:
             session = runner.session  # OrtRunner: run with RunOptions (arena shrinkage)
             values = session.run(self.output_names, dict(feeds), self._run_options)
@@ -376,6 +361,17 @@ class ModelInstance:
         seconds = time.perf_counter() - start
         self.phases[index] = {"run": seconds}
         return outputs, seconds
+
+    def _replay(self, index: int, bound, start: float) -> tuple[dict[str, np.ndarray], float]:
+        """Replay ``bound`` once its inputs were copied in (since ``start``): the outputs and the seconds since
+        ``start``, with the phases (copy_in, replay, copy_out) recorded for the metric."""
+        copied = time.perf_counter()
+        bound.run()
+        replayed = time.perf_counter()
+        outputs = bound.outputs()
+        end = time.perf_counter()
+        self.phases[index] = {"copy_in": copied - start, "replay": replayed - copied, "copy_out": end - replayed}
+        return outputs, end - start
 
     def _output_shapes(self, size: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Each output's shape and dtype at batch ``size``, from the signature: a captured graph has fixed
@@ -495,6 +491,13 @@ def _join_rows(buffer: np.ndarray, values: list[np.ndarray]) -> None:
         at += n
     if at < buffer.shape[0]:
         buffer[at:] = buffer[at - 1]
+
+
+def _real_rows(outputs: dict[str, np.ndarray], rows: int, size: int) -> dict[str, np.ndarray]:
+    """The outputs of a batch padded from ``rows`` to ``size``, without the padding rows (views)."""
+    if size == rows:
+        return outputs
+    return {n: (v[:rows] if v.ndim and v.shape[0] == size else v) for n, v in outputs.items()}
 
 
 def _buckets(max_batch: int) -> tuple[int, ...]:
