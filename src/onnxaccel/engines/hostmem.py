@@ -107,6 +107,29 @@ def _clear_error(lib, runtime: str) -> None:
         last_error()
 
 
+def _register(lib, runtime: str, address: int, nbytes: int, device_id: int) -> str:
+    """Page-lock [address, address + nbytes) on ``device_id`` (portable to every context): '' or why not."""
+    api = _API[runtime]
+    set_device = getattr(lib, api[4], None)
+    if set_device is not None:  # register on the model's device: no context appears on GPU 0
+        set_device(int(device_id))
+    status = getattr(lib, api[0])(address, nbytes, _PORTABLE)
+    if status == 0:
+        return ""
+    text = getattr(lib, api[2], None)
+    try:
+        message = text(status).decode() if text is not None else ""
+    except Exception:  # noqa: BLE001 - the code alone still says what failed
+        message = ""
+    _clear_error(lib, runtime)
+    return f"{api[0]} failed: error {status}" + (f" ({message})" if message else "")
+
+
+def _unregister(lib, runtime: str, address: int) -> None:
+    if getattr(lib, _API[runtime][1])(address) != 0:
+        _clear_error(lib, runtime)
+
+
 class HostMemory:
     """Host buffers for one model's transfers, page-locked through ``runtime`` where possible.
 
@@ -157,34 +180,20 @@ class HostMemory:
         array = raw[:nbytes].view(dtype).reshape(shape)
         pinned = False
         if self._lib is not None and not self._refused and dtype != np.dtype(object):
-            api = _API[self.runtime]
-            set_device = getattr(self._lib, api[4], None)
-            if set_device is not None:  # register on the model's device: no context appears on GPU 0
-                set_device(int(self.device_id))
-            status = getattr(self._lib, api[0])(raw.ctypes.data, size, _PORTABLE)
-            if status == 0:
+            refused = _register(self._lib, self.runtime, raw.ctypes.data, size, self.device_id)
+            if not refused:
                 pinned = True
                 self.pinned = True
                 self.pinned_bytes += size
             else:  # not retried for later buffers: the reason stays as the runtime gave it
-                self.reason = f"{api[0]} failed: {self._error(status)}"
+                self.reason = refused
                 self._refused = True
-                _clear_error(self._lib, self.runtime)
         return array, raw, pinned
-
-    def _error(self, status: int) -> str:
-        text = getattr(self._lib, _API[self.runtime][2], None)
-        try:
-            message = text(status).decode() if text is not None else ""
-        except Exception:  # noqa: BLE001 - the code alone still says what failed
-            message = ""
-        return f"error {status}" + (f" ({message})" if message else "")
 
     def _release(self, held: tuple[np.ndarray, np.ndarray, bool]) -> None:
         _, raw, pinned = held
         if pinned and self._lib is not None:
-            if getattr(self._lib, _API[self.runtime][1])(raw.ctypes.data) != 0:
-                _clear_error(self._lib, self.runtime)
+            _unregister(self._lib, self.runtime, raw.ctypes.data)
             self.pinned_bytes -= raw.nbytes
 
     def close(self) -> None:
@@ -196,8 +205,8 @@ class HostMemory:
     def _release_all(buffers: OrderedDict, lib, runtime) -> None:
         """The finalizer: unregister what is still held when the object goes away without close()."""
         for _, raw, pinned in buffers.values():
-            if pinned and lib is not None and getattr(lib, _API[runtime][1])(raw.ctypes.data) != 0:
-                _clear_error(lib, runtime)
+            if pinned and lib is not None:
+                _unregister(lib, runtime, raw.ctypes.data)
         buffers.clear()
 
     def describe(self) -> dict:
@@ -268,14 +277,9 @@ def pin(runtime: str | None, address: int, nbytes: int, device_id: int = 0) -> s
     lib, reason = _runtime(runtime)
     if lib is None:
         return reason
-    api = _API[runtime]
-    set_device = getattr(lib, api[4], None)
-    if set_device is not None:
-        set_device(int(device_id))
-    status = getattr(lib, api[0])(address, nbytes, _PORTABLE)
-    if status != 0:
-        _clear_error(lib, runtime)
-        return f"{api[0]} failed: error {status}"
+    refused = _register(lib, runtime, address, nbytes, device_id)
+    if refused:
+        return refused
     with _lock:
         _pinned_ranges.append((address, address + nbytes))
     return ""
@@ -291,8 +295,7 @@ def unpin(runtime: str, address: int, device_id: int = 0) -> None:
     set_device = getattr(lib, _API[runtime][4], None)
     if set_device is not None:  # on the pinning device: no context appears on GPU 0
         set_device(int(device_id))
-    if getattr(lib, _API[runtime][1])(address) != 0:
-        _clear_error(lib, runtime)
+    _unregister(lib, runtime, address)
 
 
 def is_pinned(address: int, nbytes: int) -> bool:

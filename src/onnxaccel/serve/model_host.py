@@ -52,8 +52,7 @@ class _Worker(asyncio.Protocol):
     def __init__(self, host: ModelHost, arena: mmap.mmap | None, flat: np.ndarray | None = None):
         self.host = host
         self.arena = arena
-        self._flat = flat if flat is not None else (np.frombuffer(arena, dtype=np.uint8) if arena is not None
-                                                      else None)
+        self._flat = flat  # the arena as bytes (ModelHost._serve makes it, and pins it where it can)
         self.transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._out: list[bytes] = []
@@ -206,7 +205,7 @@ class ModelHost:
         if not self.config.direct_copy:
             return
         graphs = [e.instance for e in list(self.repository.entries.values())
-                  if e.instance is not None and getattr(e.instance, "graph", False)]
+                  if e.instance is not None and e.instance.graph]
         if not graphs:
             return
         target = graphs[0].runners[0].target
