@@ -273,6 +273,17 @@ def _render_precision(precision: dict) -> None:
                           markup=False)
     elif keep:
         console.print(f"kept in FP32: {', '.join(keep)}", markup=False)
+    fp16 = precision.get("fp16")
+    if fp16:
+        converted = ", ".join(f"{op} x{n}" for op, n in fp16["converted_by_op"].items())
+        console.print(f"FP16: {fp16['converted_nodes']} node(s) converted ({converted})", markup=False)
+        if fp16["kept_fp32_by_op"]:
+            table = Table(title="kept in FP32", title_justify="left")
+            for col in ("op", "nodes", "reason"):
+                table.add_column(col, justify="right" if col == "nodes" else "left")
+            for op, entry in fp16["kept_fp32_by_op"].items():
+                table.add_row(escape(op), str(entry["nodes"]), escape(entry["reason"]))
+            console.print(table)
     if precision.get("quantized_nodes"):
         console.print("INT8: " + ", ".join(f"{k} x{v}" for k, v in precision["quantized_nodes"].items()), markup=False)
     if precision.get("calibration_table"):

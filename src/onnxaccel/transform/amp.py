@@ -64,6 +64,7 @@ def auto_mixed_precision(
     op_block_list: Iterable[str] = (),
     keep_fp32: Iterable[str] = (),
     max_located: int = 32,
+    provider: str | None = None,
 ) -> AmpResult:
     """Search the FP32 node set for ``proto`` (FP32, weights loaded, nodes named)."""
     ops = {n.name: n.op_type for n in proto.graph.node}
@@ -74,7 +75,7 @@ def auto_mixed_precision(
 
     def attempt(nodes: set[str]):
         nonlocal judgements
-        candidate = convert_fp16(proto, op_block_list=op_block_list, node_block_list=nodes)
+        candidate = convert_fp16(proto, op_block_list=op_block_list, node_block_list=nodes, provider=provider)
         judgements += 1
         return candidate, judge(candidate)
 

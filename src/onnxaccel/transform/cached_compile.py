@@ -74,7 +74,7 @@ def _ort_optimized(key: CacheKey, model: Model, target: Target, strict: bool):
         # 'all' for the CPU this cache is keyed to (the host is in the key); CUDA takes extended rewrites.
         level = "all" if target.device == "cpu" else "extended"
         optimized = ort_optimize(onnx.load(str(readable.path)), level, target.provider)
-        save_model(optimized, path)
+        save_model(optimized, path, converter=f"ONNX Runtime graph optimization ({level}) for the compile cache")
         notes.append(f"optimized at level '{level}' and saved to {path}")
     cached = dataclasses.replace(model, path=path, proto=onnx.load(str(path), load_external_data=False))
     # The saved graph is already optimized: skip the optimizer on load (that is what the cache saves).

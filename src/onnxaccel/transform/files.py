@@ -50,14 +50,22 @@ def written_by_us(path: Path) -> bool:
     return any(p.key == OPTIMIZED_FROM_KEY for p in proto.metadata_props)
 
 
-def save_model(proto: onnx.ModelProto, path: Path) -> Path:
+def save_model(proto: onnx.ModelProto, path: Path, *, converter: str) -> Path:
     """Write ``proto`` (weights loaded) to ``path`` atomically (temporary file + os.replace); external data
     when large.
 
-    With external data, the weights file is named ``<file>.data`` beside the model; an older one of that
-    name is replaced.
+    Every model goes through :func:`onnxaccel.transform.checkpoint.validate` first (topological order, full
+    ONNX check); ``converter`` names the step that produced it in the error when it fails, and then nothing
+    is written. With external data, the weights file is named ``<file>.data`` beside the model; an older one
+    of that name is replaced.
     """
+    from onnxaccel.transform.checkpoint import IN_MEMORY_LIMIT, sort_graph, validate
+
     path = Path(path)
+    if proto.ByteSize() <= IN_MEMORY_LIMIT:
+        validate(proto, converter)
+    else:
+        sort_graph(proto.graph)  # checked below, from the file
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -69,6 +77,7 @@ def save_model(proto: onnx.ModelProto, path: Path) -> Path:
             if large:
                 onnx.save_model(proto, str(tmp_model), save_as_external_data=True, all_tensors_to_one_file=True,
                                 location=path.name + ".data", size_threshold=1024)
+                validate(proto, converter, path=tmp_model)
                 os.replace(Path(tmp) / (path.name + ".data"), path.parent / (path.name + ".data"))
             else:
                 onnx.save_model(proto, str(tmp_model))
@@ -89,7 +98,7 @@ def copy_model(source: Path, dest: Path) -> Path:
             raise _unwritable(dest, exc) from exc
         return dest
     full = onnx.load(str(source), load_external_data=True)
-    return save_model(full, dest)
+    return save_model(full, dest, converter="copy")
 
 
 def file_size(path: Path) -> int:

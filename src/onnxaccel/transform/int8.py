@@ -22,6 +22,7 @@ import contextlib
 import io
 import logging
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,24 +128,34 @@ def quantize_static_proto(proto: onnx.ModelProto, data: CalibrationData, setting
             except Exception as exc:  # noqa: BLE001 - the quantizer raises plain exceptions
                 raise _quantize_error("Static INT8 quantization", exc, "or try --int8 dynamic") from exc
         result = onnx.load(str(out))
+    if not quantized_node_count(result):
+        raise nothing_quantized(proto, "static", list(settings.op_types), "MODEL")
     set_metadata(result, PRECISION_KEY, f"int8-qdq-{settings.method}")
     return result
 
 
-def quantize_dynamic_proto(proto: onnx.ModelProto, settings: Int8Settings | None = None) -> onnx.ModelProto:
-    """Dynamic quantization: INT8 weights for MatMul/Gemm/Attention; activations quantized per run."""
+def quantize_dynamic_proto(proto: onnx.ModelProto, settings: Int8Settings | None = None, *,
+                           source: str = "MODEL") -> onnx.ModelProto:
+    """Dynamic quantization: INT8 weights for MatMul/Gemm/Attention; activations quantized per run.
+
+    Raises :class:`ModelError` when nothing was quantized (a CNN: dynamic mode leaves Conv alone), rather
+    than returning the FP32 model under an INT8 label; ``source`` names the model in the hint.
+    """
     settings = settings or Int8Settings(mode="dynamic", per_channel=False)
+    ops = list(settings.op_types or DYNAMIC_OPS)
+    if not any(n.op_type in ops for n in proto.graph.node):
+        raise nothing_quantized(proto, "dynamic", ops, source)
     reduce = needs_reduce_range() if settings.reduce_range is None else settings.reduce_range
     q = _import_quantization()
     with tempfile.TemporaryDirectory(prefix="onnxaccel-int8-") as tmp:
-        source = Path(tmp) / "model.onnx"
+        path = Path(tmp) / "model.onnx"
         out = Path(tmp) / "int8.onnx"
         large = proto.ByteSize() > 1_800_000_000
-        onnx.save_model(proto if not settings.per_channel else upgrade_for_qdq(proto), str(source),
+        onnx.save_model(proto if not settings.per_channel else upgrade_for_qdq(proto), str(path),
                         save_as_external_data=large)
         with _quiet():
             try:
-                q.quantize_dynamic(str(source), str(out), op_types_to_quantize=list(settings.op_types or DYNAMIC_OPS),
+                q.quantize_dynamic(str(path), str(out), op_types_to_quantize=ops,
                                    per_channel=settings.per_channel, weight_type=q.QuantType.QInt8,
                                    nodes_to_exclude=list(settings.exclude_nodes) or None,
                                    use_external_data_format=large, extra_options=_DEFAULT_TYPE,
@@ -152,6 +163,8 @@ def quantize_dynamic_proto(proto: onnx.ModelProto, settings: Int8Settings | None
             except Exception as exc:  # noqa: BLE001
                 raise _quantize_error("Dynamic INT8 quantization", exc, "or --no-transformer-fusions") from exc
         result = onnx.load(str(out))
+    if not quantized_node_count(result):
+        raise nothing_quantized(proto, "dynamic", ops, source)
     set_metadata(result, PRECISION_KEY, "int8-dynamic")
     if reduce:
         set_metadata(result, REDUCE_RANGE_KEY, "true")
@@ -200,6 +213,28 @@ def quantized_node_count(proto: onnx.ModelProto) -> dict[str, int]:
     names = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
              "QLinearConv", "QLinearMatMul", "QAttention")
     return {name: ops.count(name) for name in names if name in ops}
+
+
+def nothing_quantized(proto: onnx.ModelProto, mode: str, ops: list[str], source: str) -> ModelError:
+    """The error for an INT8 mode that would leave every node in float (never a silent FP32 "INT8" model)."""
+    counts = Counter(n.op_type for n in proto.graph.node)
+    heavy = [op for op in ("Conv", "ConvTranspose", "MatMul", "Gemm", "Attention") if counts[op]]
+    have = ", ".join(f"{counts[op]} {op}" for op in heavy) or f"{len(proto.graph.node)} node(s), none of them " \
+        "Conv/MatMul/Gemm"
+    if mode == "dynamic":
+        convs = counts["Conv"] + counts["ConvTranspose"]
+        lead = (f"0 of {convs} Conv nodes are quantizable by dynamic INT8" if convs else
+                "No node is quantizable by dynamic INT8")
+        return ModelError(
+            f"{lead} (it quantizes {'/'.join(ops)}; the model has {have}): INT8 would change nothing.",
+            f"Use static INT8, which quantizes Conv with calibration data: onnxaccel optimize {source} -o "
+            "model.int8.onnx --int8 static --calibration DATA (then run that file); or run in fp32/fp16.",
+        )
+    return ModelError(
+        f"Static INT8 quantized no node (the model has {have}"
+        + (f"; asked for {'/'.join(ops)}" if ops else "") + "): INT8 would change nothing.",
+        "Check --int8-exclude (it may exclude every quantizable node), or run in fp32/fp16.",
+    )
 
 
 def _preprocess(q, source: Path, dest: Path) -> Path:

@@ -14,6 +14,7 @@ Order, and why:
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from onnxaccel.transform import graph
 from onnxaccel.transform.accuracy import AccuracyTools, GateSpec
 from onnxaccel.transform.calibration import SYNTHETIC_WARNING, CalibrationData, load_calibration
 from onnxaccel.transform.files import OPTIMIZED_FROM_KEY, check_output_path, save_model
-from onnxaccel.transform.fp16 import convert_fp16, name_unnamed_nodes, set_metadata
+from onnxaccel.transform.fp16 import convert_fp16_detailed, name_unnamed_nodes, set_metadata
 from onnxaccel.transform.gate import CPU, Gate, gate_samples
 from onnxaccel.transform.int8 import Int8Settings, needs_reduce_range, quantize_dynamic_proto, quantize_static_proto
 from onnxaccel.transform.report import ModelSummary, OptimizeReport, StepRecord
@@ -85,23 +86,55 @@ def optimize(source: str | Model, options: OptimizeOptions, tools: AccuracyTools
         report.notes.append(f"named {named} unnamed node(s) <OpType>_<index> so reports and block lists can refer "
                             "to them")
     steps = _Steps(report)
+    with tempfile.TemporaryDirectory(prefix="onnxaccel-optimize-") as tmp:
+        reference = bound
+        if options.opset:
+            # Convert first, so the gate's reference is a model ONNX Runtime can run: ONNX Runtime has no
+            # kernels for several opset-6 ops ("Could not find an implementation for Gemm(6)"), and the
+            # converted form is what the user asked to check.
+            proto, reference = _opset_first(proto, bound, options, steps, Path(tmp))
+        _transform_and_gate(proto, model, bound, reference, output, options, tools, steps)
+    return report
+
+
+def _transform_and_gate(proto, model: Model, bound: Model, reference: Model, output: Path,
+                        options: OptimizeOptions, tools: AccuracyTools, steps: _Steps) -> None:
+    report = steps.report
     proto = _graph_steps(proto, bound, options, steps)
     calibration = _calibration(bound, options, report) if options.int8 and options.calibration else None
-    gate = Gate(bound, gate_samples(bound, eval_data=options.eval_data, calibration=calibration,
-                                    count=options.eval_samples, preprocess=options.preprocess, seed=options.seed),
-                options.gate, tools, candidate_target=_eval_target(target, report))
-    proto = _precision_step(proto, options, calibration, gate, steps, report)
+    gate = Gate(reference, gate_samples(bound, eval_data=options.eval_data, calibration=calibration,
+                                        count=options.eval_samples, preprocess=options.preprocess,
+                                        seed=options.seed),
+                options.gate, tools, candidate_target=_eval_target(options.target, report))
+    proto = _precision_step(proto, options, calibration, gate, steps, report, source=model.source)
     if options.ir_version:
         from onnxaccel.transform.opset import set_ir_version
 
         proto = steps.run("ir-version", lambda p: set_ir_version(p, options.ir_version), proto)
     set_metadata(proto, OPTIMIZED_FROM_KEY, Path(model.path).name)
-    save_model(proto, output)
+    names = ", ".join(s.name for s in report.steps)
+    save_model(proto, output, converter=f"optimize ({names})" if names else "optimize")
     report.after = ModelSummary.of(output, proto)
     from onnxaccel.transform.gate_report import accuracy_and_timing
 
     accuracy_and_timing(report, gate, output, options)
-    return report
+
+
+def _opset_first(proto, bound: Model, options: OptimizeOptions, steps: _Steps, folder: Path):
+    """Convert to ``options.opset``; return the new proto and the bound model the gate's reference runs."""
+    from onnxaccel.transform.evaluate import model_at
+    from onnxaccel.transform.opset import convert_opset, default_opset
+
+    before = default_opset(proto)
+    proto = steps.run("opset", lambda p: convert_opset(p, options.opset), proto,
+                      {"opset": options.opset, "from": before})
+    if before == options.opset:
+        return proto, bound
+    path = save_model(proto, folder / "opset.onnx", converter=f"opset conversion {before} -> {options.opset} "
+                      "(onnx.version_converter)")
+    steps.report.notes.append(f"converted from opset {before} to {options.opset} before the accuracy gate: the "
+                              f"reference outputs come from the opset-{options.opset} model (FP32, CPU)")
+    return proto, dataclasses.replace(model_at(path, bound), source=bound.source)
 
 
 class _Steps:
@@ -140,10 +173,6 @@ def _check_options(options: OptimizeOptions) -> None:
 
 def _graph_steps(proto: onnx.ModelProto, bound: Model, options: OptimizeOptions, steps: _Steps) -> onnx.ModelProto:
     report = steps.report
-    if options.opset:
-        from onnxaccel.transform.opset import convert_opset
-
-        proto = steps.run("opset", lambda p: convert_opset(p, options.opset), proto, {"opset": options.opset})
     if options.fix_shape:
         from onnxaccel.transform.shapes import fix_shapes
 
@@ -210,7 +239,8 @@ def _eval_target(target: Target, report: OptimizeReport) -> Target:
     return CPU
 
 
-def _precision_step(proto, options: OptimizeOptions, calibration, gate: Gate, steps: _Steps, report: OptimizeReport):
+def _precision_step(proto, options: OptimizeOptions, calibration, gate: Gate, steps: _Steps, report: OptimizeReport,
+                    *, source: str = "MODEL"):
     precision = report.precision
     precision["requested"] = options.precision
     precision["native"] = options.native
@@ -219,6 +249,7 @@ def _precision_step(proto, options: OptimizeOptions, calibration, gate: Gate, st
 
         native_precision(proto, options, calibration, report)
         return proto
+    provider = _fp16_provider(gate)
     if options.amp:
         from onnxaccel.transform.amp import auto_mixed_precision
 
@@ -228,18 +259,31 @@ def _precision_step(proto, options: OptimizeOptions, calibration, gate: Gate, st
 
         def amp(p):
             result = auto_mixed_precision(p, gate.judge_proto, lambda keep: gate.locate(fp32, keep),
-                                          keep_fp32=set(options.keep_fp32_nodes) | blocked_by_op)
+                                          keep_fp32=set(options.keep_fp32_nodes) | blocked_by_op,
+                                          provider=provider)
             holder["result"] = result
             return result.proto
 
+        fp32 = proto
         proto = steps.run("fp16-amp", amp, proto)
         precision["amp"] = holder["result"].to_dict()
         precision["keep_fp32"] = holder["result"].keep_fp32
+        # The final conversion again, for the per-op counts and the automatic FP32 list of the report.
+        precision["fp16"] = convert_fp16_detailed(fp32, op_block_list=options.fp16_block_ops,
+                                                  node_block_list=holder["result"].keep_fp32,
+                                                  provider=provider).to_dict()
     elif options.fp16:
-        proto = steps.run("fp16", lambda p: convert_fp16(p, op_block_list=options.fp16_block_ops,
-                                                         node_block_list=options.keep_fp32_nodes), proto)
+        holder = {}
+
+        def fp16(p):
+            holder["result"] = convert_fp16_detailed(p, op_block_list=options.fp16_block_ops,
+                                                     node_block_list=options.keep_fp32_nodes, provider=provider)
+            return holder["result"].proto
+
+        proto = steps.run("fp16", fp16, proto)
         precision["keep_fp32"] = list(options.keep_fp32_nodes)
         precision["op_block_list"] = list(options.fp16_block_ops)
+        precision["fp16"] = holder["result"].to_dict()
     elif options.int8:
         settings = options.int8
         if options.target.device in ("tensorrt", "migraphx") and not settings.symmetric_activations:
@@ -254,9 +298,15 @@ def _precision_step(proto, options: OptimizeOptions, calibration, gate: Gate, st
                 if reduce:
                     report.notes.append("7-bit INT8 weights (reduce_range): this x86 CPU has no VNNI, where ONNX "
                                         "Runtime's U8S8 integer products can saturate")
-            proto = steps.run("int8-dynamic", lambda p: quantize_dynamic_proto(p, settings), proto)
+            proto = steps.run("int8-dynamic", lambda p: quantize_dynamic_proto(p, settings, source=source), proto)
         from onnxaccel.transform.int8 import quantized_node_count
 
         precision["int8"] = settings.to_dict()
         precision["quantized_nodes"] = quantized_node_count(proto)
     return proto
+
+
+def _fp16_provider(gate: Gate) -> str | None:
+    """The provider FP16 output is probed on for missing kernels: the one the gate judges on (it loads here)."""
+    target = gate.candidate_target
+    return target.provider if target.engine == "ort" else None

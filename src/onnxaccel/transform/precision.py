@@ -18,7 +18,7 @@ from onnxaccel.model import Model
 from onnxaccel.paths import runtime_models_dir
 from onnxaccel.target import Target
 from onnxaccel.transform.files import save_model
-from onnxaccel.transform.fp16 import convert_fp16, keep_fp32_nodes
+from onnxaccel.transform.fp16 import convert_fp16, fp16_kept, keep_fp32_nodes
 
 
 def prepare_for_target(model: Model, target: Target) -> tuple[Model, Target]:
@@ -27,7 +27,8 @@ def prepare_for_target(model: Model, target: Target) -> tuple[Model, Target]:
     if target.precision_is_native:
         return model, target
     if target.precision == "fp16":
-        return to_fp16(model), dataclasses.replace(target, precision="fp32")
+        # Probe the provider the model will run on for missing FP16 kernels (when it is installed here).
+        return to_fp16(model, provider=target.provider), dataclasses.replace(target, precision="fp32")
     if target.device == "cpu":
         return to_int8_dynamic(model), dataclasses.replace(target, precision="fp32")
     raise TargetError(
@@ -39,20 +40,28 @@ def prepare_for_target(model: Model, target: Target) -> tuple[Model, Target]:
     )
 
 
-def to_fp16(model: Model) -> Model:
+def to_fp16(model: Model, provider: str | None = "CPUExecutionProvider") -> Model:
     """Convert weights and compute to FP16, keeping FP32 inputs and outputs (keep_io_types=True).
 
     Nodes listed in the model's ``onnxaccel.fp16.keep_fp32_nodes`` metadata stay FP32 (set by
-    ``onnxaccel optimize --fp16 --amp``).
+    ``onnxaccel optimize --fp16 --amp``), and so do ops the schema or ``provider`` (when available here)
+    cannot run in FP16; the note lists them.
     """
     def convert(proto: onnx.ModelProto) -> onnx.ModelProto:
-        return convert_fp16(proto, keep_io_types=True)
+        return convert_fp16(proto, keep_io_types=True, provider=provider)
 
     kept = keep_fp32_nodes(model.proto)
     note = "converted to FP16 with FP32 inputs/outputs"
     if kept:
         note += f", {len(kept)} node(s) kept in FP32 as the model's metadata asks"
-    return _cached_variant(model, "fp16", convert, note)
+    tag = f"fp16-v2-{(provider or 'any').replace('ExecutionProvider', '').lower()}"
+    converted = _cached_variant(model, tag, convert, note)
+    auto = [k for k in fp16_kept(converted.proto) if k.get("node") not in set(kept)]
+    if auto:
+        ops = sorted({k.get("op", "?") for k in auto})
+        converted = dataclasses.replace(converted, notes=converted.notes + (
+            f"{len(auto)} node(s) kept in FP32 automatically ({', '.join(ops)}): {auto[0].get('reason')}",))
+    return converted
 
 
 def to_int8_dynamic(model: Model) -> Model:
@@ -60,20 +69,25 @@ def to_int8_dynamic(model: Model) -> Model:
 
     Needs no calibration data, so it is sound for `run`/`bench --precision int8` on the CPU; for CNNs static
     quantization with real calibration data (`onnxaccel optimize --int8 static`) is usually faster and more
-    accurate (ONNX Runtime quantization guide: dynamic for transformers/RNNs, static for CNNs).
+    accurate (ONNX Runtime quantization guide: dynamic for transformers/RNNs, static for CNNs). A model with
+    nothing dynamic INT8 quantizes (a CNN: Conv is left to static mode) raises instead of running FP32 under
+    an INT8 label.
     """
     from onnxaccel.transform.int8 import quantize_dynamic_proto
 
     note = ("quantized to INT8 dynamically (no calibration data; for CNNs prefer `onnxaccel optimize --int8 "
             "static --calibration DATA`)")
-    return _cached_variant(model, "int8-dynamic", lambda proto: quantize_dynamic_proto(proto), note)
+    return _cached_variant(model, "int8-dynamic-v2",
+                           lambda proto: quantize_dynamic_proto(proto, source=str(model.source)), note)
 
 
 def _cached_variant(model: Model, tag: str, convert, note: str) -> Model:
+    # The tag carries a version: variants written before the checkpoint existed may be invalid (unsorted
+    # FP16 graphs) or no-ops (INT8 of a CNN), and must not be reused.
     path = runtime_models_dir() / f"{model.path.stem}-{model.cache_key()}-{tag}.onnx"
     if not path.exists():
         proto = onnx.load(str(model.path))
-        save_model(convert(proto), path)
+        save_model(convert(proto), path, converter=f"{tag} conversion for --precision")
     return dataclasses.replace(
         model, path=Path(path), proto=onnx.load(str(path), load_external_data=False),
         notes=model.notes + (f"{note} (cached at {path})",),

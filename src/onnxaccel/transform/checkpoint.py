@@ -1,0 +1,109 @@
+"""The checkpoint every model onnxaccel writes goes through: topological order, then the full ONNX checker.
+
+Converters append what they insert at the end of the node list (onnxruntime.transformers.float16 adds its
+Cast nodes with ``model.graph.node.extend``, onnxruntime/python/tools/transformers/float16.py, release 1.32.0),
+and ONNX requires "nodes in a graph must be topologically sorted" (onnx/onnx docs/IR.md, Graphs): the checker
+and ONNX Runtime refuse such graphs. So :func:`sort_graph` reorders nodes (stable: a node keeps its place
+unless a producer comes later), including the bodies of If/Loop/Scan, and :func:`validate` runs
+``onnx.checker.check_model(full_check=True)`` (structure plus strict shape inference). A failure names the
+converter that produced the graph, so it is reported as our bug in that step, not as the user's model.
+"""
+
+from __future__ import annotations
+
+import heapq
+from pathlib import Path
+
+import onnx
+
+from onnxaccel.errors import ModelError
+
+#: Protobuf cannot serialize more than 2 GiB; larger models are checked from their file (external data).
+IN_MEMORY_LIMIT = 1_800_000_000
+
+
+def sort_graph(graph: onnx.GraphProto) -> None:
+    """Reorder ``graph.node`` topologically in place (stable), and the bodies of its subgraphs.
+
+    A node depends on its inputs and on the outer-scope names its subgraphs read. Names nobody in this graph
+    produces (graph inputs, initializers, outer scope) are available from the start. A cycle, or an input
+    nobody produces, leaves those nodes at the end in their order, for the checker to name.
+    """
+    nodes = list(graph.node)
+    produced = {out: i for i, n in enumerate(nodes) for out in n.output if out}
+    needs: list[set[int]] = []
+    for i, node in enumerate(nodes):
+        names = set(node.input) | _free_names(node)
+        needs.append({produced[name] for name in names if name in produced and produced[name] != i})
+        for attr in node.attribute:
+            for sub in _subgraphs(attr):
+                sort_graph(sub)
+    users: dict[int, list[int]] = {i: [] for i in range(len(nodes))}
+    for i, deps in enumerate(needs):
+        for dep in deps:
+            users[dep].append(i)
+    waiting = [len(deps) for deps in needs]
+    ready = [i for i, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for user in users[i]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, user)
+    placed = set(order)
+    order += [i for i in range(len(nodes)) if i not in placed]
+    if order != list(range(len(nodes))):
+        del graph.node[:]
+        graph.node.extend(nodes[i] for i in order)
+
+
+def validate(proto: onnx.ModelProto, converter: str, *, path: Path | None = None) -> onnx.ModelProto:
+    """Sort ``proto`` (in place) and run the full checker; return it, or raise naming ``converter``.
+
+    Models over the protobuf limit are checked from ``path`` (already written with external data).
+    """
+    sort_graph(proto.graph)
+    try:
+        if proto.ByteSize() <= IN_MEMORY_LIMIT:
+            onnx.checker.check_model(proto, full_check=True)
+        elif path is not None:
+            onnx.checker.check_model(str(path), full_check=True)
+    except Exception as exc:  # noqa: BLE001 - ValidationError, InferenceError, and protobuf errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(
+            f"{converter} produced a model that fails onnx.checker (full check): {first}",
+            "This is a bug in onnxaccel's conversion, not in your model; please report it with the model. "
+            "Meanwhile keep the op it names out of the conversion (e.g. --fp16-block-op OP, --int8-exclude NODE).",
+            details=str(exc),
+        ) from exc
+    return proto
+
+
+def _free_names(node: onnx.NodeProto) -> set[str]:
+    """Names the node's subgraphs read from the enclosing scope."""
+    names: set[str] = set()
+    for attr in node.attribute:
+        for sub in _subgraphs(attr):
+            names |= _graph_free_names(sub)
+    return names
+
+
+def _graph_free_names(graph: onnx.GraphProto) -> set[str]:
+    local = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    local |= {t.values.name for t in graph.sparse_initializer}
+    local |= {out for n in graph.node for out in n.output}
+    used = {name for n in graph.node for name in n.input if name} | {v.name for v in graph.output}
+    for node in graph.node:
+        used |= _free_names(node)
+    return used - local
+
+
+def _subgraphs(attr: onnx.AttributeProto) -> list[onnx.GraphProto]:
+    if attr.type == onnx.AttributeProto.GRAPH:
+        return [attr.g]
+    if attr.type == onnx.AttributeProto.GRAPHS:
+        return list(attr.graphs)
+    return []

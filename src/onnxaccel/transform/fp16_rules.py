@@ -1,0 +1,103 @@
+"""Which nodes must stay FP32: by the ONNX schema, and by the kernels of the provider that will run them.
+
+* Schema: ``onnx.defs.get_schema(op, opset, domain)`` lists each input/output's type parameter and the
+  types it allows (``type_constraints``). A float tensor whose parameter allows ``tensor(float)`` but not
+  ``tensor(float16)`` cannot become FP16 without making the graph invalid: TfIdfVectorizer's output (T1),
+  LayerNormalization's Mean/InvStdDev (U, "float or bfloat16"; onnx/onnx docs/Operators.md,
+  LayerNormalization-17), most ai.onnx.ml ops. Only tensors the node really has (non-empty names) count, so
+  a LayerNormalization that declares only Y is converted.
+* Provider: ONNX Runtime refuses a session when a node has no kernel for its types, with "Could not find an
+  implementation for OP(VERSION) node with name '...'" (status NOT_IMPLEMENTED; microsoft/onnxruntime
+  onnxruntime/core/session/inference_session.cc, VerifyEachNodeIsAssignedToAnEp) or, with graph
+  optimizations off, "Failed to find kernel for OP(VERSION) (node:'...' ep:'...')" (both seen with
+  onnxruntime 1.32.0). The caller blocks that op type and converts again; an op that still fails in FP32
+  (e.g. Gemm(6) of an opset-6 model: "Version mismatch") is not an FP16 matter and is unblocked.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+import onnx
+
+_FLOAT = "tensor(float)"
+_HALF = "tensor(float16)"
+_MISSING_KERNEL = re.compile(r"(?:Could not find an implementation|Failed to find kernel) for (\w+)\((\d+)\)")
+
+
+def schema_blocks(proto: onnx.ModelProto) -> dict[str, str]:
+    """{node name: reason} for main-graph nodes with a float input/output that the schema cannot type FP16."""
+    try:
+        from onnxruntime.transformers.float16 import ALWAYS_FLOAT_INPUTS
+    except ImportError:  # the caller reports the missing converter
+        ALWAYS_FLOAT_INPUTS = {}
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
+    types = _known_types(proto)
+    blocks = {}
+    for node in proto.graph.node:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if domain not in opsets:
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opsets[domain], domain)
+        except Exception:  # noqa: BLE001 - SchemaError: a custom op; the converter decides
+            continue
+        allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+        skip = set(ALWAYS_FLOAT_INPUTS.get(node.op_type, ()))
+        for kind, names, formals in (("input", node.input, schema.inputs), ("output", node.output, schema.outputs)):
+            for index, name in enumerate(names):
+                if not name or not formals or (kind == "input" and index in skip):
+                    continue
+                formal = formals[min(index, len(formals) - 1)]
+                options = allowed.get(formal.type_str, {formal.type_str})
+                if _FLOAT not in options or _HALF in options:
+                    continue
+                if types.get(name, onnx.TensorProto.FLOAT) != onnx.TensorProto.FLOAT:
+                    continue  # this tensor is not float here (e.g. an int input of a mixed constraint)
+                blocks[node.name] = (
+                    f"the ONNX schema ({node.op_type}-{schema.since_version}) allows no float16 for its {kind} "
+                    f"{formal.name} ({formal.type_str}: {', '.join(sorted(options))})")
+                break
+            if node.name in blocks:
+                break
+    return blocks
+
+
+def provider_missing_kernel(proto: onnx.ModelProto, provider: str) -> tuple[str, int] | None:
+    """(op type, version) of the first node ``provider`` has no kernel for in ``proto``, else None.
+
+    None too when the provider is not available here or the session fails for another reason (the
+    writer's checks and the accuracy gate report those).
+    """
+    from onnxaccel.engines.ort import import_ort
+
+    ort = import_ort()
+    if provider not in ort.get_available_providers():
+        return None
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with tempfile.TemporaryDirectory(prefix="onnxaccel-fp16-probe-") as tmp:
+        path = Path(tmp) / "probe.onnx"
+        onnx.save_model(proto, str(path), save_as_external_data=proto.ByteSize() > 1_800_000_000)
+        try:
+            ort.InferenceSession(str(path), so, providers=[provider])
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
+            found = _MISSING_KERNEL.search(str(exc))
+            return (found.group(1), int(found.group(2))) if found else None
+    return None
+
+
+def _known_types(proto: onnx.ModelProto) -> dict[str, int]:
+    """Element types of the main graph's tensors, as far as ONNX type inference knows them."""
+    try:
+        graph = onnx.shape_inference.infer_shapes(proto).graph if proto.ByteSize() < 1_800_000_000 else proto.graph
+    except Exception:  # noqa: BLE001 - unknown types count as float (the safe side: keep the node FP32)
+        graph = proto.graph
+    types = {t.name: t.data_type for t in graph.initializer}
+    for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:
+            types[value.name] = value.type.tensor_type.elem_type
+    return types
