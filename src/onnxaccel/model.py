@@ -47,26 +47,58 @@ _TYPE_MIN_IR = {
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """Name, element type and shape of a graph input or output.
+    """Name, value kind, element type and shape of a graph input or output.
 
-    ``shape`` holds an int for a fixed dim, the dim_param string for a symbolic one, None when unknown.
+    ``kind`` is the ONNX value kind: ``tensor``, ``sequence``, ``optional``, ``map`` or ``sparse_tensor``.
+    ``dtype`` is the numpy name of the (innermost) tensor element type (``object`` for strings, ml_dtypes
+    names such as ``bfloat16``/``float8_e4m3fn``/``int4`` for the types numpy lacks); ``elem_type`` its ONNX
+    ``TensorProto.DataType``. ``shape`` (tensors only) holds an int for a fixed dim, the dim_param string for
+    a symbolic one, None when unknown; it is None for the other kinds. ``type_proto`` is the graph's type.
     """
 
     name: str
     dtype: str
     shape: tuple[Dim, ...] | None
+    kind: str = "tensor"
+    elem_type: int = 0
+    type_proto: onnx.TypeProto | None = field(default=None, compare=False, hash=False, repr=False)
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.kind == "tensor"
 
     @property
     def is_static(self) -> bool:
         return self.shape is not None and all(isinstance(d, int) for d in self.shape)
 
+    @property
+    def np_dtype(self) -> np.dtype:
+        """The numpy dtype of the element type (ml_dtypes types included; object for strings)."""
+        if self.elem_type:
+            try:
+                return np.dtype(helper.tensor_dtype_to_np_dtype(self.elem_type))
+            except (KeyError, TypeError, ValueError):
+                pass
+        return np.dtype(self.dtype)
+
+    @property
+    def type_text(self) -> str:
+        """ONNX Runtime's spelling of the type: tensor(float), seq(tensor(int64)), optional(seq(...))."""
+        return _type_text(self.type_proto) if self.type_proto is not None else f"tensor({self.dtype})"
+
     def shape_text(self) -> str:
+        if not self.is_tensor:
+            return self.type_text
         if self.shape is None:
             return "?"
         return "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape) if self.shape else None}
+        out = {"name": self.name, "dtype": self.dtype,
+               "shape": list(self.shape) if self.shape is not None else None}
+        if not self.is_tensor:
+            out.update(kind=self.kind, type=self.type_text)
+        return out
 
 
 @dataclass(frozen=True)
@@ -82,6 +114,9 @@ class Model:
     dim_values: Mapping[str, int] = field(default_factory=dict)
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: Set by bind(): inputs without a shape to bind (sequences, optionals, maps, and tensors whose graph
+    #: gives no shape and no binding was given) have no entry in input_shapes; their shape comes from data.
+    bound: bool = field(default=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -105,7 +140,7 @@ class Model:
 
     @property
     def is_bound(self) -> bool:
-        return len(self.input_shapes) == len(self.inputs)
+        return self.bound or len(self.input_shapes) == len(self.inputs)
 
     def input(self, name: str) -> TensorSpec:
         for spec in self.inputs:
@@ -128,6 +163,8 @@ class Model:
         value. ``batch`` binds axis 0 of every input whose first dim is not fixed. Named dims the model's
         metadata gives defaults for (zoo models) take them; an unbound axis 0 becomes 1 (with a note, as
         Polygraphy and onnxruntime_perf_test do); any other unbound dim is an error that names it.
+        Sequence, optional and map inputs, and tensor inputs whose graph gives no shape at all, are left
+        out of ``input_shapes`` (with a note for the tensors): the data given for them decides their shape.
         """
         return _bind(self, dict(shapes or {}), batch)
 
@@ -317,15 +354,50 @@ def _graph_inputs(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
-    ttype = value.type.tensor_type
+    kind = (value.type.WhichOneof("value") or "tensor_type").removesuffix("_type")
+    ttype = _innermost_tensor(value.type)
+    elem = ttype.elem_type if ttype is not None else 0
     try:
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(ttype.elem_type)).name
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem)).name
     except (KeyError, TypeError, ValueError):
-        dtype = onnx.TensorProto.DataType.Name(ttype.elem_type).lower()
+        dtype = onnx.TensorProto.DataType.Name(elem).lower() if elem in onnx.TensorProto.DataType.values() else "?"
     shape: tuple[Dim, ...] | None = None
-    if ttype.HasField("shape"):
+    if kind == "tensor" and ttype is not None and ttype.HasField("shape"):
         shape = tuple(_dim(d) for d in ttype.shape.dim)
-    return TensorSpec(value.name, dtype, shape)
+    type_proto = onnx.TypeProto()
+    type_proto.CopyFrom(value.type)
+    return TensorSpec(value.name, dtype, shape, kind, elem, type_proto)
+
+
+def _innermost_tensor(tp: onnx.TypeProto):
+    """The tensor type at the bottom of a sequence/optional (a map's value type); None if there is none."""
+    for _ in range(16):
+        which = tp.WhichOneof("value")
+        if which in ("tensor_type", "sparse_tensor_type"):
+            return getattr(tp, which)
+        if which == "sequence_type":
+            tp = tp.sequence_type.elem_type
+        elif which == "optional_type":
+            tp = tp.optional_type.elem_type
+        elif which == "map_type":
+            tp = tp.map_type.value_type
+        else:
+            return tp.tensor_type if which is None else None
+    return None
+
+
+def _type_text(tp: onnx.TypeProto) -> str:
+    which = tp.WhichOneof("value")
+    if which in ("tensor_type", "sparse_tensor_type", None):
+        elem = getattr(tp, which or "tensor_type").elem_type
+        name = onnx.TensorProto.DataType.Name(elem).lower() if elem in onnx.TensorProto.DataType.values() else "?"
+        return f"{'sparse_tensor' if which == 'sparse_tensor_type' else 'tensor'}({name})"
+    if which == "sequence_type":
+        return f"seq({_type_text(tp.sequence_type.elem_type)})"
+    if which == "optional_type":
+        return f"optional({_type_text(tp.optional_type.elem_type)})"
+    key = onnx.TensorProto.DataType.Name(tp.map_type.key_type).lower()
+    return f"map({key},{_type_text(tp.map_type.value_type)})"
 
 
 def _dim(d: onnx.TensorShapeProto.Dimension) -> Dim:
@@ -360,6 +432,11 @@ def _bind(model: Model, shapes: dict[str, tuple[int, ...]], batch: int | None) -
         if spec.name not in explicit:
             continue
         dims = explicit[spec.name]
+        if not spec.is_tensor:
+            raise ShapeError(
+                f"Input '{spec.name}' is a {spec.type_text}, not a tensor; --shape cannot bind it.",
+                f"Give its value with --input {spec.name}=FILE.pb.",
+            )
         if spec.shape is not None and len(dims) != len(spec.shape):
             raise ShapeError(
                 f"Input '{spec.name}' has rank {len(spec.shape)} {spec.shape_text()}; the binding gives "
@@ -383,8 +460,11 @@ def _bind(model: Model, shapes: dict[str, tuple[int, ...]], batch: int | None) -
         if spec.name in explicit:
             resolved[spec.name] = explicit[spec.name]
             continue
+        if not spec.is_tensor:
+            continue
         if spec.shape is None:
-            unbound.append(f"input '{spec.name}' has no shape information at all")
+            notes.append(f"input '{spec.name}' has no shape in the graph: give its value (--input) or its "
+                         f"shape (--shape {spec.name}=DIMS)")
             continue
         dims: list[int] = []
         for axis, dim in enumerate(spec.shape):
@@ -409,14 +489,14 @@ def _bind(model: Model, shapes: dict[str, tuple[int, ...]], batch: int | None) -
             dims.append(value)
         resolved[spec.name] = tuple(dims)
     if unbound:
-        first = next(s for s in model.inputs if s.name not in explicit and s.shape is not None) if any(
-            s.shape is not None for s in model.inputs if s.name not in explicit) else model.inputs[0]
+        first = next(s for s in model.inputs if s.name not in explicit and s.shape is not None)
         raise ShapeError(
             "Symbolic dimensions left unbound: " + "; ".join(unbound) + ".",
             f"Bind them with --shape INPUT=DIMS (e.g. --shape {first.name}={_example(first)}) or "
             "--shape DIM=VALUE for a named dim, and --batch N for the batch axis.",
         )
-    return dataclasses.replace(model, dim_values=dim_values, input_shapes=resolved, notes=tuple(dict.fromkeys(notes)))
+    return dataclasses.replace(model, dim_values=dim_values, input_shapes=resolved,
+                               notes=tuple(dict.fromkeys(notes)), bound=True)
 
 
 def _set_dim(dim_values: dict[str, int], name: str, value: int, where: str) -> None:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaccel.engines import Runner, compile_model
-from onnxaccel.inputs import ImagePreprocess, load_feeds
+from onnxaccel.errors import InferenceError
+from onnxaccel.inputs import FeedOrigin, ImagePreprocess, prepare_feeds
 from onnxaccel.model import Model, load_model
 from onnxaccel.target import Target
 from onnxaccel.transform.precision import prepare_for_target
@@ -27,9 +28,43 @@ class Prepared:
     runner: Runner
     feeds: dict[str, np.ndarray]
     warnings: list[str] = field(default_factory=list)
+    #: Where each input's value came from (file, literal, image, synthesized and how).
+    origins: list[FeedOrigin] = field(default_factory=list)
+
+    @property
+    def synthesized(self) -> list[FeedOrigin]:
+        return [o for o in self.origins if o.synthesized]
+
+    def run(self, *, iobinding: bool = False) -> dict:
+        """Run once on the prepared feeds; a failure names the synthesized inputs (see explain_failure)."""
+        try:
+            if iobinding:
+                bound = self.runner.bind(self.feeds)
+                bound.run()
+                return bound.outputs()
+            return self.runner.run(self.feeds)
+        except InferenceError as exc:
+            raise explain_failure(exc, self.origins) from exc.__cause__
 
     def close(self) -> None:
         self.runner.close()
+
+
+def explain_failure(exc: InferenceError, origins: Sequence[FeedOrigin]) -> InferenceError:
+    """The same error, its hint saying which inputs were synthesized (shape, type, how drawn) and how to give
+    real ones, when any were; else ``exc`` unchanged. Every command that runs synthesized feeds uses it."""
+    synthesized = [o for o in origins if o.synthesized]
+    if not synthesized or getattr(exc, "explained", False):
+        return exc
+    listed = "; ".join(o.describe().replace(", synthesized (", " drawn as (") for o in synthesized)
+    hint = (f"The run used synthesized values for {len(synthesized)} input(s): {listed}. Random values can be "
+            "out of range for the model (indices, lengths, ids): give real ones with --input NAME=FILE "
+            "(.npy/.npz/.pb) or NAME=VALUE, or bound them with --value-range NAME=LOW,HIGH.")
+    if exc.hint:
+        hint += f" Otherwise: {exc.hint}"
+    explained = type(exc)(exc.message, hint, details=exc.details)
+    explained.explained = True
+    return explained
 
 
 def prepare(
@@ -43,13 +78,17 @@ def prepare(
     preprocess: ImagePreprocess | None = None,
     seed: int = 0,
     check: bool = True,
+    value_ranges: Mapping[str, tuple[float, float]] | None = None,
 ) -> Prepared:
     """Load (unless given a Model), bind shapes from --shape/--batch/input files, convert precision when
-    the provider cannot, and compile. Feeds not given as files are synthesized."""
+    the provider cannot, and compile. Feeds not given (files, literals) are synthesized, within
+    ``value_ranges`` where given (input name, or "" for all -> (LOW, HIGH))."""
     model = source if isinstance(source, Model) else load_model(source, check=check)
-    bound, feeds = load_feeds(model, inputs, shapes=shapes, batch=batch, preprocess=preprocess, seed=seed)
+    feed_set = prepare_feeds(model, inputs, shapes=shapes, batch=batch, preprocess=preprocess, seed=seed,
+                             value_ranges=value_ranges)
+    bound, feeds = feed_set.model, feed_set.feeds
     runnable, engine_target = prepare_for_target(bound, target)
     runner = compile_model(runnable, engine_target, strict=strict)
     runner.target = target  # report what the user asked for (e.g. cuda/fp16), not the fp32 engine label
     warnings = list(dict.fromkeys(runner.warnings))
-    return Prepared(bound, target, runner, feeds, warnings)
+    return Prepared(bound, target, runner, feeds, warnings, feed_set.origins)

@@ -44,6 +44,9 @@ def read_pb(path: str | Path, type_proto: onnx.TypeProto | None = None) -> Any:
         raise InputError(f"Cannot read {path}: {exc}", "Check the path of the .pb file.") from exc
     kind = value_kind(type_proto)
     order = [kind] if kind else ["tensor_type", "sequence_type", "optional_type", "map_type"]
+    if kind == "optional_type":
+        # An optional that holds a value may also be stored as the bare value (a TensorProto/SequenceProto).
+        order.append(value_kind(type_proto.optional_type.elem_type))
     last: Exception | None = None
     for candidate in order:
         try:
@@ -88,16 +91,47 @@ def _has_data(proto: onnx.TensorProto) -> bool:
                 or proto.uint64_data or proto.string_data or proto.external_data or proto.data_type)
 
 
-def write_pb(path: str | Path, value: Any, name: str = "") -> Path:
-    """Write one value (array, list of arrays, None) as TensorProto / SequenceProto / OptionalProto."""
+def write_pb(path: str | Path, value: Any, name: str = "", type_proto: onnx.TypeProto | None = None) -> Path:
+    """Write one value (array, list of arrays, dict, None) as TensorProto / SequenceProto / MapProto /
+    OptionalProto. With ``type_proto`` (the graph's type) an optional is written as an OptionalProto holding
+    the value, as ONNX's backend test data stores optional outputs; without it None is an empty optional."""
     path = Path(path)
-    if isinstance(value, list):
-        proto = numpy_helper.from_list(value, name)
-    elif value is None:
-        proto = onnx.OptionalProto(name=name, elem_type=onnx.OptionalProto.UNDEFINED)
-    elif isinstance(value, dict):
-        proto = numpy_helper.from_dict(value, name)
-    else:
-        proto = numpy_helper.from_array(np.asarray(value), name)
-    path.write_bytes(proto.SerializeToString())
+    path.write_bytes(to_proto(value, name, type_proto).SerializeToString())
     return path
+
+
+def to_proto(value: Any, name: str = "", type_proto: onnx.TypeProto | None = None):
+    """The protobuf message for one value (see :func:`write_pb`)."""
+    if isinstance(value, (onnx.TensorProto, onnx.SequenceProto, onnx.OptionalProto, onnx.MapProto)):
+        proto = type(value)()
+        proto.CopyFrom(value)
+        if name:
+            proto.name = name
+        return proto
+    kind = value_kind(type_proto)
+    if kind == "optional_type":
+        inner = value_kind(type_proto.optional_type.elem_type)
+        elem = {"tensor_type": onnx.OptionalProto.TENSOR, "sequence_type": onnx.OptionalProto.SEQUENCE,
+                "map_type": onnx.OptionalProto.MAP}.get(inner)
+        if value is None:
+            return onnx.OptionalProto(name=name, elem_type=elem or onnx.OptionalProto.UNDEFINED)
+        return numpy_helper.from_optional(_plain(value), name, elem)
+    if value is None:
+        return onnx.OptionalProto(name=name, elem_type=onnx.OptionalProto.UNDEFINED)
+    if isinstance(value, list):
+        elem_type = None
+        if kind == "sequence_type" and not value:
+            elem_type = onnx.SequenceProto.TENSOR
+        return numpy_helper.from_list([_plain(v) for v in value], name, elem_type)
+    if isinstance(value, dict):
+        return numpy_helper.from_dict(value, name)
+    return numpy_helper.from_array(_plain(value), name)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (np.float32(1.0)) as 0-d arrays; lists and dicts element-wise."""
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return value
+    return np.asarray(value)

@@ -45,7 +45,7 @@ ReportOpt = Annotated[list[str] | None, typer.Option(
 GpuOpt = Annotated[str | None, typer.Option(
     "--gpu", help="GPU model for the peak-TFLOP/s table when the telemetry cannot tell, e.g. 'H200', 'MI300X'.")]
 InputOpt = Annotated[list[str] | None, typer.Option(
-    "--input", "-i", help="NAME=FILE (.npy, .npz, image) for an input; the others are synthesized.")]
+    "--input", "-i", help="NAME=FILE (.npy, .npz, .pb, image) or NAME=VALUE for an input; the others are synthesized.")]
 
 
 def register(app: typer.Typer) -> None:

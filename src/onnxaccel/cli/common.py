@@ -17,8 +17,8 @@ from onnxaccel.errors import OnnxAccelError
 console = Console()
 err_console = Console(stderr=True)
 
-#: Set by the root callback (--debug).
-STATE = {"debug": False}
+#: Set by the root callback (--debug, --verbose).
+STATE = {"debug": False, "verbose": False}
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON (for programs) instead of tables.")]
 TargetOpt = Annotated[
@@ -43,6 +43,17 @@ ShapeOpt = Annotated[
 BatchOpt = Annotated[int | None, typer.Option("--batch", "-b", help="Batch size for every input's first axis.")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Fail when any node falls back from the target's "
                                          "provider to another (the CPU).")]
+InputOpt = Annotated[
+    list[str] | None,
+    typer.Option("--input", "-i", help="NAME=FILE (.npy, .npz, .pb or an image) or NAME=VALUE (a number or JSON "
+                 "list, e.g. sr=16000); a bare .npz feeds every input it names. Inputs not given are "
+                 "synthesized (see docs/INPUTS.md)."),
+]
+ValueRangeOpt = Annotated[
+    list[str] | None,
+    typer.Option("--value-range", help="Range of synthesized values: NAME=LOW,HIGH for one input, LOW,HIGH for "
+                 "all (floats uniform in [LOW, HIGH), integers LOW..HIGH); repeatable."),
+]
 
 
 def handle_errors(func: Callable) -> Callable:

@@ -34,8 +34,8 @@ def compare_command(
     precision: Annotated[list[str] | None, typer.Option("--precision", "-p", help="fp32, fp16 or int8; once "
                          "(candidate precision) or twice (reference, candidate).")] = None,
     ep_option: EpOptionOpt = None,
-    inputs: Annotated[list[str] | None, typer.Option("--input", "-i", help="NAME=FILE (.npy, .npz, image); inputs "
-                      "not given are synthesized (same values on both sides).")] = None,
+    inputs: Annotated[list[str] | None, typer.Option("--input", "-i", help="NAME=FILE (.npy, .npz, .pb, image) or "
+                      "NAME=VALUE; inputs not given are synthesized (same values on both sides).")] = None,
     shape: ShapeOpt = None,
     batch: BatchOpt = None,
     atol: Annotated[float | None, typer.Option(help="Absolute tolerance (default by precision: fp32 1e-4, fp16 "

@@ -33,8 +33,8 @@ def profile_command(
     ep_option: EpOptionOpt = None,
     shape: ShapeOpt = None,
     batch: BatchOpt = None,
-    inputs: Annotated[list[str] | None, typer.Option("--input", "-i", help="NAME=FILE (.npy, .npz, image); inputs "
-                      "not given are synthesized.")] = None,
+    inputs: Annotated[list[str] | None, typer.Option("--input", "-i", help="NAME=FILE (.npy, .npz, .pb, image) or "
+                      "NAME=VALUE; inputs not given are synthesized.")] = None,
     runs: Annotated[int, typer.Option(help="Profiled runs.")] = 20,
     warmup: Annotated[int, typer.Option(help="Runs before profiling counts (left out of the tables, kept in "
                       "the trace).")] = 3,

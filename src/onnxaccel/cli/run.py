@@ -13,19 +13,26 @@ from rich.markup import escape
 from rich.table import Table
 
 from onnxaccel.cli.common import (
-    BatchOpt, EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, TargetOpt, console, handle_errors,
-    note, print_json, resolve_target, warn,
+    BatchOpt, EpOptionOpt, InputOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, TargetOpt, ValueRangeOpt, console,
+    handle_errors, note, print_json, resolve_target, warn,
 )
 from onnxaccel.errors import InputError
-from onnxaccel.inputs import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
-from onnxaccel.model import parse_shape_bindings
+from onnxaccel.inputs import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess, parse_value_ranges
+from onnxaccel.model import Model, parse_shape_bindings
 from onnxaccel.pipeline import prepare
+from onnxaccel.protobuf_values import write_pb
 
 SCHEMA = "onnxaccel.run/1"
 
 
 @dataclass
 class OutputSummary:
+    """One output: its type and shape and, for numbers, min/max/mean and NaN/Inf counts.
+
+    Sequences are summarized over their elements (``kind`` 'sequence', ``shape`` [length]); an empty optional
+    is ``kind`` 'none'; strings have no statistics.
+    """
+
     name: str
     dtype: str
     shape: list[int]
@@ -35,11 +42,24 @@ class OutputSummary:
     nan: int
     inf: int
     topk: list[list[tuple[int, float]]] = field(default_factory=list)
+    kind: str = "tensor"
 
     @classmethod
-    def of(cls, name: str, value: np.ndarray, k: int) -> OutputSummary:
-        numeric = value.dtype.kind in "fiub"
-        as_float = value.astype(np.float64) if numeric and value.size else None
+    def of(cls, name: str, value, k: int) -> OutputSummary:
+        if value is None:
+            return cls(name, "none", [], None, None, None, 0, 0, kind="none")
+        if isinstance(value, dict):
+            return cls(name, "map", [len(value)], None, None, None, 0, 0, kind="map")
+        if isinstance(value, list):
+            arrays = [np.asarray(v) for v in value]
+            flat = [a.ravel() for a in arrays if a.dtype.kind != "O"]
+            merged = np.concatenate(flat) if flat and len({a.dtype for a in arrays}) == 1 else None
+            inner = cls.of(name, merged, 0) if merged is not None else None
+            dtype = f"seq({arrays[0].dtype.name if arrays else '?'})"
+            return cls(name, dtype, [len(arrays)], inner and inner.min, inner and inner.max, inner and inner.mean,
+                       inner.nan if inner else 0, inner.inf if inner else 0, kind="sequence")
+        value = np.asarray(value)
+        as_float = _as_float(value)
         finite = as_float[np.isfinite(as_float)] if as_float is not None else None
         topk: list[list[tuple[int, float]]] = []
         # Classifier-like outputs only: [N, C], or [N, C, 1, 1] as SqueezeNet writes it.
@@ -48,20 +68,31 @@ class OutputSummary:
             for row in squeezed:
                 idx = np.argsort(-row, kind="stable")[:k]
                 topk.append([(int(i), float(row[i])) for i in idx])
+        floating = as_float is not None and (value.dtype.kind == "f" or value.dtype.kind == "V")
         return cls(
-            name=name, dtype=value.dtype.name, shape=list(value.shape),
+            name=name, dtype="string" if value.dtype.kind in "OUS" else value.dtype.name, shape=list(value.shape),
             min=float(finite.min()) if finite is not None and finite.size else None,
             max=float(finite.max()) if finite is not None and finite.size else None,
             mean=float(finite.mean()) if finite is not None and finite.size else None,
-            nan=int(np.isnan(value).sum()) if value.dtype.kind == "f" else 0,
-            inf=int(np.isinf(value).sum()) if value.dtype.kind == "f" else 0,
+            nan=int(np.isnan(as_float).sum()) if floating else 0,
+            inf=int(np.isinf(as_float).sum()) if floating else 0,
             topk=topk,
         )
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "shape": self.shape, "min": self.min, "max": self.max,
-                "mean": self.mean, "nan": self.nan, "inf": self.inf,
+        return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "shape": self.shape, "min": self.min,
+                "max": self.max, "mean": self.mean, "nan": self.nan, "inf": self.inf,
                 "topk": [[{"index": i, "score": s} for i, s in row] for row in self.topk]}
+
+
+def _as_float(value: np.ndarray) -> np.ndarray | None:
+    """float64 values of a numeric array (bool, ints, floats, ml_dtypes bfloat16/float8/int4); None otherwise."""
+    if not value.size or value.dtype.kind in "OUSc":
+        return None
+    try:
+        return value.astype(np.float64)
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclass
@@ -77,13 +108,16 @@ class RunResult:
     outputs: list[OutputSummary]
     warnings: list[str]
     saved: str | None = None
+    #: Where each input came from: given (file, literal, image) or synthesized (and how), shape and type.
+    inputs: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
             "schema": SCHEMA, "model": self.model, "target": self.target, "providers": self.providers,
             "iobinding": self.iobinding, "compile_seconds": self.compile_seconds, "latency_ms": self.latency_ms,
             "input_shapes": self.input_shapes, "placement": self.placement,
-            "outputs": [o.to_dict() for o in self.outputs], "warnings": self.warnings, "saved": self.saved,
+            "inputs": self.inputs, "outputs": [o.to_dict() for o in self.outputs], "warnings": self.warnings,
+            "saved": self.saved,
         }
 
 
@@ -95,15 +129,17 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def run_command(
     model: Annotated[str, typer.Argument(help="An .onnx file or a built-in zoo:NAME (see `onnxaccel zoo list`).")],
-    inputs: Annotated[list[str] | None, typer.Option("--input", "-i", help="NAME=FILE (.npy, .npz or an image); "
-                      "a bare .npz feeds every input it names. Inputs not given are synthesized.")] = None,
+    inputs: InputOpt = None,
+    value_range: ValueRangeOpt = None,
     target: TargetOpt = "auto",
     precision: PrecisionOpt = None,
     ep_option: EpOptionOpt = None,
     shape: ShapeOpt = None,
     batch: BatchOpt = None,
     topk: Annotated[int, typer.Option("--topk", "-k", help="Show the K best classes of classifier outputs.")] = 5,
-    save: Annotated[Path | None, typer.Option("--save", help="Write every output to this .npz file.")] = None,
+    save: Annotated[Path | None, typer.Option("--save", help="Write the outputs: FILE.npz (arrays), or a folder "
+                    "(a name ending in / or without suffix) or FILE.pb for ONNX protobufs output_K.pb, as ONNX's "
+                    "test data sets store them (every type: sequences, optionals, bfloat16, int4...).")] = None,
     iobinding: Annotated[bool, typer.Option("--iobinding/--no-iobinding", help="Keep inputs and outputs on the "
                          "device (IO binding) or pass numpy arrays.")] = True,
     strict: StrictOpt = False,
@@ -140,28 +176,26 @@ def run_command(
     if pre.layout not in ("nchw", "nhwc"):
         raise InputError(f"--layout must be nchw or nhwc, got '{layout}'.", "Use --layout nchw or --layout nhwc.")
     prepared = prepare(model, tgt, inputs=inputs or [], shapes=parse_shape_bindings(shape or []), batch=batch,
-                       strict=strict, preprocess=pre, seed=seed, check=not no_check)
+                       strict=strict, preprocess=pre, seed=seed, check=not no_check,
+                       value_ranges=parse_value_ranges(value_range))
     runner = prepared.runner
     start = time.perf_counter()
-    if iobinding:
-        bound = runner.bind(prepared.feeds)
-        bound.run()
-        outputs = bound.outputs()
-    else:
-        outputs = runner.run(prepared.feeds)
+    outputs = prepared.run(iobinding=iobinding)
     latency = (time.perf_counter() - start) * 1e3
+    warnings = list(prepared.warnings)
     saved = None
     if save is not None:
-        save.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(save, **outputs)
-        saved = str(save)
+        saved, skipped = save_outputs(save, outputs, prepared.model)
+        if skipped:
+            warnings.append(f"not saved in {save.name} (a .npz holds arrays only): {', '.join(skipped)}; "
+                            f"use --save DIR/ for ONNX .pb files of every type")
     result = RunResult(
         model=model, target=str(tgt), providers=runner.providers, iobinding=iobinding,
         compile_seconds=runner.compile_seconds, latency_ms=latency,
         input_shapes={k: list(v) for k, v in prepared.model.input_shapes.items()},
         placement=runner.placement.to_dict(),
         outputs=[OutputSummary.of(k, v, topk) for k, v in outputs.items()],
-        warnings=prepared.warnings, saved=saved,
+        warnings=warnings, saved=saved, inputs=[o.to_dict() for o in prepared.origins],
     )
     if as_json:
         print_json(result.to_dict())
@@ -169,11 +203,48 @@ def run_command(
     _render(result)
 
 
+def save_outputs(path: Path, outputs: dict, model: Model) -> tuple[str, list[str]]:
+    """Write outputs to ``path``: a .npz of the arrays (returns the outputs a .npz cannot hold), or a folder
+    (or ``FILE.pb`` for a single output) of ONNX protobufs ``output_K.pb``, K in the graph's output order."""
+    if path.suffix.lower() == ".npz":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        arrays, skipped = {}, []
+        for name, value in outputs.items():
+            if isinstance(value, np.ndarray) and value.dtype.kind not in "OV":
+                arrays[name] = value
+            elif isinstance(value, np.ndarray) and value.dtype.kind == "O":
+                arrays[name] = value.astype(str)  # numpy unicode: loads without pickles
+            elif isinstance(value, np.ndarray):
+                arrays[name] = value  # ml_dtypes arrays are stored by their bits ('|V2'); they load as such
+            else:
+                skipped.append(f"{name} ({'empty optional' if value is None else type(value).__name__})")
+        np.savez(path, **arrays)
+        return str(path), skipped
+    types = {s.name: s.type_proto for s in model.outputs}
+    if path.suffix.lower() == ".pb" and len(outputs) == 1:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        name, value = next(iter(outputs.items()))
+        write_pb(path, value, name, types.get(name))
+        return str(path), []
+    if path.suffix and path.suffix.lower() not in (".pb",):
+        raise InputError(f"--save {path}: write a .npz file, a .pb file (one output) or a folder.",
+                         "e.g. --save out.npz or --save outputs/")
+    folder = path.with_suffix("") if path.suffix else path
+    folder.mkdir(parents=True, exist_ok=True)
+    for index, (name, value) in enumerate(outputs.items()):
+        write_pb(folder / f"output_{index}.pb", value, name, types.get(name))
+    return str(folder), []
+
+
 def _render(result: RunResult) -> None:
     for message in result.warnings:
         (warn if "fall" in message or "took" in message else note)(message)
-    shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in result.input_shapes.items())
+    shapes = ", ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in result.input_shapes.items())
     console.print(f"[bold]{escape(result.model)}[/] on [bold]{escape(result.target)}[/] ({result.providers[0]}); inputs {shapes}")
+    for origin in result.inputs:
+        shape = "x".join(map(str, origin["shape"])) if origin["shape"] else ("scalar" if origin["shape"] == [] else "")
+        console.print(f"  input {origin['name']}: {origin['type']} {shape}, {origin['source']} ({origin['detail']})",
+                      markup=False, highlight=False)
     console.print(f"placement: {result.placement['summary']}", markup=False)
     console.print(f"session created in {result.compile_seconds * 1e3:.1f} ms; first run "
                   f"{result.latency_ms:.2f} ms ({'IO binding' if result.iobinding else 'numpy in/out'})")
@@ -182,7 +253,8 @@ def _render(result: RunResult) -> None:
         table.add_column(col, justify="right" if col in ("min", "max", "mean") else "left")
     for out in result.outputs:
         fmt = (lambda v: "-" if v is None else f"{v:.4g}")
-        table.add_row(out.name, out.dtype, "x".join(map(str, out.shape)), fmt(out.min), fmt(out.max),
+        shape = f"[{out.shape[0]}]" if out.kind == "sequence" else "x".join(map(str, out.shape)) or "scalar"
+        table.add_row(out.name, out.dtype, "-" if out.kind == "none" else shape, fmt(out.min), fmt(out.max),
                       fmt(out.mean), f"{out.nan}/{out.inf}" if out.nan or out.inf else "0")
     console.print(table)
     for out in result.outputs:

@@ -9,11 +9,14 @@ loud one.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import io
 import json
 import os
+import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Mapping
@@ -22,7 +25,7 @@ from importlib import metadata
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 from packaging.version import Version
 
 from onnxaccel.engines.base import CPU, BoundRun, PlacedNode, Placement, Runner
@@ -161,7 +164,13 @@ class OrtRunner(Runner):
     def _session_options(self):
         ort = self.ort
         so = ort.SessionOptions()
-        so.log_severity_level = 2
+        # Fixed for the session's life: its runs log through a logger of this severity too (RunOptions'
+        # run_log_severity_level defaults to -1, "use the log severity from the InferenceSession";
+        # microsoft/onnxruntime include/onnxruntime/core/framework/run_options.h, 1.32). Quiet (4) also drops
+        # the session logger's lines from the captured creation log; provider-load failures still reach it
+        # through the default logger, which capture_native_stderr opens to warnings while it captures.
+        so.log_severity_level = runtime_log_severity()
+        _apply_default_logger(ort)
         if self.version >= ASSIGNMENT_INFO_SINCE:
             so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
         for key, value in self.target.session_options().items():
@@ -247,12 +256,36 @@ class OrtRunner(Runner):
         return dict(self.session.get_provider_options().get(self.target.provider, {}))
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Host in, host out. Tensors of types numpy lacks (bfloat16, float8, int4: ml_dtypes arrays) travel
+        as OrtValues built from their bits; sequences come back as lists, optionals as None or the value."""
         names = self._output_names
+        raw = self._raw_io()
         try:
-            values = self.session.run(names, dict(feeds))
+            if raw is None:  # the common case: plain numpy in and out, no per-run overhead
+                values = self.session.run(names, dict(feeds))
+            else:
+                values = self._run_raw(feeds, *raw)
         except Exception as exc:  # noqa: BLE001
             raise _inference_error(self.target, exc) from exc
         return dict(zip(names, values))
+
+    def _raw_io(self) -> tuple[frozenset, bool] | None:
+        """(inputs, whether any output) of element types numpy has no dtype for; None when there are none."""
+        if "_raw" not in self.__dict__:
+            inputs = frozenset(s.name for s in self.model.inputs if _raw_elem(s.elem_type))
+            outputs = any(_raw_elem(s.elem_type) for s in self.model.outputs)
+            self._raw = (inputs, outputs) if inputs or outputs else None
+        return self._raw
+
+    def _run_raw(self, feeds: Mapping[str, np.ndarray], raw_inputs: frozenset, raw_outputs: bool) -> list:
+        ort, names = self.ort, self._output_names
+        values = {k: _raw_ortvalue(ort, v) if k in raw_inputs and isinstance(v, np.ndarray) else v
+                  for k, v in feeds.items()}
+        if not raw_outputs:
+            return self.session.run(names, values)  # session.run takes OrtValues among the feeds
+        values = {k: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(v)
+                  for k, v in values.items()}
+        return [_host_value(v) for v in self.session.run_with_ort_values(names, values)]
 
     def bind(self, feeds: Mapping[str, np.ndarray], *,
              fixed_outputs: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None) -> OrtBoundRun:
@@ -265,19 +298,34 @@ class OrtRunner(Runner):
 
 
 class OrtBoundRun(BoundRun):
-    """IO binding: inputs copied to the device once, outputs allocated there by ONNX Runtime."""
+    """IO binding: inputs copied to the device once, outputs allocated there by ONNX Runtime.
+
+    Models with sequence, optional, map or string inputs or outputs are not IO-bound (ONNX Runtime binds
+    tensors, and "Creation of OrtValues is currently only supported from non-string numpy arrays" on 1.32):
+    they run through :meth:`OrtRunner.run` with host values instead, which gives the same results."""
 
     def __init__(self, runner: OrtRunner, feeds: Mapping[str, np.ndarray], *,
                  fixed_outputs: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None):
         self.runner = runner
         ort = runner.ort
         self.device, self.device_id, self.vendor = _ortvalue_device(runner.target)
-        self.binding = runner.session.io_binding()
-        self.values = {}
-        for name, array in feeds.items():
-            self.values[name] = _ortvalue(ort, np.ascontiguousarray(array), self.device, self.device_id, self.vendor)
-            self.binding.bind_ortvalue_input(name, self.values[name])
         self.output_names = [o.name for o in runner.session.get_outputs()]
+        self.values = {}
+        self._host_feeds: dict | None = None
+        self._host_outputs: dict = {}
+        if not all(s.is_tensor and s.elem_type != onnx.TensorProto.STRING
+                   for s in (*runner.model.inputs, *runner.model.outputs)):
+            self._host_feeds = dict(feeds)
+            return
+        self.binding = runner.session.io_binding()
+        self._raw_outputs = {s.name for s in runner.model.outputs if _raw_elem(s.elem_type)}
+        for name, array in feeds.items():
+            if _raw_elem(runner.model.input(name).elem_type):
+                # Bound as a host OrtValue: ONNX Runtime copies it to the device for the run.
+                self.values[name] = _raw_ortvalue(ort, array)
+            else:
+                self.values[name] = _ortvalue(ort, _c_order(array), self.device, self.device_id, self.vendor)
+            self.binding.bind_ortvalue_input(name, self.values[name])
         if fixed_outputs is None:
             self._bind_outputs_on_device()
             return
@@ -292,32 +340,106 @@ class OrtBoundRun(BoundRun):
 
     def _bind_outputs_on_device(self) -> None:
         for name in self.output_names:
-            if self.vendor is not None:
+            if name in self._raw_outputs:
+                self.binding.bind_output(name, "cpu")  # read back from their bits, on the host
+            elif self.vendor is not None:
                 self.binding.bind_output(name, self.device, self.device_id, vendor_id=self.vendor)
             else:
                 self.binding.bind_output(name, self.device, self.device_id)
 
     def update(self, feeds: Mapping[str, np.ndarray]) -> None:
+        if self._host_feeds is not None:
+            self._host_feeds.update(feeds)
+            return
         for name, array in feeds.items():
-            self.values[name].update_inplace(np.ascontiguousarray(array))
+            if _raw_elem(self.runner.model.input(name).elem_type):
+                self.values[name] = _raw_ortvalue(self.runner.ort, array)
+                self.binding.bind_ortvalue_input(name, self.values[name])
+            else:
+                self.values[name].update_inplace(_c_order(array))
 
     def run(self) -> None:
+        if self._host_feeds is not None:
+            self._host_outputs = self.runner.run(self._host_feeds)
+            return
         try:
             self.runner.session.run_with_iobinding(self.binding)
         except Exception as exc:  # noqa: BLE001
             raise _inference_error(self.runner.target, exc) from exc
 
     def outputs(self) -> dict[str, np.ndarray]:
-        return dict(zip(self.output_names, self.binding.copy_outputs_to_cpu()))
+        if self._host_feeds is not None:
+            return dict(self._host_outputs)
+        if not self._raw_outputs:
+            return dict(zip(self.output_names, self.binding.copy_outputs_to_cpu()))
+        return dict(zip(self.output_names, (_host_value(v) for v in self.binding.get_outputs())))
 
     def input_addresses(self) -> dict[str, int] | None:
-        if self.device == "cpu":
+        if self.device == "cpu" or self._host_feeds is not None:
             return None
         return {name: value.data_ptr() for name, value in self.values.items()}
 
     def device_outputs(self) -> list:
         """The OrtValues of the last run, still on the device."""
         return self.binding.get_outputs()
+
+
+def _c_order(array) -> np.ndarray:
+    """C-contiguous without losing 0-d shape (np.ascontiguousarray returns at least 1-d)."""
+    array = np.asarray(array)
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
+
+
+def _raw_elem(elem_type: int) -> bool:
+    """True for tensor element types numpy has no dtype of its own for (bfloat16, float8, int4/uint4, float4,
+    int2): ONNX Runtime's Python binding neither takes nor returns them as numpy arrays: its numpy type map
+    (microsoft/onnxruntime, onnxruntime/python/onnxruntime_pybind_mlvalue.cc, NumpyTypeToOnnxRuntimeType and
+    OnnxRuntimeTensorToNumpyType) has no entry for them ("Numpy_type 256 can't be converted to MLDataType",
+    "No corresponding Numpy type for Tensor Type. bfloat16" on 1.32.0; float8 comes back as uint8 bits)."""
+    return elem_type in _RAW_ELEM_TYPES
+
+
+_RAW_ELEM_TYPES = frozenset(
+    getattr(onnx.TensorProto, n) for n in (
+        "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4",
+        "FLOAT4E2M1", "FLOAT8E8M0", "UINT2", "INT2") if hasattr(onnx.TensorProto, n))
+
+
+def _raw_ortvalue(ort, array):
+    """A host OrtValue of an ml_dtypes array: allocated by ONNX Runtime with the ONNX type, filled with the
+    array's ONNX bytes (onnx.numpy_helper packs int4/uint4 two to a byte, as ONNX Runtime stores them)."""
+    if not isinstance(array, np.ndarray):
+        return array
+    proto = numpy_helper.from_array(array)
+    value = ort.OrtValue.ortvalue_from_shape_and_type(list(array.shape), proto.data_type)
+    data = proto.raw_data
+    if len(data) != value.tensor_size_in_bytes():
+        raise InferenceError(f"Cannot pass a {array.dtype} tensor of shape {list(array.shape)} to ONNX Runtime "
+                             f"({len(data)} bytes, it expects {value.tensor_size_in_bytes()}).",
+                             "Give the input as a .pb file written by onnx.numpy_helper.from_array.")
+    ctypes.memmove(value.data_ptr(), data, len(data))
+    return value
+
+
+def _host_value(value):
+    """An output OrtValue as a host value: ml_dtypes arrays from the bits of types numpy lacks, else numpy."""
+    if value is None:
+        return None
+    if value.is_tensor() and value.has_value():
+        elem = _ELEM_OF_TYPE_TEXT.get(value.data_type())
+        if elem is not None:
+            # Read on the host: raw outputs are bound to "cpu" (OrtBoundRun) or returned there by run_with_ort_values.
+            data = ctypes.string_at(value.data_ptr(), value.tensor_size_in_bytes())
+            proto = onnx.TensorProto(data_type=elem, dims=value.shape(), raw_data=data)
+            return numpy_helper.to_array(proto)
+    if not value.has_value():
+        return None
+    return value.numpy()
+
+
+#: ONNX Runtime's type strings (OrtValue.data_type()) of the element types read from raw bits.
+_ELEM_OF_TYPE_TEXT = {
+    f"tensor({onnx.TensorProto.DataType.Name(t).lower().replace('_', '')})": t for t in _RAW_ELEM_TYPES}
 
 
 def _ortvalue_device(target: Target) -> tuple[str, int, int | None]:
@@ -385,6 +507,17 @@ def _session_error(target: Target, model: Model, exc: Exception, log: str) -> Ex
         found = diagnose(text)
         return ProviderOptionError(f"{target.provider}: {found.cause if found else exc}",
                                    found.fix if found else None, details=text.strip())
+    # ONNX Runtime only guarantees opset >= 7 of ai.onnx (its warning "ONNX Runtime only *guarantees* support
+    # for models stamped with opset version 7 or above", microsoft/onnxruntime onnxruntime/core/graph/model.cc,
+    # Model::Model); 1.32.0 has no kernel for several opset-6 ops ("Could not find an implementation for
+    # Gemm(6) node with name ''", seen on onnx's pytorch-converted test_Linear). The fix is a newer opset.
+    if 0 < model.default_opset < 7:
+        out = f"{model.path.stem}.opset13.onnx"
+        return ModelVersionError(
+            f"ONNX Runtime cannot run {model.source}: it uses opset {model.default_opset} of ai.onnx, older than "
+            f"the opset 7 ONNX Runtime supports ({first_error_line(str(exc))})",
+            f"Convert it to a newer opset: onnxaccel optimize {model.source} -o {out} --opset 13",
+            details=text)
     if "IR version" in text or "opset" in text and "support" in text:
         return ModelVersionError(f"ONNX Runtime cannot read {model.source}: {first_error_line(str(exc))}",
                                  "Upgrade onnxruntime, or re-export the model for an older opset.", details=text)
@@ -407,6 +540,51 @@ def _inference_error(target: Target, exc: Exception) -> InferenceError:
     )
 
 
+# -- ONNX Runtime's own log -------------------------------------------------------------------------------
+# ONNX Runtime writes its log lines ("[W:onnxruntime:...]", "[E:onnxruntime:...]", ANSI-coloured) to file
+# descriptor 2, from two loggers: each session's (severity from SessionOptions.log_severity_level, fixed at
+# creation and inherited by its runs) and the process-wide default logger (set_default_logger_severity; used
+# while providers are created and by some kernels). Severities: 0 verbose, 1 info, 2 warning, 3 error,
+# 4 fatal (microsoft/onnxruntime include/onnxruntime/core/common/logging/severity.h, 1.32).
+
+#: How much of the runtime's log reaches stderr, by level: "quiet" (nothing: failures reach the user as our
+#: own errors, with the runtime's text in their details), "verbose" (warnings and errors), "debug" (all).
+RUNTIME_LOG_SEVERITY = {"quiet": 4, "verbose": 2, "debug": 0}
+_runtime_log = {"level": "quiet", "explicit": False, "applied": None}
+_capture_lock = threading.Lock()
+_capture_depth = 0
+
+
+def set_runtime_log_level(level: str) -> None:
+    """Choose how much of ONNX Runtime's own log reaches stderr ("quiet", "verbose" or "debug"); the CLI calls
+    this from --verbose/--debug. Sessions built afterwards use it, and so does the process-wide default logger
+    (which is left alone until this is called)."""
+    if level not in RUNTIME_LOG_SEVERITY:
+        raise ValueError(f"runtime log level must be one of {', '.join(RUNTIME_LOG_SEVERITY)}, not {level!r}")
+    _runtime_log.update(level=level, explicit=True)
+    ort = sys.modules.get("onnxruntime")
+    if ort is not None:
+        _apply_default_logger(ort)
+
+
+def runtime_log_level() -> str:
+    return _runtime_log["level"]
+
+
+def runtime_log_severity() -> int:
+    """The ONNX Runtime severity for sessions: 4 (fatal only) unless --verbose (2) or --debug (0)."""
+    return RUNTIME_LOG_SEVERITY[_runtime_log["level"]]
+
+
+def _apply_default_logger(ort, severity: int | None = None) -> None:
+    if not _runtime_log["explicit"]:
+        return
+    severity = runtime_log_severity() if severity is None else severity
+    if _runtime_log["applied"] != severity and hasattr(ort, "set_default_logger_severity"):
+        ort.set_default_logger_severity(severity)
+        _runtime_log["applied"] = severity
+
+
 class _Captured:
     def __init__(self):
         self.file = tempfile.TemporaryFile(mode="w+b")
@@ -418,19 +596,39 @@ class _Captured:
 
 @contextlib.contextmanager
 def capture_native_stderr():
-    """Capture what native code writes to file descriptor 2 (ONNX Runtime logs there) and echo nothing."""
+    """Capture what native code writes to file descriptor 2 (ONNX Runtime logs there).
+
+    The text is kept for diagnosis (why a provider did not load), so while capturing, the default logger
+    logs warnings even when the runtime log is quiet. The captured text is echoed to stderr afterwards only
+    with --verbose or --debug."""
+    global _capture_depth
     captured = _Captured()
     try:
         fd = os.dup(2)
     except OSError:  # no stderr at all
         yield captured
         return
+    ort = sys.modules.get("onnxruntime")
+    with _capture_lock:
+        _capture_depth += 1
+        if ort is not None and _capture_depth == 1:
+            _apply_default_logger(ort, min(runtime_log_severity(), 2))
     try:
+        sys.stderr.flush()
         os.dup2(captured.file.fileno(), 2)
         yield captured
     finally:
         os.dup2(fd, 2)
         os.close(fd)
+        with _capture_lock:
+            _capture_depth -= 1
+            if ort is not None and _capture_depth == 0:
+                _apply_default_logger(ort)
+        if _runtime_log["level"] != "quiet":
+            text = captured.text()
+            if text:
+                sys.stderr.write(text if text.endswith("\n") else text + "\n")
+                sys.stderr.flush()
 
 
 def _probe_model() -> bytes:
