@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnxaccel.analysis.flops import MAC_OPS, NodeShapes, node_cost, numel
+from onnxaccel.analysis.flops import MAC_OPS, NodeShapes, node_cost, numel, uncounted_reason
 from onnxaccel.model import Model
 
 #: Initializers up to this many elements keep their values for shape inference (Reshape targets, axes).
@@ -36,14 +36,17 @@ class NodeStats:
     macs: int
     flops: int
     params: int
-    #: False when the op does arithmetic but a shape it needs could not be inferred.
+    #: False when the op does arithmetic that could not be counted; macs and flops are then 0 and
+    #: ``uncounted_reason`` says why (a shape is unknown, no rule for the op, a control-flow body).
     counted: bool = True
+    uncounted_reason: str | None = None
 
     def to_dict(self) -> dict:
         return {
             "index": self.index, "name": self.name, "op_type": self.op_type, "domain": self.domain,
             "output_shapes": [list(s) if s is not None else None for s in self.output_shapes],
             "macs": self.macs, "flops": self.flops, "params": self.params, "counted": self.counted,
+            "uncounted_reason": self.uncounted_reason,
         }
 
 
@@ -69,11 +72,18 @@ class GraphStats:
 
     @property
     def total_macs(self) -> int:
+        """MACs of the counted nodes: a lower bound when :attr:`partial`."""
         return sum(n.macs for n in self.nodes)
 
     @property
     def total_flops(self) -> int:
+        """FLOPs of the counted nodes: a lower bound when :attr:`partial`."""
         return sum(n.flops for n in self.nodes)
+
+    @property
+    def partial(self) -> bool:
+        """True when some node does arithmetic that is not in the totals."""
+        return any(not n.counted for n in self.nodes)
 
     @property
     def param_count(self) -> int:
@@ -86,6 +96,10 @@ class GraphStats:
     @property
     def uncounted(self) -> tuple[NodeStats, ...]:
         return tuple(n for n in self.nodes if not n.counted)
+
+    def uncounted_by_op(self) -> dict[str, int]:
+        """Uncounted nodes per op type, most frequent first."""
+        return dict(Counter(_op_key(n.domain, n.op_type) for n in self.uncounted).most_common())
 
     def flops_by_op(self) -> dict[str, int]:
         totals: Counter = Counter()
@@ -104,6 +118,8 @@ class GraphStats:
             "op_histogram": self.op_histogram,
             "total_macs": self.total_macs,
             "total_flops": self.total_flops,
+            # True: total_macs/total_flops are lower bounds; uncounted_by_op names what is missing.
+            "flops_partial": self.partial,
             "flops_by_op": self.flops_by_op(),
             "parameters": {
                 "count": self.param_count, "bytes": self.param_bytes,
@@ -115,6 +131,7 @@ class GraphStats:
                 if self.largest_activation else None,
             },
             "uncounted_nodes": [n.name for n in self.uncounted],
+            "uncounted_by_op": self.uncounted_by_op(),
             "notes": list(self.notes),
         }
         if nodes:
@@ -141,6 +158,7 @@ def graph_stats(model: Model) -> GraphStats:
             index=index, name=node.name or f"{node.op_type}_{index}", op_type=node.op_type,
             domain=node.domain, output_shapes=outs, macs=cost.macs if cost else 0,
             flops=cost.flops if cost else 0, params=node_params, counted=cost is not None,
+            uncounted_reason=None if cost is not None else uncounted_reason(node),
         ))
     total, peak, largest = _activation_memory(graph, shapes)
     notes = []
@@ -148,6 +166,10 @@ def graph_stats(model: Model) -> GraphStats:
     if missing:
         notes.append(f"{len(missing)} MAC op(s) without inferred shapes are not counted: "
                      + ", ".join(n.name for n in missing[:5]) + (" ..." if len(missing) > 5 else ""))
+    unknown = sorted({_op_key(n.domain, n.op_type) for n in nodes
+                      if not n.counted and n.uncounted_reason == "no FLOP rule for this op"})
+    if unknown:
+        notes.append("no FLOP rule for " + ", ".join(unknown) + ": these nodes are not counted.")
     sub = sum(_subgraph_node_count(n) for n in graph.node)
     if sub:
         notes.append(f"{sub} node(s) inside If/Loop/Scan bodies are not counted (they run data-dependently).")
@@ -222,10 +244,22 @@ def _symbolic_shape_inference(light: onnx.ModelProto) -> onnx.ModelProto | None:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
     except ImportError:
         return None
+    opset = next((o.version for o in light.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < 7:
+        return None  # it supports opset 7 and above only
+    # SymbolicShapeInference.infer_shapes saves "sym_shape_infer_temp.onnx" into the working directory when
+    # inference is incomplete (microsoft/onnxruntime onnxruntime/python/tools/symbolic_shape_infer.py, 1.32):
+    # take the same steps here, so that inspecting a model never writes a file beside the user's.
     try:
-        return SymbolicShapeInference.infer_shapes(light, auto_merge=True, guess_output_rank=False)
+        inference = SymbolicShapeInference(2**31 - 1, True, False, 0)  # int_max, auto_merge, guess_output_rank
+        inference._preprocess(light)
+        complete = False
+        while inference.run_:
+            complete = inference._infer_impl()
+        inference._update_output_from_vi()
     except Exception:  # noqa: BLE001 - it asserts on ops it does not know; fall back to onnx's inference
         return None
+    return inference.out_mp_ if complete else None
 
 
 def _shapes_by_name(inferred: onnx.GraphProto, original: onnx.GraphProto) -> dict[str, tuple[int, tuple | None]]:

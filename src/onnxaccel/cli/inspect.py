@@ -75,11 +75,16 @@ def _render(result: InspectResult, top: int) -> None:
     for spec in m.outputs:
         io.add_row("out", escape(spec.name), spec.dtype, escape(spec.shape_text()), "")
     console.print(io)
+    at_least = "≥ " if s.partial else ""  # the totals leave out the uncounted nodes: lower bounds
     console.print(
         f"{len(s.nodes)} nodes, {s.param_count:,} parameters ({_bytes(s.param_bytes)}), "
-        f"{_flops(s.total_flops)}FLOPs = {_flops(s.total_macs)}MACs per inference; activations: peak "
-        f"{_bytes(s.activation_peak_bytes)} live, {_bytes(s.activation_total_bytes)} if none were reused"
+        f"{at_least}{_flops(s.total_flops)}FLOPs = {at_least}{_flops(s.total_macs)}MACs per inference; "
+        f"activations: peak {_bytes(s.activation_peak_bytes)} live, {_bytes(s.activation_total_bytes)} if none "
+        "were reused"
     )
+    if s.partial:
+        console.print(f"[yellow]{len(s.uncounted)} node(s) uncounted:[/] " + escape(", ".join(
+            f"{op} x{count}" for op, count in s.uncounted_by_op().items())), highlight=False)
     ops = Table(title="ops", title_justify="left")
     for col, justify in (("op", "left"), ("count", "right"), ("FLOPs", "right"), ("% FLOPs", "right")):
         ops.add_column(col, justify=justify)
@@ -100,7 +105,8 @@ def _render(result: InspectResult, top: int) -> None:
         for n in (s.top_nodes(top) if top < len(s.nodes) else s.nodes):
             shape = n.output_shapes[0] if n.output_shapes else None
             table.add_row(str(n.index), escape(n.name), n.op_type, "x".join(map(str, shape)) if shape else "?",
-                          _flops(n.macs), _flops(n.flops) if n.counted else "?", f"{n.params:,}")
+                          _flops(n.macs) if n.counted else "?", _flops(n.flops) if n.counted else "?",
+                          f"{n.params:,}")
         console.print(table)
     for text in s.notes:
         note(text)

@@ -8,7 +8,7 @@ import typer
 
 from onnxaccel import __version__
 from onnxaccel.cli import (
-    batch, bench, cache, compare, doctor, inspect, loadtest, monitor, optimize, profile, run, serve, tune, zoo,
+    batch, bench, cache, check, compare, doctor, inspect, loadtest, monitor, optimize, profile, run, serve, tune, zoo,
 )
 from onnxaccel.cli.common import STATE
 
@@ -32,13 +32,20 @@ def _version(value: bool) -> None:
 def root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and raw runtime messages.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and raw runtime messages (ONNX Runtime's "
+                                        "log at verbose severity).")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show ONNX Runtime's own warnings and errors on stderr "
+                                          "(hidden by default; --json output on stdout stays JSON).")] = False,
 ) -> None:
     STATE["debug"] = debug
+    STATE["verbose"] = verbose
+    from onnxaccel.engines.ort import set_runtime_log_level
+
+    set_runtime_log_level("debug" if debug else "verbose" if verbose else "quiet")
 
 
 for module in (doctor, run, inspect, optimize, bench, tune, compare, profile, serve, loadtest, batch, monitor,
-               cache, zoo):
+               cache, zoo, check):
     module.register(app)
 
 
