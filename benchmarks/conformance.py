@@ -1,0 +1,295 @@
+"""ONNX conformance of onnxaccel against plain ONNX Runtime, over ONNX's own backend test suites.
+
+Suites: the node cases written from onnx's generators (``node``, ~1900 cases, written once into the cache)
+and the data shipped in the onnx wheel (simple, pytorch-converted, pytorch-operator, real, light). For every
+case:
+
+  (a) plain ONNX Runtime: an InferenceSession fed the .pb values (onnx.numpy_helper), outputs compared with
+      the same comparator `check` uses (ONNX's tolerances) -- the reference;
+  (b) `onnxaccel check` on the target (library API: discover + run_check);
+  (c) with --fp16: the model converted as `optimize --fp16` converts it (transform.fp16.convert_fp16, FP32
+      inputs/outputs kept), validated by onnx.checker.check_model(full_check=True) and rerun through `check`
+      within FP16 tolerances (conformance.tolerance FP16_RTOL/FP16_ATOL).
+
+  python benchmarks/conformance.py --out benchmarks/results/conformance_cpu
+  python benchmarks/conformance.py --target cuda --out benchmarks/results/conformance_cuda
+  python benchmarks/conformance.py --target cuda --precision fp16 --no-fp16 --out .../conformance_cuda_fp16
+
+Writes OUT.json and OUT.md (counts per suite; the cases plain ORT passes and onnxaccel does not, with the
+reason; the FP16 results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+SCHEMA = "onnxaccel.conformance-run/1"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from onnxaccel.conformance import TolerancePolicy, discover, run_check
+    from onnxaccel.conformance.onnx_suites import SUITES, suite_dir
+    from onnxaccel.target import parse_target
+
+    target = parse_target(args.target, precision=args.precision)
+    suites = args.suite or list(SUITES)
+    unknown = sorted(set(suites) - set(SUITES))
+    if unknown:
+        print(f"unknown suite(s): {', '.join(unknown)}; choose from {', '.join(SUITES)}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    from onnxaccel.paths import cache_root
+
+    fp16_dir = cache_root() / "conformance" / "fp16-models"  # converted models: cache, not results
+    report: dict = {"schema": SCHEMA, "command": " ".join(sys.argv), "target": str(target),
+                    "environment": _environment(), "suites": {}}
+    for suite in suites:
+        started = time.perf_counter()
+        cases = discover([suite_dir(suite)])
+        if args.limit:
+            cases = cases[: args.limit]
+        _progress(f"{suite}: {len(cases)} cases")
+        t0 = time.perf_counter()
+        reference = {c.name: ort_reference(c, target) for c in cases}
+        ort_seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        checked = run_check(cases, target, policy=TolerancePolicy(precision=target.precision))
+        check_seconds = time.perf_counter() - t0
+        by_name = {r.name: r for r in checked.cases}
+        regressions = [{"case": c.name, "status": by_name[c.name].status, "reason": _reason(by_name[c.name])}
+                       for c in cases if reference[c.name]["status"] == "pass"
+                       and by_name[c.name].status != "pass"]
+        entry = {
+            "cases": len(cases), "ort": _counts(r["status"] for r in reference.values()),
+            "check": checked.counts(), "ort_pass_check_not": regressions,
+            "check_pass_ort_not": [c.name for c in cases if by_name[c.name].status == "pass"
+                                   and reference[c.name]["status"] != "pass"],
+            "providers": checked.providers, "ort_seconds": round(ort_seconds, 2),
+            "check_seconds": round(check_seconds, 2),
+            "ort_results": reference,
+            "check_results": {r.name: {"status": r.status, "detail": r.detail()} for r in checked.cases},
+        }
+        if args.fp16:
+            t0 = time.perf_counter()
+            entry["fp16"] = fp16_run(cases, target, fp16_dir, TolerancePolicy(precision="fp16"))
+            entry["fp16"]["seconds"] = round(time.perf_counter() - t0, 2)
+        entry["seconds"] = round(time.perf_counter() - started, 2)
+        report["suites"][suite] = entry
+        _progress(f"{suite}: ORT {entry['ort']}, check {entry['check']}, {len(regressions)} regression(s), "
+                  f"{entry['seconds']:.0f} s")
+    json_path, md_path = out.with_suffix(".json"), out.with_suffix(".md")
+    json_path.write_text(json.dumps(report, indent=2, default=str))
+    md_path.write_text(markdown(report))
+    print(md_path.read_text())
+    return 0
+
+
+# --- (a) plain ONNX Runtime -----------------------------------------------------------------------------
+
+def ort_reference(case, target) -> dict:
+    """Run the case in a bare InferenceSession and compare with the conformance comparator."""
+    import onnxruntime as ort
+
+    from onnxaccel.conformance.tolerance import TolerancePolicy, compare_value
+
+    if case.skip or case.model is None:
+        return {"status": "skipped", "reason": case.skip}
+    try:
+        import onnx
+
+        model = onnx.load(str(case.model))
+        providers = [target.provider, "CPUExecutionProvider"] if target.engine == "ort" else ["CPUExecutionProvider"]
+        so = ort.SessionOptions()
+        so.log_severity_level = 3  # errors surface as exceptions; keep the runtime's warnings out of the run
+        session = ort.InferenceSession(str(case.model), so, providers=list(dict.fromkeys(providers)))
+        policy = TolerancePolicy().for_case(case.rtol, case.atol)
+        passed = True
+        worst = None
+        for data_set in case.data_sets:
+            feeds = _reference_feeds(model, case, data_set)
+            names = [o.name for o in model.graph.output]
+            actual = dict(zip(names, session.run(names, feeds)))
+            for k, path in enumerate(data_set.outputs):
+                spec = model.graph.output[k]
+                for check in compare_value(spec.name, _load_value(path, spec.type), actual[spec.name], policy):
+                    if not check.passed:
+                        passed = False
+                        worst = worst or check.summary()
+        return {"status": "pass" if passed else "fail", "reason": worst}
+    except Exception as exc:  # noqa: BLE001 - the reference's own failure is a result
+        return {"status": "error", "reason": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"}
+
+
+def _reference_feeds(model, case, data_set) -> dict:
+    if case.generated_inputs == "arange":
+        from onnxaccel.conformance.runner import _arange_inputs
+
+        return _arange_inputs(model)
+    return {model.graph.input[k].name: _load_value(path, model.graph.input[k].type)
+            for k, path in enumerate(data_set.inputs)}
+
+
+def _load_value(path: Path, type_proto):
+    """As onnx's runner loads a .pb (runner/__init__.py ``_load_proto``): by the graph's type, numpy_helper."""
+    import onnx
+    from onnx import numpy_helper
+
+    data = Path(path).read_bytes()
+    kind = type_proto.WhichOneof("value")
+    if kind == "sequence_type":
+        proto = onnx.SequenceProto()
+        proto.ParseFromString(data)
+        return numpy_helper.to_list(proto)
+    if kind == "optional_type":
+        proto = onnx.OptionalProto()
+        proto.ParseFromString(data)
+        return numpy_helper.to_optional(proto)
+    if kind == "map_type":
+        proto = onnx.MapProto()
+        proto.ParseFromString(data)
+        return numpy_helper.to_dict(proto)
+    proto = onnx.TensorProto()
+    proto.ParseFromString(data)
+    return numpy_helper.to_array(proto)
+
+
+# --- (c) optimize --fp16 ---------------------------------------------------------------------------------
+
+def fp16_run(cases, target, folder: Path, policy) -> dict:
+    """Convert each loadable case as `optimize --fp16` does, check it with onnx.checker (full_check) and rerun
+    it through `check` at FP32 (the model itself is FP16) within FP16 tolerances."""
+    import onnx
+
+    from onnxaccel.conformance import run_check
+    from onnxaccel.transform.fp16 import convert_fp16
+
+    fp32_target = dataclasses.replace(target, precision="fp32")
+    converted, failures, noops = [], [], []
+    for case in cases:
+        if case.skip or case.model is None:
+            continue
+        try:
+            proto = onnx.load(str(case.model))
+        except Exception:  # noqa: BLE001 - not loadable: not counted
+            continue
+        path = folder / case.name / "model.onnx"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fp16 = convert_fp16(proto, keep_io_types=True)
+        except Exception as exc:  # noqa: BLE001 - the conversion's verdict is the result
+            text = str(getattr(exc, "message", exc)).strip().splitlines()[0][:300]
+            (noops if "changed no node" in text else failures).append(
+                {"case": case.name, "stage": "convert", "reason": f"{type(exc).__name__}: {text}"})
+            continue
+        try:
+            onnx.checker.check_model(fp16, full_check=True)
+        except Exception as exc:  # noqa: BLE001 - the checker's verdict is the result
+            failures.append({"case": case.name, "stage": "checker",
+                             "reason": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"})
+            continue
+        onnx.save(fp16, str(path))
+        converted.append(dataclasses.replace(case, model=path))
+    checked = run_check(converted, fp32_target, policy=policy)
+    return {"loadable": len(converted) + len(failures) + len(noops), "nothing_to_convert": len(noops),
+            "converted": len(converted) + len(failures), "checker_pass": len(converted),
+            "checker_failures": failures, "noops": noops, "check": checked.counts(),
+            "not_passing": [{"case": r.name, "status": r.status, "reason": _reason(r)}
+                            for r in checked.cases if r.status != "pass"]}
+
+
+# --- report ------------------------------------------------------------------------------------------------
+
+def markdown(report: dict) -> str:
+    lines = [f"# ONNX conformance: onnxaccel check vs plain ONNX Runtime ({report['target']})", "",
+             f"`{report['command']}`", "",
+             "| suite | cases | ORT pass | check pass | fail | error | skipped | ORT pass, check not | "
+             "FP16 converted, checker ok | FP16 check pass | time (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    total = {"cases": 0, "ort": 0, "pass": 0, "fail": 0, "error": 0, "skipped": 0, "reg": 0, "fck": 0, "fpass": 0,
+             "floadable": 0}
+    for suite, e in report["suites"].items():
+        fp16 = e.get("fp16")
+        f_ok = f"{fp16['checker_pass']}/{fp16['converted']}" if fp16 else "-"
+        f_pass = f"{fp16['check']['pass']}/{fp16['checker_pass']}" if fp16 else "-"
+        lines.append(f"| {suite} | {e['cases']} | {e['ort']['pass']} | {e['check']['pass']} | {e['check']['fail']} "
+                     f"| {e['check']['error']} | {e['check']['skipped']} | {len(e['ort_pass_check_not'])} | {f_ok} "
+                     f"| {f_pass} | {e['seconds']:.0f} |")
+        for key, value in (("cases", e["cases"]), ("ort", e["ort"]["pass"]), ("reg", len(e["ort_pass_check_not"]))):
+            total[key] += value
+        for key in ("pass", "fail", "error", "skipped"):
+            total[key] += e["check"][key]
+        if fp16:
+            total["fck"] += fp16["checker_pass"]
+            total["fpass"] += fp16["check"]["pass"]
+            total["floadable"] += fp16["converted"]
+    lines.append(f"| **all** | {total['cases']} | {total['ort']} | {total['pass']} | {total['fail']} | "
+                 f"{total['error']} | {total['skipped']} | {total['reg']} | {total['fck']}/{total['floadable']} | "
+                 f"{total['fpass']}/{total['fck']} | |")
+    lines += ["", "FP16: models where `optimize --fp16` has nothing to convert (no float computation, or only "
+              "ops that must stay FP32) are refused by it as a no-op and not counted in the FP16 columns: "
+              + ", ".join(f"{s} {e['fp16']['nothing_to_convert']}" for s, e in report["suites"].items()
+                          if e.get("fp16")) + ".",
+              "", "## Cases plain ONNX Runtime passes and onnxaccel check does not", ""]
+    regressions = [(s, r) for s, e in report["suites"].items() for r in e["ort_pass_check_not"]]
+    lines += [f"- `{s}/{r['case'].split('/', 1)[-1]}` ({r['status']}): {r['reason']}"
+              for s, r in regressions] or ["none"]
+    for suite, e in report["suites"].items():
+        fp16 = e.get("fp16")
+        if not fp16 or not (fp16["checker_failures"] or fp16["not_passing"]):
+            continue
+        lines += ["", f"## FP16 ({suite}): not valid or not within FP16 tolerance", ""]
+        lines += [f"- `{f['case']}` ({f['stage']}): {f['reason']}" for f in fp16["checker_failures"]]
+        lines += [f"- `{f['case']}` ({f['status']}): {f['reason']}" for f in fp16["not_passing"]]
+    return "\n".join(lines) + "\n"
+
+
+def _reason(result) -> str:
+    text = result.detail()
+    return text if not result.hint or result.status != "error" else f"{text} (hint: {result.hint})"
+
+
+def _counts(statuses) -> dict:
+    counts = {"pass": 0, "fail": 0, "error": 0, "skipped": 0}
+    for status in statuses:
+        counts[status] += 1
+    return counts
+
+
+def _environment() -> dict:
+    import numpy
+    import onnx
+    import onnxruntime
+
+    import onnxaccel
+
+    return {"onnxaccel": onnxaccel.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
+            "numpy": numpy.__version__, "python": sys.version.split()[0]}
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="Output path without suffix: OUT.json and OUT.md are written.")
+    parser.add_argument("--suite", action="append", help="node, simple, pytorch-converted, pytorch-operator, real, "
+                        "light (repeatable; default: all).")
+    parser.add_argument("--target", "-t", default="cpu", help="Target string, e.g. cpu, cuda, migraphx.")
+    parser.add_argument("--precision", "-p", default=None, help="fp32 (default) or fp16.")
+    parser.add_argument("--limit", type=int, default=0, help="At most N cases per suite (0: all).")
+    parser.add_argument("--fp16", action=argparse.BooleanOptionalAction, default=True,
+                        help="Also convert each case to FP16 and check it (default: on).")
+    return parser
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

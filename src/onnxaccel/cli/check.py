@@ -1,0 +1,112 @@
+"""`onnxaccel check`: run ONNX test-case folders on a target and compare with their expected outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from onnxaccel.cli.common import (
+    EpOptionOpt, JsonOpt, PrecisionOpt, StrictOpt, TargetOpt, console, err_console, handle_errors, note,
+    print_json, resolve_target,
+)
+from onnxaccel.errors import UsageError
+
+_STYLE = {"pass": "green", "fail": "bold red", "error": "red", "skipped": "yellow"}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("check", help="Run ONNX test cases (model.onnx + test_data_set_N/input_K.pb, output_K.pb, as "
+                "ONNX's backend tests and the ONNX Model Zoo ship them) on a target and compare every output "
+                "with the expected one. Exit 1 on any failure or error.")(check_command)
+
+
+@handle_errors
+def check_command(
+    paths: Annotated[list[Path], typer.Argument(help="Test case folders, or parent folders to search for them.")],
+    target: TargetOpt = "auto",
+    precision: PrecisionOpt = None,
+    ep_option: EpOptionOpt = None,
+    atol: Annotated[float | None, typer.Option("--atol", help="Absolute tolerance for every float output "
+                    "(default: the case's data.json, else ONNX's 1e-7; 1e-3 at fp16).")] = None,
+    rtol: Annotated[float | None, typer.Option("--rtol", help="Relative tolerance for every float output "
+                    "(default: the case's data.json, else ONNX's 1e-3; 1e-2 at fp16).")] = None,
+    tolerances: Annotated[str | None, typer.Option("--tolerances", help="Default tolerances of this precision "
+                          "(fp32 or fp16) instead of the target's, e.g. fp16 for a model `optimize --fp16` "
+                          "wrote.")] = None,
+    filters: Annotated[list[str] | None, typer.Option("--filter", "-f", help="Run only cases whose name matches "
+                       "this glob (e.g. '*conv*'); repeatable.")] = None,
+    keep_going: Annotated[bool, typer.Option("--keep-going/--fail-fast", "-k/-x", help="Run every case (default), "
+                          "or stop at the first failure or error.")] = True,
+    strict: StrictOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    from onnxaccel.conformance import TolerancePolicy, discover, run_check
+
+    for label, value in (("atol", atol), ("rtol", rtol)):
+        if value is not None and not (value >= 0 and value != float("inf")):
+            raise UsageError(f"--{label} must be a finite number >= 0, got {value}.", f"e.g. --{label} 1e-3")
+    if tolerances not in (None, "fp32", "fp16"):
+        raise UsageError(f"--tolerances must be fp32 or fp16, got '{tolerances}'.", "e.g. --tolerances fp16")
+    tgt = resolve_target(target, precision, ep_option)
+    cases = discover([str(p) for p in paths], patterns=filters or ())
+    if not cases:
+        raise UsageError(f"No test case matches --filter {' '.join(filters or [])}.",
+                         "Check the glob; case names are paths like node/test_abs.")
+    policy = TolerancePolicy(precision=tolerances or tgt.precision, rtol=rtol, atol=atol)
+    if as_json:
+        report = run_check(cases, tgt, policy=policy, keep_going=keep_going, strict=strict)
+        print_json(report.to_dict())
+        raise typer.Exit(report.exit_code)
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True,
+                  disable=len(cases) < 5 or not err_console.is_terminal) as progress:
+        task = progress.add_task("checking", total=len(cases))
+
+        def advance(result) -> None:
+            progress.update(task, advance=1, description=f"checking {result.name[-30:]}")
+
+        report = run_check(cases, tgt, policy=policy, keep_going=keep_going, strict=strict, on_case=advance)
+    render(report)
+    raise typer.Exit(report.exit_code)
+
+
+def render(report) -> None:
+    for message in report.notes:
+        note(message)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, expand=False)
+    table.add_column("case", no_wrap=True, overflow="ellipsis", max_width=30)
+    table.add_column("status", no_wrap=True, width=7)
+    table.add_column("time", justify="right", no_wrap=True, width=7)
+    table.add_column("worst error / reason", no_wrap=True, overflow="ellipsis", max_width=28)
+    for case in report.cases:
+        style = _STYLE.get(case.status, "")
+        table.add_row(escape(_short(case.name, 30)), f"[{style}]{case.status}[/]", _seconds(case.seconds),
+                      escape(case.detail()))
+    console.print(table, width=min(console.width, 80))
+    hints: dict[str, list[str]] = {}
+    for case in report.cases:
+        if case.status == "error" and case.hint:
+            hints.setdefault(case.hint, []).append(case.name)
+    for hint, names in hints.items():
+        where = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
+        console.print(f"[bold cyan]hint[/] ({escape(where)}): {escape(hint)}", highlight=False)
+    providers = ", ".join(p.replace("ExecutionProvider", "") for p in report.providers) or "none"
+    colour = "green" if report.ok else "bold red"
+    console.print(f"[{colour}]{report.summary()}[/]", highlight=False)
+    console.print(f"target {escape(report.target)}: ran on {providers}, precision {report.precision}",
+                  highlight=False)
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1e3:.0f}ms" if value < 1 else f"{value:.1f}s"
+
+
+def _short(name: str, width: int) -> str:
+    """Keep the end of a long case name, where the case's own name is."""
+    return name if len(name) <= width else "…" + name[-(width - 1):]

@@ -1,0 +1,84 @@
+"""The comparator: ONNX's allclose rule and tolerances per element type, sequences, optionals, strings."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from onnxaccel.conformance.tolerance import ONNX_ATOL, ONNX_RTOL, TolerancePolicy, compare_value
+
+FP32 = TolerancePolicy()
+
+
+def one(expected, actual, policy=FP32):
+    (check,) = compare_value("y", expected, actual, policy)
+    return check
+
+
+def test_float32_uses_onnx_backend_defaults_and_reports_the_error_numbers():
+    assert FP32.for_dtype(np.dtype("float32")).rtol == ONNX_RTOL == 1e-3
+    assert FP32.for_dtype(np.dtype("float32")).atol == ONNX_ATOL == 1e-7
+    expected = np.array([1.0, 2.0, 4.0, 100.0], np.float32)
+    assert one(expected, expected * (1 + 5e-4)).passed
+    bad = expected.copy()
+    bad[3] += 1.0
+    check = one(expected, bad)
+    assert not check.passed and check.mismatched == 1 and check.size == 4
+    assert check.max_abs == pytest.approx(1.0) and check.max_rel == pytest.approx(0.01)
+
+
+def test_nan_equals_nan_and_infinities_must_match_in_sign():
+    expected = np.array([np.nan, np.inf, -np.inf, 1.0], np.float32)
+    assert one(expected, expected.copy()).passed
+    check = one(expected, np.array([np.nan, -np.inf, -np.inf, 1.0], np.float32))
+    assert not check.passed and check.mismatched == 1
+    assert not one(expected, np.array([0.0, np.inf, -np.inf, 1.0], np.float32)).passed
+
+
+def test_integers_booleans_and_strings_must_be_equal():
+    assert not one(np.array([1, 2], np.int64), np.array([1, 3], np.int64)).passed
+    assert one(np.array([True, False]), np.array([True, False])).passed
+    assert one(np.array([b"ab", b"c"], object), np.array(["ab", "c"], object)).passed
+    assert not one(np.array(["ab", "c"], object), np.array(["ab", "d"], object)).passed
+
+
+def test_shape_and_dtype_mismatch_fail_with_the_reason():
+    assert "shape" in one(np.zeros((2, 1), np.float32), np.zeros(2, np.float32)).reason
+    assert "dtype" in one(np.zeros(2, np.float32), np.zeros(2, np.float64)).reason
+
+
+def test_bfloat16_gets_two_ulps_as_onnx_runner_gives_it():
+    assert FP32.for_dtype(np.dtype(ml_dtypes.bfloat16)).rtol == 2 ** -6
+    expected = np.array([1.0, 3.0], ml_dtypes.bfloat16)
+    actual = (expected.astype(np.float32) * (1 + 2 ** -7)).astype(ml_dtypes.bfloat16)
+    assert one(expected, actual).passed
+
+
+def test_fp16_precision_is_looser_and_the_user_override_wins():
+    fp16 = TolerancePolicy(precision="fp16")
+    tol = fp16.for_dtype(np.dtype("float32"))
+    assert (tol.rtol, tol.atol) == (1e-2, 1e-3)
+    expected = np.array([1.0, 10.0], np.float32)
+    assert one(expected, expected * 1.005, fp16).passed and not one(expected, expected * 1.005).passed
+    user = TolerancePolicy(precision="fp16", rtol=0.0, atol=0.01)
+    assert user.for_dtype(np.dtype("float32")).rtol == 0.0
+    assert not one(expected, expected * 1.005, user).passed
+    # the case's own data.json tolerances replace ONNX's defaults, user overrides still win
+    case = TolerancePolicy().for_case(0.1, None)
+    assert case.for_dtype(np.dtype("float32")).rtol == 0.1
+
+
+def test_sequences_compare_element_by_element_and_by_length():
+    expected = [np.array([1.0], np.float32), np.array([2.0, 3.0], np.float32)]
+    checks = compare_value("seq", expected, [e.copy() for e in expected], FP32)
+    assert [c.name for c in checks] == ["seq[0]", "seq[1]"] and all(c.passed for c in checks)
+    (short,) = compare_value("seq", expected, expected[:1], FP32)
+    assert not short.passed and "length" in short.reason
+    assert not compare_value("seq", expected, np.zeros(2), FP32)[0].passed
+
+
+def test_optionals_compare_presence_then_value():
+    assert one(None, None).passed
+    assert not one(None, np.zeros(1, np.float32)).passed
+    assert not one(np.zeros(1, np.float32), None).passed
