@@ -311,3 +311,24 @@ def test_save_int4_float8_bf16_outputs(tmp_path, to):
     assert result.exit_code == 0, result.output
     with np.load(tmp_path / "y.npz") as saved:
         assert saved["y"].shape == (2, 3)
+
+
+def _gather_model(path):
+    emb = helper.make_tensor("E", TensorProto.FLOAT, [50, 4], np.arange(200, dtype=np.float32).tolist())
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["E", "ids"], ["y"])], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4])], [emb])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("command", [["compare", "-t", "cpu", "-p", "fp16"], ["profile", "-t", "cpu", "--runs", "1"]])
+def test_value_range_reaches_compare_and_profile(tmp_path, command):
+    model = str(_gather_model(tmp_path / "gather.onnx"))
+    runner = CliRunner()
+    ok = runner.invoke(app, [command[0], model, *command[1:], "--value-range", "ids=0,49"])
+    assert ok.exit_code == 0, ok.output
+    # Out of the 50 rows: the range was used (index-aware synthesis alone would stay in [0, 50)).
+    bad = runner.invoke(app, [command[0], model, *command[1:], "--value-range", "ids=60,70"])
+    assert bad.exit_code == 1 and "ids" in bad.output

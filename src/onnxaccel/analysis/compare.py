@@ -225,12 +225,14 @@ def compare_targets(
     batch: int | None = None,
     seed: int = 0,
     strict: bool = False,
+    value_ranges: Mapping[str, tuple[float, float]] | None = None,
 ) -> TargetComparison:
     """Run the model on both targets with the same feeds and compare the outputs."""
     from onnxaccel.pipeline import prepare
 
     check_tolerances(atol, rtol)
-    first = prepare(source, reference, inputs=inputs, shapes=shapes, batch=batch, seed=seed, strict=strict)
+    first = prepare(source, reference, inputs=inputs, shapes=shapes, batch=batch, seed=seed, strict=strict,
+                    value_ranges=value_ranges)
     try:
         ref_out = first.run()  # a failure names the synthesized inputs (pipeline.explain_failure)
         ref_run = _target_run(first)

@@ -171,7 +171,7 @@ def profile_runner(
         with capture_native_stderr():
             session = ort.InferenceSession(str(runner.model.path), so, providers=providers())
         # IO binding, as `bench` measures: inputs stay on the device, so runs show the model, not host copies.
-        bound = OrtBoundRun(SimpleNamespace(ort=ort, session=session, target=runner.target), feeds)
+        bound = OrtBoundRun(SimpleNamespace(ort=ort, session=session, target=runner.target, model=runner.model), feeds)
         try:
             for _ in range(warmup + runs):
                 bound.run()
@@ -270,13 +270,19 @@ def profile_model(
     shapes=None,
     batch: int | None = None,
     strict: bool = False,
+    value_ranges=None,
 ) -> ProfileResult:
     """Prepare the model for the target (as ``run`` does) and profile it."""
-    from onnxaccel.pipeline import prepare
+    from onnxaccel.errors import InferenceError
+    from onnxaccel.pipeline import explain_failure, prepare
 
-    prepared = prepare(source, target, inputs=inputs, shapes=shapes, batch=batch, strict=strict)
+    prepared = prepare(source, target, inputs=inputs, shapes=shapes, batch=batch, strict=strict,
+                       value_ranges=value_ranges)
     try:
-        parsed, _, notes = profile_runner(prepared.runner, prepared.feeds, runs=runs, warmup=warmup, trace=trace)
+        try:
+            parsed, _, notes = profile_runner(prepared.runner, prepared.feeds, runs=runs, warmup=warmup, trace=trace)
+        except InferenceError as exc:  # name the synthesized inputs, as run and compare do
+            raise explain_failure(exc, prepared.origins) from exc
         providers = list(prepared.runner.providers)
     finally:
         prepared.close()

@@ -9,8 +9,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from onnxaccel.analysis.compare import TargetComparison, check_tolerances, compare_targets, default_tolerances
+from onnxaccel.inputs import parse_value_ranges
 from onnxaccel.cli.common import (
-    BatchOpt, EpOptionOpt, JsonOpt, ShapeOpt, StrictOpt, console, err_console, handle_errors, note, print_json,
+    BatchOpt, EpOptionOpt, JsonOpt, ShapeOpt, StrictOpt, ValueRangeOpt, console, err_console, handle_errors, note, print_json,
     resolve_target, warn,
 )
 from onnxaccel.errors import UsageError
@@ -47,6 +48,7 @@ def compare_command(
                       "(a few intermediate tensors per session, bisecting along the graph).")] = False,
     per_session: Annotated[int, typer.Option(help="Intermediate tensors exposed per bisection session.")] = 4,
     seed: Annotated[int, typer.Option(help="Seed for synthesized inputs.")] = 0,
+    value_range: ValueRangeOpt = None,
     strict: StrictOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -58,7 +60,8 @@ def compare_command(
     if per_session < 1:
         raise UsageError(f"--per-session must be at least 1, got {per_session}.", "e.g. --per-session 4")
     comparison = compare_targets(model, reference, candidate, atol=atol, rtol=rtol, topk=topk, inputs=inputs or [],
-                                 shapes=parse_shape_bindings(shape or []), batch=batch, seed=seed, strict=strict)
+                                 shapes=parse_shape_bindings(shape or []), batch=batch, seed=seed, strict=strict,
+                                 value_ranges=parse_value_ranges(value_range))
     divergence = None
     if bisect and not comparison.result.passed:
         from onnxaccel.analysis.bisect import find_divergence

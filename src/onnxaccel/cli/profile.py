@@ -10,8 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from onnxaccel.analysis.profile import ProfileResult, profile_model
+from onnxaccel.inputs import parse_value_ranges
 from onnxaccel.cli.common import (
-    BatchOpt, EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, TargetOpt, console, handle_errors, note,
+    BatchOpt, EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, TargetOpt, ValueRangeOpt, console, handle_errors, note,
     print_json, resolve_target, warn,
 )
 from onnxaccel.errors import UsageError
@@ -43,6 +44,7 @@ def profile_command(
     top: Annotated[int, typer.Option("--top", help="Rows in the per-node hotspot table.")] = 15,
     kernels: Annotated[str | None, typer.Option("--kernels", help="Also profile GPU kernels with auto, rocprofv3, "
                        "rocprof or nsys (must be on PATH).")] = None,
+    value_range: ValueRangeOpt = None,
     strict: StrictOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -51,7 +53,7 @@ def profile_command(
     tgt = resolve_target(target, precision, ep_option)
     shapes = parse_shape_bindings(shape or [])
     result = profile_model(model, tgt, runs=runs, warmup=warmup, trace=trace, inputs=inputs or [], shapes=shapes,
-                           batch=batch, strict=strict)
+                           batch=batch, strict=strict, value_ranges=parse_value_ranges(value_range))
     if kernels:
         from onnxaccel.analysis.kernels import choose_tool, run_kernel_profile
 
