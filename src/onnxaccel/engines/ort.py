@@ -148,6 +148,10 @@ class OrtRunner(Runner):
         self._output_names = [o.name for o in self.session.get_outputs()]
         actual = self.session.get_providers()
         if actual[0] != target.provider:
+            if runtime_log_severity() > 2:
+                # Quiet sessions keep the session logger's reason for dropping the provider (e.g. a missing
+                # libhipblas) out of the captured log: build it once more at warning level, captured, to say why.
+                _, _, log = self._create_session(severity=2)
             raise _provider_failed(target, log, actual)
         self.placement = self._placement()
         if target.device != "cpu" and self.placement.fallback:
@@ -161,7 +165,7 @@ class OrtRunner(Runner):
 
     # -- session ---------------------------------------------------------------------------------------
 
-    def _session_options(self):
+    def _session_options(self, severity: int | None = None):
         ort = self.ort
         so = ort.SessionOptions()
         # Fixed for the session's life: its runs log through a logger of this severity too (RunOptions'
@@ -169,7 +173,7 @@ class OrtRunner(Runner):
         # microsoft/onnxruntime include/onnxruntime/core/framework/run_options.h, 1.32). Quiet (4) also drops
         # the session logger's lines from the captured creation log; provider-load failures still reach it
         # through the default logger, which capture_native_stderr opens to warnings while it captures.
-        so.log_severity_level = runtime_log_severity()
+        so.log_severity_level = runtime_log_severity() if severity is None else severity
         _apply_default_logger(ort)
         if self.version >= ASSIGNMENT_INFO_SINCE:
             so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
@@ -194,7 +198,7 @@ class OrtRunner(Runner):
             chain.append((CPU, {}))
         return chain
 
-    def _create_session(self):
+    def _create_session(self, severity: int | None = None):
         if self.target.device in ("cuda", "tensorrt") and hasattr(self.ort, "preload_dlls"):
             # Loads CUDA/cuDNN from pip's nvidia-* wheels when present; prints, never raises (ORT docs).
             with contextlib.redirect_stdout(io.StringIO()):
@@ -204,7 +208,7 @@ class OrtRunner(Runner):
         with capture_native_stderr() as log:
             try:
                 session = self.ort.InferenceSession(
-                    str(self.model.path), self._session_options(), providers=self._providers(),
+                    str(self.model.path), self._session_options(severity), providers=self._providers(),
                     enable_fallback=0,
                 )
             except Exception as exc:  # noqa: BLE001 - every runtime failure is translated below
@@ -579,6 +583,8 @@ def runtime_log_severity() -> int:
 def _apply_default_logger(ort, severity: int | None = None) -> None:
     if not _runtime_log["explicit"]:
         return
+    if severity is None and _capture_depth > 0:
+        return  # a capture has opened the default logger to warnings: keep it so until the capture ends
     severity = runtime_log_severity() if severity is None else severity
     if _runtime_log["applied"] != severity and hasattr(ort, "set_default_logger_severity"):
         ort.set_default_logger_severity(severity)
