@@ -76,12 +76,12 @@ def choose_level(requested: str, target: Target) -> tuple[str, str, list[str]]:
 
 def ort_optimize(proto: onnx.ModelProto, level: str, provider: str) -> onnx.ModelProto:
     """Run ONNX Runtime's graph optimizations at ``level`` with ``provider`` and return the saved graph."""
-    from onnxaccel.engines.ort import import_ort
+    from onnxaccel.engines.ort import capture_native_stderr, import_ort, runtime_log_severity
 
     ort = import_ort()
     so = ort.SessionOptions()
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _ORT_LEVEL[level])
-    so.log_severity_level = 3
+    so.log_severity_level = runtime_log_severity()  # quiet unless --verbose/--debug, as every session
     large = proto.ByteSize() > 1_800_000_000
     with tempfile.TemporaryDirectory(prefix="onnxaccel-graph-") as tmp:
         source = Path(tmp) / "in.onnx"
@@ -93,7 +93,8 @@ def ort_optimize(proto: onnx.ModelProto, level: str, provider: str) -> onnx.Mode
             so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "out.onnx.data")
         providers = [provider] + (["CPUExecutionProvider"] if provider != "CPUExecutionProvider" else [])
         try:
-            ort.InferenceSession(str(source), so, providers=providers)
+            with capture_native_stderr():  # echoed only with --verbose/--debug
+                ort.InferenceSession(str(source), so, providers=providers)
         except Exception as exc:  # noqa: BLE001
             first = str(exc).strip().splitlines()[0]
             raise ModelError(f"ONNX Runtime could not optimize the graph at level '{level}': {first}",
