@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from onnxaccel.conformance.tolerance import ONNX_ATOL, ONNX_RTOL, TolerancePolicy, compare_value
+from onnxaccel.conformance.tolerance import ONNX_ATOL, ONNX_RTOL, TolerancePolicy, compare_array, compare_value
 
 FP32 = TolerancePolicy()
 
@@ -82,3 +82,11 @@ def test_optionals_compare_presence_then_value():
     assert one(None, None).passed
     assert not one(None, np.zeros(1, np.float32)).passed
     assert not one(np.zeros(1, np.float32), None).passed
+
+
+def test_nan_outputs_are_named_in_the_summary_not_reported_as_max_abs_zero():
+    # An FP16 overflow on the H200 read "1000/1000 off, max abs 0, rel 0": every value NaN, no finite error.
+    policy = TolerancePolicy()
+    check = compare_array("prob", np.full(1000, 0.001, np.float32), np.full(1000, np.nan, np.float32), policy)
+    assert not check.passed and check.mismatched == 1000
+    assert "1000 NaN/Inf element(s) differ" in check.summary()

@@ -109,8 +109,11 @@ class OutputCheck:
     def summary(self) -> str:
         if self.reason and (self.mismatched == 0 or self.tolerance.exact):
             return f"{self.name}: {self.reason}"
-        return (f"{self.name}: {self.mismatched}/{self.size} off, max abs {self.max_abs:.3g}, "
-                f"rel {self.max_rel:.3g}")
+        text = f"{self.name}: {self.mismatched}/{self.size} off, max abs {self.max_abs:.3g}, rel {self.max_rel:.3g}"
+        if self.reason and "NaN/Inf" in self.reason:
+            # The errors above are over finite pairs only: say that the rest are NaN/Inf, not "max abs 0".
+            text += f" ({self.reason.split(';')[0]})"
+        return text
 
     def to_dict(self) -> dict:
         return {"name": self.name, "passed": self.passed, "dtype": self.dtype, "shape": self.shape,
@@ -175,8 +178,11 @@ def compare_array(name: str, expected: np.ndarray, actual: np.ndarray, policy: T
     reason = None
     if mismatched:
         special = int((~finite & ~same_special).sum())
-        reason = (f"{special} NaN/Inf element(s) differ" if special == mismatched else
-                  f"{mismatched} of {expected.size} element(s) beyond atol={tol.atol:g} + rtol={tol.rtol:g}*|expected|")
+        parts = [f"{special} NaN/Inf element(s) differ"] if special else []
+        if mismatched > special:
+            parts.append(f"{mismatched - special} of {expected.size} element(s) beyond atol={tol.atol:g} + "
+                         f"rtol={tol.rtol:g}*|expected|")
+        reason = "; ".join(parts)
     return OutputCheck(**base, passed=mismatched == 0, mismatched=mismatched, max_abs=max_abs,
                        max_rel=float(rel.max()) if rel.size else 0.0, reason=reason)
 
