@@ -63,16 +63,21 @@ def name_unnamed_nodes(proto: onnx.ModelProto) -> int:
     return count
 
 
-def keep_fp32_nodes(proto: onnx.ModelProto) -> list[str]:
-    """The node names the model's metadata asks FP16 conversion to keep in FP32."""
+def _metadata_list(proto: onnx.ModelProto, key: str) -> list:
+    """The JSON list stored under ``key`` in the model's metadata ([] when absent or not a list)."""
     for prop in proto.metadata_props:
-        if prop.key == KEEP_FP32_KEY:
+        if prop.key == key:
             try:
-                names = json.loads(prop.value)
+                value = json.loads(prop.value)
             except ValueError:
                 return []
-            return [str(n) for n in names] if isinstance(names, list) else []
+            return value if isinstance(value, list) else []
     return []
+
+
+def keep_fp32_nodes(proto: onnx.ModelProto) -> list[str]:
+    """The node names the model's metadata asks FP16 conversion to keep in FP32."""
+    return [str(n) for n in _metadata_list(proto, KEEP_FP32_KEY)]
 
 
 def set_metadata(proto: onnx.ModelProto, key: str, value: str) -> None:
@@ -329,14 +334,7 @@ def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
 
 def fp16_kept(proto: onnx.ModelProto) -> list[dict]:
     """The kept-in-FP32 list a converted model records in its metadata (:data:`KEPT_KEY`)."""
-    for prop in proto.metadata_props:
-        if prop.key == KEPT_KEY:
-            try:
-                value = json.loads(prop.value)
-            except ValueError:
-                return []
-            return value if isinstance(value, list) else []
-    return []
+    return _metadata_list(proto, KEPT_KEY)
 
 
 def weight_bytes_by_type(proto: onnx.ModelProto) -> dict[str, int]:
