@@ -168,7 +168,7 @@ def convert_fp16_detailed(
     except ImportError as exc:
         raise MissingDependencyError("onnxruntime", "cpu", "FP16 conversion") from exc
     from onnxaccel.transform.checkpoint import validate
-    from onnxaccel.transform.fp16_rules import provider_missing_kernel, schema_blocks
+    from onnxaccel.transform.fp16_rules import provider_missing_kernel, runtime_limit_blocks, schema_blocks
 
     model = onnx.ModelProto()
     model.CopyFrom(proto)
@@ -182,7 +182,7 @@ def convert_fp16_detailed(
             "Node names are listed by `onnxaccel inspect --nodes`; unnamed nodes are named <OpType>_<index>.",
         )
     requested_ops = set(op_block_list)
-    schema = schema_blocks(model)  # node name -> reason
+    schema = schema_blocks(model) | runtime_limit_blocks(model, provider)  # node name -> reason
     provider_ops: dict[str, str] = {}  # op type -> reason
     for _ in range(16):  # each round blocks at least one more op type, or stops
         ops = sorted(set(DEFAULT_OP_BLOCK_LIST) | requested_ops | set(provider_ops))
@@ -226,10 +226,13 @@ def _convert(model: onnx.ModelProto, keep_io_types: bool, ops: list[str], nodes:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     try:
-        return convert_float_to_float16(
+        converted = convert_float_to_float16(
             copy, keep_io_types=keep_io_types, op_block_list=ops, node_block_list=nodes or None,
             disable_shape_infer=copy.ByteSize() > 1_800_000_000,
         )
+        if keep_io_types:
+            _cast_sequence_io(model, converted)
+        return converted
     except Exception as exc:  # noqa: BLE001 - the converter raises plain exceptions on odd graphs
         raise ModelError(
             f"FP16 conversion failed: {type(exc).__name__}: {exc}",
@@ -238,6 +241,86 @@ def _convert(model: onnx.ModelProto, keep_io_types: bool, ops: list[str], nodes:
         ) from exc
     finally:
         logger.setLevel(level)
+
+
+def _float_sequence(value: onnx.ValueInfoProto, elem_type: int) -> bool:
+    """Whether ``value`` is a sequence of ``elem_type`` tensors."""
+    seq = value.type.sequence_type if value.type.HasField("sequence_type") else None
+    return bool(seq and seq.elem_type.HasField("tensor_type") and seq.elem_type.tensor_type.elem_type == elem_type)
+
+
+def _cast_sequence_io(original: onnx.ModelProto, converted: onnx.ModelProto) -> None:
+    """Keep sequence-of-float graph inputs and outputs float32, as ``keep_io_types`` does for tensors.
+
+    The converter casts only tensor inputs/outputs and retypes a ``seq(float)`` input or output to
+    ``seq(float16)``, which changes what the caller must feed or gets back (SplitToSequence, SequenceMap
+    models). There is no Cast for sequences, so each such input/output gets a Loop that casts element by
+    element (SequenceAt -> Cast -> SequenceInsert; Loop carries sequences since opset 11, as do the sequence
+    ops themselves), and its declared type is float again.
+    """
+    before = {v.name: v for v in list(original.graph.input) + list(original.graph.output)}
+    graph = converted.graph
+    taken = {n.name for n in graph.node} | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    to_half, to_float = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+
+    def fresh(base: str) -> str:
+        name, k = base, 0
+        while name in taken:
+            k += 1
+            name = f"{base}_{k}"
+        taken.add(name)
+        return name
+
+    front: list[onnx.NodeProto] = []
+    for value in graph.input:
+        if _float_sequence(value, to_half) and _float_sequence(before.get(value.name, value), to_float):
+            inner = fresh(f"{value.name}_fp16")
+            _rename_uses(graph, value.name, inner)
+            front += _sequence_cast_nodes(value.name, inner, to_half, fresh)
+            value.type.sequence_type.elem_type.tensor_type.elem_type = to_float
+    back: list[onnx.NodeProto] = []
+    for value in graph.output:
+        if _float_sequence(value, to_half) and _float_sequence(before.get(value.name, value), to_float):
+            inner = fresh(f"{value.name}_fp16")
+            for node in graph.node:
+                node.output[:] = [inner if o == value.name else o for o in node.output]
+            _rename_uses(graph, value.name, inner)
+            back += _sequence_cast_nodes(inner, value.name, to_float, fresh)
+            value.type.sequence_type.elem_type.tensor_type.elem_type = to_float
+    if front or back:
+        nodes = front + list(graph.node) + back
+        del graph.node[:]
+        graph.node.extend(nodes)
+
+
+def _rename_uses(graph: onnx.GraphProto, old: str, new: str) -> None:
+    """Make every node of ``graph`` and of its subgraphs (Loop/If/Scan bodies read outer names) read ``new``."""
+    for node in graph.node:
+        node.input[:] = [new if i == old else i for i in node.input]
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                _rename_uses(sub, old, new)
+
+
+def _sequence_cast_nodes(source: str, target: str, to: int, fresh) -> list[onnx.NodeProto]:
+    """Nodes computing ``target`` = every tensor of sequence ``source`` cast to ``to``."""
+    helper = onnx.helper
+    count, empty = fresh(f"{target}_length"), fresh(f"{target}_empty")
+    body = helper.make_graph(
+        [helper.make_node("SequenceAt", [source, "i"], ["item"]),
+         helper.make_node("Cast", ["item"], ["item_cast"], to=to),
+         helper.make_node("SequenceInsert", ["acc_in", "item_cast"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        f"{target}_cast_body",
+        [helper.make_tensor_value_info("i", onnx.TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", onnx.TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("acc_in", to, None)],
+        [helper.make_tensor_value_info("cond_out", onnx.TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("acc_out", to, None)],
+    )
+    return [helper.make_node("SequenceLength", [source], [count], name=fresh(f"{target}_length_node")),
+            helper.make_node("SequenceEmpty", [], [empty], dtype=to, name=fresh(f"{target}_empty_node")),
+            helper.make_node("Loop", [count, "", empty], [target], body=body, name=fresh(f"{target}_cast_loop"))]
 
 
 #: The checker's error names the node it failed on: "(op_type:X, node name: NAME): ...".
@@ -263,11 +346,12 @@ def _repair(model, converted, keep_io_types, ops, nodes, schema) -> onnx.ModelPr
             found = _FAILED_NODE.search(exc.details or "")
             node = found.group(1).strip() if found else None
             if node not in names or node in schema or node in nodes:
+                validate(converted, "FP16 conversion (onnxruntime.transformers.float16)", original=model)
                 raise
             detail = (exc.details or "").strip().splitlines()[0].split("): ")[-1]
             schema[node] = f"FP16 would make the graph invalid (onnx.checker: {detail[:160]})"
             converted = _convert(model, keep_io_types, ops, sorted(set(nodes) | set(schema)))
-    return validate(converted, "FP16 conversion (onnxruntime.transformers.float16)")
+    return validate(converted, "FP16 conversion (onnxruntime.transformers.float16)", original=model)
 
 
 def _ensure_default_opset(proto: onnx.ModelProto) -> None:
@@ -324,6 +408,8 @@ def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
     for value in list(graph.input) + list(graph.output) + list(graph.value_info):
         if value.type.HasField("tensor_type"):
             types[value.name] = value.type.tensor_type.elem_type
+        elif value.type.HasField("sequence_type") and value.type.sequence_type.elem_type.HasField("tensor_type"):
+            types[value.name] = value.type.sequence_type.elem_type.tensor_type.elem_type  # seq(float16) counts
     for node in graph.node:
         if node.op_type == "Constant":
             for attr in node.attribute:

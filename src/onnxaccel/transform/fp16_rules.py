@@ -12,6 +12,8 @@
   optimizations off, "Failed to find kernel for OP(VERSION) (node:'...' ep:'...')" (both seen with
   onnxruntime 1.32.0). The caller blocks that op type and converts again; an op that still fails in FP32
   (e.g. Gemm(6) of an opset-6 model: "Version mismatch") is not an FP16 matter and is unblocked.
+* Kernel limits a session cannot show: a kernel registered for float16 that refuses it at run time for some
+  attribute values (:data:`RUNTIME_FP16_LIMITS`, e.g. ScatterND with reduction='add' on the CPU).
 """
 
 from __future__ import annotations
@@ -25,6 +27,35 @@ import onnx
 _FLOAT = "tensor(float)"
 _HALF = "tensor(float16)"
 _MISSING_KERNEL = re.compile(r"(?:Could not find an implementation|Failed to find kernel) for (\w+)\((\d+)\)")
+
+
+#: (provider, op type, attribute, values) whose float16 kernel fails at run time ("ORT_NOT_IMPLEMENTED" inside
+#: Compute, so building the session succeeds). microsoft/onnxruntime commit 178ba40cdff6cdf187e4ab8343171aacd2fc01dc:
+#: onnxruntime/core/providers/cpu/tensor/scatter.cc, Func_Add<MLFloat16> / Func_Mul<MLFloat16> ("CPU execution
+#: provider: MLFloat16 data type is not supported with ScatterElements opset 16 when reduction is 'add'."; min
+#: and max have float16 there), and scatter_nd.cc, Func_{Add,Mul,Min,Max}_ND<MLFloat16> (the same text for
+#: ScatterND, 'add' and 'mul' since opset 16, 'min' and 'max' since opset 18). Held by
+#: tests/transform/test_fp16_rules.py against the vendored lines in tests/transform/upstream/.
+RUNTIME_FP16_LIMITS: tuple[tuple[str, str, str, frozenset[str]], ...] = (
+    ("CPUExecutionProvider", "ScatterElements", "reduction", frozenset({"add", "mul"})),
+    ("CPUExecutionProvider", "ScatterND", "reduction", frozenset({"add", "mul", "min", "max"})),
+)
+
+
+def runtime_limit_blocks(proto: onnx.ModelProto, provider: str | None) -> dict[str, str]:
+    """{node name: reason} for main-graph nodes whose ``provider`` kernel refuses float16 for their attributes."""
+    if provider is None:
+        return {}
+    blocks = {}
+    for node in proto.graph.node:
+        for limit_provider, op, attribute, values in RUNTIME_FP16_LIMITS:
+            if limit_provider != provider or node.op_type != op or node.domain not in ("", "ai.onnx"):
+                continue
+            value = next((a.s.decode() for a in node.attribute if a.name == attribute), "none")
+            if value in values:
+                blocks[node.name] = (f"{provider} has no float16 {op} with {attribute}='{value}' (ONNX Runtime "
+                                     f"refuses it at run time: \"MLFloat16 data type is not supported with {op}\")")
+    return blocks
 
 
 def schema_blocks(proto: onnx.ModelProto) -> dict[str, str]:
