@@ -33,9 +33,10 @@ _MISSING_KERNEL = re.compile(r"(?:Could not find an implementation|Failed to fin
 #: Compute, so building the session succeeds). microsoft/onnxruntime commit 178ba40cdff6cdf187e4ab8343171aacd2fc01dc:
 #: onnxruntime/core/providers/cpu/tensor/scatter.cc, Func_Add<MLFloat16> / Func_Mul<MLFloat16> ("CPU execution
 #: provider: MLFloat16 data type is not supported with ScatterElements opset 16 when reduction is 'add'."; min
-#: and max have float16 there), and scatter_nd.cc, Func_{Add,Mul,Min,Max}_ND<MLFloat16> (the same text for
-#: ScatterND, 'add' and 'mul' since opset 16, 'min' and 'max' since opset 18). Held by
-#: tests/transform/test_fp16_rules.py against the vendored lines in tests/transform/upstream/.
+#: and max have float16 there; the message as onnxruntime 1.32.0 raises it), and scatter_nd.cc,
+#: Func_{Add,Mul,Min,Max}_ND<MLFloat16> (the same text for ScatterND, 'add' and 'mul' since opset 16, 'min' and
+#: 'max' since opset 18). Held by tests/transform/test_fp16_rules.py against the vendored scatter_nd.cc lines
+#: (tests/transform/upstream/ort_scatter_nd_fp16.txt) and against the installed ONNX Runtime.
 RUNTIME_FP16_LIMITS: tuple[tuple[str, str, str, frozenset[str]], ...] = (
     ("CPUExecutionProvider", "ScatterElements", "reduction", frozenset({"add", "mul"})),
     ("CPUExecutionProvider", "ScatterND", "reduction", frozenset({"add", "mul", "min", "max"})),
