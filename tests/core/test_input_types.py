@@ -332,3 +332,14 @@ def test_value_range_reaches_compare_and_profile(tmp_path, command):
     # Out of the 50 rows: the range was used (index-aware synthesis alone would stay in [0, 50)).
     bad = runner.invoke(app, [command[0], model, *command[1:], "--value-range", "ids=60,70"])
     assert bad.exit_code == 1 and "ids" in bad.output
+
+
+def test_bench_failure_on_synthesized_inputs_names_them(gather50):
+    """bench used to report the bare ONNX Runtime error ("Check input shapes and dtypes") for such a cell."""
+    result = CliRunner().invoke(app, ["bench", str(gather50), "-t", "cpu", "--batch", "8", "--runs", "2",
+                                      "--warmup", "0", "--value-range", "ids=0,5000", "--json"])
+    assert result.exit_code != 0
+    cell = json.loads(result.stdout)["cells"][0]
+    assert cell["status"] == "failed"
+    assert "ids: int32 8x7" in cell["error"]["hint"] and "--value-range" in cell["error"]["hint"]
+    assert json.loads(result.stdout)["settings"]["value_ranges"] == {"ids": [0.0, 5000.0]}

@@ -105,3 +105,20 @@ def test_the_library_is_quiet_by_default(gather_out_of_bounds, capfd):
 def test_unknown_log_level_is_refused():
     with pytest.raises(ValueError, match="quiet, verbose, debug"):
         set_runtime_log_level("loud")
+
+
+def test_optimize_graph_levels_follow_the_runtime_log_level(unused_initializer, capfd):
+    """transform.graph.ort_optimize's session logs like every session: quiet by default, warnings with
+    --verbose (it used to log at a fixed severity 3, so --verbose showed nothing)."""
+    from onnxaccel.transform.graph import ort_optimize
+
+    proto = onnx.load(str(unused_initializer))
+    try:
+        ort_optimize(proto, "basic", "CPUExecutionProvider")
+        assert ORT_LOG_LINE not in capfd.readouterr().err
+        set_runtime_log_level("verbose")
+        optimized = ort_optimize(proto, "basic", "CPUExecutionProvider")
+        assert "Removing initializer" in capfd.readouterr().err
+    finally:
+        set_runtime_log_level("quiet")
+    assert not optimized.graph.initializer

@@ -24,9 +24,9 @@ from onnxaccel.bench.report import BenchReport, ReportError, write_reports
 from onnxaccel.bench.roofline import ModelCost, model_cost, roofline
 from onnxaccel.bench.stats import histogram, keep_samples
 from onnxaccel.bench.timing import measure_call, measure_transfers
-from onnxaccel.errors import OnnxAccelError, ShapeError
+from onnxaccel.errors import InferenceError, OnnxAccelError, ShapeError
 from onnxaccel.model import Model, load_model
-from onnxaccel.pipeline import Prepared, prepare
+from onnxaccel.pipeline import Prepared, explain_failure, prepare
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class SweepSettings:
     gate: acc.AccuracyGate = field(default_factory=acc.AccuracyGate)
     seed: int = 0
     inputs: tuple[str, ...] = ()
+    #: --value-range: {input name or "*": (low, high)} for synthesized inputs.
+    value_ranges: tuple[tuple[str, tuple[float, float]], ...] = ()
     strict: bool = False
     #: Sample GPU utilization, memory and power during GPU cells (system.telemetry.GpuSampler).
     telemetry: bool = True
@@ -51,6 +53,7 @@ class SweepSettings:
         return {"warmup": self.warmup, "runs": self.runs, "duration_s": self.duration,
                 "calls_per_sample": self.calls_per_sample or "auto", "accuracy_gate": self.gate.to_dict(),
                 "seed": self.seed, "inputs": list(self.inputs), "strict": self.strict,
+                "value_ranges": {name: list(r) for name, r in self.value_ranges},
                 "telemetry": self.telemetry, "telemetry_interval_s": self.telemetry_interval,
                 "gpu_name": self.gpu_name}
 
@@ -139,7 +142,8 @@ class Sweep:
         try:
             check_batch(self.model, first.batch)
             prepared = prepare(self.model, target, inputs=self.settings.inputs, shapes=first.shape_dict,
-                               batch=first.batch, strict=self.settings.strict, seed=self.settings.seed)
+                               batch=first.batch, strict=self.settings.strict, seed=self.settings.seed,
+                               value_ranges=dict(self.settings.value_ranges))
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
@@ -194,6 +198,8 @@ class Sweep:
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
+            if isinstance(exc, InferenceError):  # name the synthesized inputs, as run/compare/profile do
+                exc = explain_failure(exc, prepared.origins)
             return CellResult(cell, "failed", started, time.perf_counter() - t0, error=_error_dict(exc, "measure"),
                               input_shapes=shapes, session=dict(session))
         if session["first_inference_ms"] is None:
@@ -239,7 +245,7 @@ class Sweep:
             for _ in range(cell.instances - 1):
                 extra.append(prepare(prepared.model, cell.effective_target, inputs=self.settings.inputs,
                                      shapes=cell.shape_dict, batch=cell.batch, strict=self.settings.strict,
-                                     seed=self.settings.seed).runner)
+                                     seed=self.settings.seed, value_ranges=dict(self.settings.value_ranges)).runner)
         except BaseException:
             for runner in extra:
                 runner.close()
@@ -286,7 +292,7 @@ class Sweep:
 
     def _reference_outputs(self, ref_target, cell: SweepCell):
         prepared = prepare(self.model, ref_target, inputs=self.settings.inputs, shapes=cell.shape_dict,
-                           batch=cell.batch, seed=self.settings.seed)
+                           batch=cell.batch, seed=self.settings.seed, value_ranges=dict(self.settings.value_ranges))
         try:
             return prepared.runner.run(prepared.feeds)
         finally:

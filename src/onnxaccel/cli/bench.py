@@ -16,6 +16,7 @@ from onnxaccel.cli.common import (
     JsonOpt,
     ShapeOpt,
     StrictOpt,
+    ValueRangeOpt,
     console,
     err_console,
     handle_errors,
@@ -96,6 +97,7 @@ def bench_command(
     rtol: RtolOpt = None,
     inputs: InputOpt = None,
     seed: Annotated[int, typer.Option(help="Seed for synthesized inputs.")] = 0,
+    value_range: ValueRangeOpt = None,
     gpu: GpuOpt = None,
     telemetry: Annotated[bool, typer.Option("--telemetry/--no-telemetry", help="Sample GPU utilization, memory and "
                          "power during GPU cells (every 0.1 s, in a background thread).")] = True,
@@ -108,6 +110,7 @@ def bench_command(
     from onnxaccel.bench.cells import grid
     from onnxaccel.bench.report import check_report_paths, load_report
     from onnxaccel.bench.sweep import Sweep, SweepSettings
+    from onnxaccel.inputs import parse_value_ranges
     from onnxaccel.model import parse_shape_bindings
 
     tuned = _load_config(config)
@@ -142,6 +145,7 @@ def bench_command(
     settings = SweepSettings(warmup=warmup, runs=runs if runs is not None or duration is not None else 100,
                              duration=duration, calls_per_sample=calls_per_sample,
                              gate=AccuracyGate(max_error, atol, rtol), seed=seed, inputs=tuple(inputs or ()),
+                             value_ranges=tuple(parse_value_ranges(value_range).items()),
                              strict=strict, gpu_name=gpu, telemetry=telemetry)
     previous = load_report(json_paths[0]) if resume and json_paths[0].exists() else None
     if resume and previous is None:
