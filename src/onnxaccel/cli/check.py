@@ -91,7 +91,7 @@ def render(report) -> None:
     console.print(table, width=min(console.width, 80))
     hints: dict[str, list[str]] = {}
     for case in report.cases:
-        if case.status == "error" and case.hint:
+        if case.status in ("error", "fail") and case.hint:
             hints.setdefault(case.hint, []).append(case.name)
     for hint, names in hints.items():
         where = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"

@@ -85,6 +85,8 @@ def run_case(case: TestCase, target: Target, policy: TolerancePolicy, *, strict:
                                                len(case.data_sets) > 1))
                 result.data_sets += 1
         result.status = "pass" if all(o.passed for o in result.outputs) else "fail"
+        if result.status == "fail" and target.precision == "fp16" and _nonfinite_failure(result.outputs):
+            result.hint = _fp16_overflow_hint(case, target)
     except OnnxAccelError as exc:
         result.status, result.error, result.hint = "error", f"{type(exc).__name__}: {exc.message}", exc.hint
     except Exception as exc:  # noqa: BLE001 - a bug of ours: one case's result, not the end of the run
@@ -96,6 +98,22 @@ def run_case(case: TestCase, target: Target, policy: TolerancePolicy, *, strict:
             prepared.close()
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _nonfinite_failure(outputs) -> bool:
+    """Whether an output failed on NaN/Inf values where finite ones were expected."""
+    return any(not o.passed and o.reason and "NaN/Inf" in o.reason for o in outputs)
+
+
+def _fp16_overflow_hint(case: TestCase, target: Target) -> str:
+    """NaN/Inf at FP16 where FP32 is finite is almost always float16 overflow (|x| > 65504) inside the model:
+    ONNX's 'real' classifiers carry random weights whose FP32 activations reach 1e10-1e31
+    (benchmarks/fp16_overflow_probe.py, docs/CONFORMANCE.md)."""
+    device = str(target).split("/")[0]
+    return (f"NaN/Inf at FP16 where the expected values are finite: float16 overflows above 65504 (and flushes "
+            f"values below 6e-8 to 0, so x/x turns NaN). Find the first "
+            f"node that overflows with `onnxaccel compare CASE/model.onnx -t {device} -p fp16 --bisect` and keep it "
+            "in FP32 (`optimize --fp16 --keep-fp32 NODE`), or let `onnxaccel optimize --amp` choose the FP32 nodes.")
 
 
 def _input_items(model: Model, case: TestCase, files: Sequence[Path], tmp: Path) -> list[str]:
