@@ -4,7 +4,7 @@ Grammar: ``DEVICE[:ID][/PRECISION][@ENGINE][?KEY=VALUE&KEY=VALUE...]``
 
     cpu                       ONNX Runtime, CPUExecutionProvider, fp32
     cuda:1/fp16               CUDAExecutionProvider on GPU 1, an FP16 model
-    migraphx:0/int8           MIGraphXExecutionProvider, migraphx_int8_enable=1
+    migraphx:0/int8           MIGraphXExecutionProvider running a quantized (QDQ) model in INT8
     migraphx@native           the native MIGraphX engine instead of ONNX Runtime
     cuda?prefer_nhwc=1&enable_cuda_graph=1
 
@@ -64,7 +64,10 @@ _ARENA = ("kNextPowerOfTwo", "kSameAsRequested")
 #         equal to the keys get_provider_options() reports on onnxruntime-gpu 1.31.1 (H200, 2026-12-02;
 #         benchmarks/gpu_foundation.py checks it).
 #   MIGraphX: keys in the option-name table of libonnxruntime_providers_migraphx.so from
-#         onnxruntime-migraphx 1.27.1 (shared/research/rocm_facts.md §2.1); newer keys in _MIGRAPHX_NEWER.
+#         onnxruntime-migraphx 1.23.2 and 1.27.1; newer keys in _MIGRAPHX_NEWER. This is the target grammar
+#         (a target string is portable); which keys an installed build takes, how it spells booleans and what
+#         it reads only from ORT_MIGRAPHX_* variables is per flavour in engines/ort_flavour.py, applied when a
+#         session is built (engines/ort_ep_options.py).
 #   ROCm: onnxruntime/core/providers/rocm/rocm_execution_provider_info.cc, ORT 1.17-1.22 (rocm_facts §3.1).
 #   TensorRT: onnxruntime/core/providers/tensorrt/tensorrt_execution_provider_info.cc (1.20-1.31).
 PROVIDER_OPTIONS: dict[str, dict[str, object]] = {
@@ -172,7 +175,8 @@ PROVIDER_OPTIONS: dict[str, dict[str, object]] = {
 }
 
 # Keys in MIGraphX EP source after the 1.27.1 wheel (microsoft/onnxruntime @03c1250,
-# migraphx_execution_provider_info.h). Accepted with a note: the installed provider may reject them.
+# migraphx_execution_provider_info.h L37-38). A target may name them; a session passes them only when the
+# installed build's provider library declares them, else it refuses with the reason (engines/ort_ep_options.py).
 _MIGRAPHX_NEWER = {"migraphx_max_dynamic_batch": "int", "migraphx_max_compiled_models": "int"}
 
 # Options that guides recommend but that do not exist. ONNX Runtime accepts any session-config key
@@ -183,6 +187,9 @@ KNOWN_FAKE_OPTIONS = {
 }
 
 # Precision switches that the provider itself implements. Other providers need a converted model.
+# MIGraphX INT8 is the exception in practice: the EP quantizes only with a calibration table it never fills
+# (engines/ort_ep_options.py), so migraphx/int8 runs a model whose graph is already quantized (QDQ) and the
+# switch is not passed; a float model is refused with the fix.
 NATIVE_PRECISION = {
     ("migraphx", "fp16"): {"migraphx_fp16_enable": "1"},
     ("migraphx", "int8"): {"migraphx_int8_enable": "1"},

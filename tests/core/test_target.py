@@ -114,3 +114,17 @@ def test_without_options_drops_only_the_named_keys():
     target = parse_target("cuda:0/fp16?enable_cuda_graph=1&prefer_nhwc=1")
     assert str(target.without_options("enable_cuda_graph")) == "cuda:0/fp16?prefer_nhwc=1"
     assert target.without_options("absent") == target
+
+
+def test_every_key_a_migraphx_build_declares_can_be_written_in_a_target():
+    # The target grammar is portable: it takes each key some build declares (engines/ort_flavour.py); the
+    # session then passes it only where the installed build declares it.
+    from onnxaccel.engines.ort_flavour import AMD_REL_1_22, MIGRAPHX_KEYS_AFTER_1_27, ORT_1_23
+    from onnxaccel.target import _MIGRAPHX_NEWER
+
+    assert set(_MIGRAPHX_NEWER) == MIGRAPHX_KEYS_AFTER_1_27
+    values = {"bool": "1", "int": "0", "str": "/tmp/x"}
+    for key in sorted(ORT_1_23.keys | AMD_REL_1_22.keys | MIGRAPHX_KEYS_AFTER_1_27):
+        kind = {**PROVIDER_OPTIONS["migraphx"], **_MIGRAPHX_NEWER}[key]
+        value = values.get(kind) if isinstance(kind, str) else kind[0]
+        assert parse_target("migraphx", options=[f"{key}={value}"]).option_dict[key] == value

@@ -32,7 +32,9 @@ DEFAULT_PRECISIONS = {
     "cpu": ("fp32", "int8"),
     "cuda": ("fp32", "fp16"),
     "rocm": ("fp32", "fp16"),
-    "migraphx": ("fp32", "fp16", "int8"),
+    # INT8 on MIGraphX is a quantized (QDQ) model, not a switch (engines/ort_ep_options.py); tune a QDQ model
+    # with --precision int8.
+    "migraphx": ("fp32", "fp16"),
     "tensorrt": ("fp32", "fp16", "int8"),
 }
 

@@ -9,6 +9,7 @@ from rich.markup import escape as e
 from rich.table import Table
 
 from onnxaccel.cli.common import JsonOpt, console, handle_errors, print_json
+from onnxaccel.engines.ort_flavour import OrtBuild, installed_build
 from onnxaccel.system.doctor import DoctorReport, run_doctor
 from onnxaccel.system.findings import ERROR, INFO, OK, WARN
 
@@ -29,10 +30,11 @@ def doctor_command(
     as_json: JsonOpt = False,
 ) -> None:
     report = run_doctor(target)
+    build = installed_build()
     if as_json:
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), "ort_build": build.to_dict()})
     else:
-        render(report)
+        render(report, build)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -41,7 +43,15 @@ def _gib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**30:.1f} GiB"
 
 
-def render(report: DoctorReport) -> None:
+def _render_build(build: OrtBuild) -> None:
+    """The build's flavour and what it means for AMD's providers: option spelling, environment-only settings."""
+    first, *rest = build.describe()
+    console.print(f"[bold]Build[/]  {e(first)}", highlight=False)
+    for line in rest:
+        console.print(f"  {e(line)}", highlight=False)
+
+
+def render(report: DoctorReport, build: OrtBuild | None = None) -> None:
     system, runtime = report.system, report.runtime
     console.print(f"[bold]System[/]  {e(system['os'])}; Python {system['python']}; {e(system['cpu'])} "
                   f"({system['cpu_count']} CPUs)", highlight=False)
@@ -49,6 +59,8 @@ def render(report: DoctorReport) -> None:
     built = ", ".join(runtime.get("providers", [])) or "-"
     console.print(f"[bold]ONNX Runtime[/]  {runtime.get('version', 'not importable')} ({e(dists)}); built with: {built}",
                   highlight=False)
+    if build is not None:
+        _render_build(build)
 
     table = Table(title="Targets (a session was built on each)", title_justify="left")
     for column in ("target", "provider", "verdict", "why / fix"):

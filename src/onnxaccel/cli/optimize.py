@@ -188,7 +188,9 @@ def _precision_from_target(tgt, fp16: bool, amp: bool, int8: str | None, native:
 
     if tgt.precision == "fp32" or fp16 or amp or int8:
         return fp16, amp, int8, native
-    provider_native = (tgt.device, tgt.precision) in NATIVE_PRECISION
+    # MIGraphX INT8 is a QDQ model (the EP's own INT8 needs a table it never uses: engines/ort_ep_options.py).
+    provider_native = (tgt.device, tgt.precision) in NATIVE_PRECISION and (tgt.device, tgt.precision) != (
+        "migraphx", "int8")
     if tgt.precision == "fp16":
         return True, False, None, native or provider_native
     return False, False, "static", native or provider_native

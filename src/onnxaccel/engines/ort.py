@@ -29,11 +29,14 @@ from onnx import helper, numpy_helper
 from packaging.version import Version
 
 from onnxaccel.engines.base import CPU, BoundRun, PlacedNode, Placement, Runner
+from onnxaccel.engines.ort_ep_options import EpOptions, check_int8_source, ep_environment, migraphx_options
 from onnxaccel.engines.ort_errors import diagnose, first_error_line
+from onnxaccel.engines.ort_flavour import installed_build
 from onnxaccel.errors import (
     InferenceError,
     MissingDependencyError,
     ModelVersionError,
+    OnnxAccelError,
     PlacementError,
     ProviderOptionError,
     ProviderUnavailableError,
@@ -122,6 +125,7 @@ class OrtEngine:
         version = ort_version()
         if target.engine != "ort":
             raise TargetError(f"{target} is not an ONNX Runtime target.", "Drop the @engine suffix.")
+        check_int8_source(target, model.proto)  # before availability: the refusal holds on any machine
         _check_provider_built(ort, target, version)
         if not target.precision_is_native:
             raise TargetError(
@@ -143,6 +147,9 @@ class OrtRunner(Runner):
         self.warnings = list(model.notes)
         self.version = ort_version()
         self._strict = strict
+        # Options in the installed build's spelling, ORT_MIGRAPHX_* settings it reads only from the environment.
+        self._ep = ep_options(target, model.proto)
+        self.warnings.extend(self._ep.notes)
         self.session, self.compile_seconds, log = self._create_session()
         # Read once: get_outputs() builds new objects on every call (~1 µs each, measurable on tiny models).
         self._output_names = [o.name for o in self.session.get_outputs()]
@@ -190,7 +197,7 @@ class OrtRunner(Runner):
 
     def _providers(self) -> list:
         provider = self.target.provider
-        options = self.target.provider_options()
+        options = dict(self._ep.options)
         chain = [(provider, options)]
         if provider == "TensorrtExecutionProvider":
             chain.append(("CUDAExecutionProvider", {"device_id": options.get("device_id", "0")}))
@@ -205,7 +212,7 @@ class OrtRunner(Runner):
                 with contextlib.suppress(Exception):
                     self.ort.preload_dlls()
         start = time.perf_counter()
-        with capture_native_stderr() as log:
+        with capture_native_stderr() as log, ep_environment(self._ep.env):
             try:
                 session = self.ort.InferenceSession(
                     str(self.model.path), self._session_options(severity), providers=self._providers(),
@@ -236,7 +243,8 @@ class OrtRunner(Runner):
             so.enable_profiling = True
             so.profile_file_prefix = os.path.join(tmp, "placement")
             try:
-                session = self.ort.InferenceSession(str(self.model.path), so, providers=self._providers())
+                with ep_environment(self._ep.env):
+                    session = self.ort.InferenceSession(str(self.model.path), so, providers=self._providers())
                 session.run(None, synthesize(self.model))
                 events = json.load(open(session.end_profiling()))
             except Exception:  # noqa: BLE001 - placement stays unknown rather than failing the run
@@ -675,11 +683,15 @@ def probe(target: Target) -> ProbeResult:
         # Loads CUDA/cuDNN from pip's nvidia-* wheels when present; prints, never raises (rocm_facts.md §7).
         with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
             ort.preload_dlls()
-    providers = [(target.provider, target.provider_options())]
+    try:
+        ep = ep_options(target)
+    except OnnxAccelError as exc:  # an option this build does not take: the target is not ready here
+        return ProbeResult(False, [], exc.message, exc.hint)
+    providers = [(target.provider, ep.options)]
     if target.provider != CPU:
         providers.append((CPU, {}))
     printed = io.StringIO()
-    with capture_native_stderr() as log, contextlib.redirect_stdout(printed), \
+    with capture_native_stderr() as log, contextlib.redirect_stdout(printed), ep_environment(ep.env), \
             warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         try:
@@ -696,6 +708,14 @@ def probe(target: Target) -> ProbeResult:
     found = diagnose(text)
     cause = found.cause if found else (first_error_line(text) or f"{target.provider} was dropped without a reason")
     return ProbeResult(False, actual, cause, found.fix if found else None, text or None)
+
+
+def ep_options(target: Target, proto: onnx.ModelProto | None = None) -> EpOptions:
+    """The provider options of a session on ``target``, as the installed build takes them (MIGraphX: its
+    spelling, its keys, its environment-only settings; engines/ort_ep_options.py), with notes."""
+    if target.device == "migraphx":
+        return migraphx_options(target, installed_build(), proto)
+    return EpOptions(target.provider_options())
 
 
 def probe_provider(target: Target) -> str | None:

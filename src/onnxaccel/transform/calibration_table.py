@@ -14,12 +14,13 @@ and tensorrt_execution_provider_utils.h; rocm_facts.md §2.1), in one of two for
 We write the absolute maximum of each calibrated range (ORT's own ``write_calibration_table`` writes
 ``max(highest, lowest)``, which is not the absolute maximum when a range is mostly negative).
 
-How the MIGraphX EP uses the values (migraphx_execution_provider.cc): it passes each entry to
-``migraphx::quantize_int8`` as calibration *parameter* data keyed by tensor name, and MIGraphX's
-quantize_int8 runs the program on those parameters to capture ranges (AMDMIGraphX src/quantization.cpp).
-So the effect of a table on MIGraphX accuracy is provider-defined and not verified here (no AMD GPU);
-the QDQ model (``--int8 static`` without ``--native``) carries its scales in the graph and is the path whose
-accuracy `optimize` measures. The table path is kept because it is what ``migraphx_int8_enable`` reads.
+The MIGraphX EP gets no table from here: every build read reads the table into a local map and hands
+``migraphx::quantize_int8`` a member map that nothing fills (microsoft/onnxruntime v1.22.1
+migraphx_execution_provider.cc L151/L1175, ROCm/onnxruntime rel-1.22.1 L162/L1445, microsoft 03c1250 the
+same), so MIGraphX would calibrate on uninitialized values. ``write_table`` refuses it with that reason
+(engines/ort_ep_options.py, which also refuses the option at session time); the QDQ model (``--int8 static``
+without ``--native``) carries its scales in the graph, runs in INT8 on MIGraphX, and is the path whose
+accuracy `optimize` measures.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from onnxaccel.engines.ort_ep_options import calibration_table_refusal
 from onnxaccel.errors import MissingDependencyError, ModelError
 from onnxaccel.target import Target
 from onnxaccel.transform.calibration import CalibrationData
@@ -43,8 +45,6 @@ TENSORRT_NAME = "calibration.cache"
 TENSORRT_HEADER = "TRT-8600-MinMaxCalibration"
 
 _OPTION = {
-    "migraphx": ("migraphx_int8_enable", "migraphx_int8_calibration_table_name",
-                 "migraphx_int8_use_native_calibration_table"),
     "tensorrt": ("trt_int8_enable", "trt_int8_calibration_table_name", "trt_int8_use_native_calibration_table"),
 }
 
@@ -155,7 +155,11 @@ def write_table(ranges: dict[str, float], folder: Path, target: Target, *, nativ
     The option gets an absolute path: the providers resolve the name against ORT_MIGRAPHX_CACHE_PATH /
     trt_engine_cache_path when those are set, and joining a directory with an absolute path keeps the
     absolute path (std::filesystem::path::operator/).
+
+    For MIGraphX it refuses, saying why and what to do instead (the EP never uses the table's values).
     """
+    if target.device == "migraphx":
+        raise calibration_table_refusal()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (TENSORRT_NAME if native else FLATBUFFERS_NAME)
     (write_tensorrt if native else write_flatbuffers)(ranges, path)

@@ -52,7 +52,8 @@ def accuracy_and_timing(report: OptimizeReport, gate, output: Path, options) -> 
     target = options.target
     engine_target = dataclasses.replace(target, precision="fp32")
     if report.run_with is None:
-        report.run_with = str(engine_target)
+        qdq_on_migraphx = target.device == "migraphx" and options.int8 is not None
+        report.run_with = str(dataclasses.replace(target, precision="int8") if qdq_on_migraphx else engine_target)
     accuracy = {"samples": gate.samples.to_dict(), "spec": gate.spec.to_dict(), "reference": "original model, "
                 "fp32, CPUExecutionProvider", "candidate_target": str(gate.candidate_target)}
     if gate.samples.synthetic:

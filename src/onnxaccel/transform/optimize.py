@@ -157,12 +157,16 @@ def _check_options(options: OptimizeOptions) -> None:
         if want == "fp32" or (target.device, want) not in NATIVE_PRECISION:
             raise UsageError(
                 f"--native leaves {want.upper()} to the provider, but {target.device} has no {want} switch.",
-                "Native precision exists for --target migraphx (fp16, int8) and tensorrt (fp16, int8); for other "
+                "Native precision exists for --target migraphx (fp16) and tensorrt (fp16, int8); for other "
                 "targets drop --native and the model is converted.")
         if options.amp:
             raise UsageError("--amp converts the model; --native leaves precision to the provider.", "Choose one.")
         if options.int8 and options.int8.mode != "static":
             raise UsageError("--native INT8 needs calibration (--int8 static).", "Use --int8 static --native.")
+        if options.int8 and target.device == "migraphx":
+            from onnxaccel.engines.ort_ep_options import calibration_table_refusal
+
+            raise calibration_table_refusal()
     if options.int8 and options.int8.mode == "static" and not options.calibration:
         raise UsageError("--int8 static needs calibration data.",
                          "Give --calibration DIR_OF_IMAGES or FILE.npz (or `synthetic` to test the pipeline only).")
