@@ -1,9 +1,11 @@
-"""Profiling on the CPU with real sessions; the parsers of external profilers on their documented formats."""
+"""Profiling on the CPU with real sessions; the parsers of external profilers on their documented formats; the
+rocprofv3 command line parsed by the argument parser of each rocprofv3 release (tests/analysis/upstream/)."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import Counter
 
 import pytest
@@ -16,6 +18,7 @@ from onnxaccel.analysis.profile import PERTURBATION_NOTE, parse_profile, profile
 from onnxaccel.cli.main import app
 from onnxaccel.errors import UsageError
 from onnxaccel.pipeline import prepare
+from tests.analysis.upstream import rocprofv3 as upstream_rocprofv3
 
 
 def test_profile_covers_every_node_that_runs_and_writes_a_chrome_trace(tmp_path):
@@ -183,3 +186,60 @@ def test_kernel_profile_runs_the_workload_under_the_tool(tmp_path, monkeypatch):
     assert report.command[:3] == ["nsys", "profile", "--trace=cuda"]
     assert [(k.name, k.calls) for k in report.kernels] == [("gemm_kernel", 30)]
     assert report.to_dict()["kernel_ms_per_run"] == pytest.approx(0.3 / 3)
+
+
+# -- rocprofv3's command line, parsed by the argument parser of each release (vendored excerpts) -----------
+
+
+RELEASES = {path.stem: path for path in upstream_rocprofv3.EXCERPTS}
+
+
+def test_the_vendored_rocprofv3_parsers_cover_rocm_6_2_6_3_and_7():
+    assert set(RELEASES) == {"rocprofv3_rocm-6.2.0", "rocprofv3_0.5.0_rocm-6.3", "rocprofv3_1.0.0_rocm-7.0"}
+    for path in RELEASES.values():
+        source = upstream_rocprofv3.source_of(path)
+        assert "rocprofv3.py @ " in source and len(source.split("@ ")[1].split()[0]) == 40, source
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_rocprofv3_command_line_is_accepted_by_every_release(release, tmp_path):
+    from onnxaccel.analysis.kernels import profiler_command
+
+    workload = ["/usr/bin/python3", "-m", "onnxaccel.analysis.kernels", '{"runs": 2}']
+    command = profiler_command("rocprofv3", tmp_path, workload)
+    assert command[0] == "rocprofv3"
+    options, app = upstream_rocprofv3.parse(RELEASES[release], command[1:])
+    assert options.output_format == ["csv"]  # ROCm 7.0 would write rocpd (SQLite) without it
+    assert options.kernel_trace is True and options.stats is True
+    assert (options.output_directory, options.output_file) == (str(tmp_path), "onnxaccel")
+    assert app == workload
+
+
+@pytest.mark.parametrize("release, accepted", [("rocprofv3_rocm-6.2.0", False), ("rocprofv3_0.5.0_rocm-6.3", False),
+                                               ("rocprofv3_1.0.0_rocm-7.0", True)])
+def test_the_short_f_spelling_exists_only_from_rocm_7(release, accepted, capsys):
+    """The spelling the tool used before (`-f csv`): ROCm 6.2/6.3's parsers exit 2 on it."""
+    argv = ["--kernel-trace", "--stats", "-d", "out", "-o", "onnxaccel", "-f", "csv", "--", "app"]
+    if accepted:
+        assert upstream_rocprofv3.parse(RELEASES[release], argv)[0].output_format == ["csv"]
+        return
+    with pytest.raises(SystemExit) as info:
+        upstream_rocprofv3.parse(RELEASES[release], argv)
+    assert info.value.code == 2 and "unrecognized arguments: -f csv" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("release", ["rocprofv3_rocm-6.2.0", "rocprofv3_0.5.0_rocm-6.3"])
+def test_kernel_profile_runs_under_a_rocm_6_rocprofv3(release, tmp_path, monkeypatch):
+    """The whole path: run_kernel_profile calls a `rocprofv3` on PATH whose option parsing is ROCm 6.x's own;
+    it runs the real workload and writes kernel statistics where rocprofv3 does."""
+    from onnxaccel.analysis.kernels import run_kernel_profile
+
+    tool = tmp_path / "bin" / "rocprofv3"
+    tool.parent.mkdir()
+    tool.write_text(f"#!/bin/sh\nexec '{sys.executable}' '{upstream_rocprofv3.__file__}' '{RELEASES[release]}' \"$@\"\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
+    assert choose_tool("auto", parse_target("migraphx")) == "rocprofv3"
+    report = run_kernel_profile("rocprofv3", "zoo:squeezenet", parse_target("cpu"), runs=1, warmup=0)
+    assert report.command[report.command.index("--output-format") + 1] == "csv" and "-f" not in report.command
+    assert [(k.name, k.calls, k.total_us) for k in report.kernels] == [("Cijk_Ailk_Bljk_SB_MT64x64x8", 12, 240.0)]

@@ -10,7 +10,7 @@ import pytest
 from onnxaccel.errors import UsageError
 from onnxaccel.system.telemetry import SCHEMA, GpuSampler
 from onnxaccel.system.telemetry_backends import BackendUnavailable, RocmSmiBackend
-from tests.system.tool_outputs import write_tool
+from tests.system.tool_outputs import rocm_smi_note, write_tool
 
 
 def _run(sampler: GpuSampler, seconds: float):
@@ -24,7 +24,7 @@ def test_sampler_on_a_machine_without_gpus_returns_an_empty_valid_summary(clean_
     data = json.loads(json.dumps(summary.to_dict()))
     assert data["schema"] == SCHEMA and data["gpus"] == [] and data["backends"] == []
     assert data["overhead"]["samples"] == 0
-    assert any(note.startswith("rocm-smi: rocm-smi not found") for note in data["notes"])
+    assert any(note.startswith(rocm_smi_note()) for note in data["notes"])
 
 
 def test_sampler_reads_real_rocm_smi_output_through_the_subprocess_path(tmp_path):

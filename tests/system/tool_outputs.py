@@ -7,6 +7,7 @@ real GPU produced. Hardware that cannot exist here is the only thing replaced.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -48,3 +49,20 @@ exit {exit_code}
 """)
     script.chmod(0o755)
     return script
+
+
+UPSTREAM = Path(__file__).parent / "upstream"
+
+
+def upstream(name: str) -> tuple[str, str]:
+    """(source, text) of a vendored excerpt of upstream source: its first line names repository, path and
+    commit; the rest is quoted verbatim, in blocks headed ``# --- lines A-B``."""
+    source, _, text = (UPSTREAM / name).read_text().partition("\n")
+    assert " @ " in source and len(source.split(" @ ")[1].split()[0]) == 40, f"{name}: no commit in {source!r}"
+    return source.lstrip("# "), text
+
+
+def rocm_smi_note() -> str:
+    """How the rocm-smi backend's note starts on a machine without an AMD GPU: Debian's rocm-smi says the
+    driver is missing where it is installed (the CI machine), else the tool is not found."""
+    return "rocm-smi: no AMD GPU visible" if shutil.which("rocm-smi") else "rocm-smi: rocm-smi not found"

@@ -3,9 +3,11 @@ the way ``rocprof --stats`` does: one row per kernel with calls, total and mean 
 
 Command lines and output files (each tool's documentation):
 
-* rocprofv3 (ROCm >= 6.2): ``rocprofv3 --kernel-trace --stats -d DIR -o NAME -f csv -- CMD`` writes
-  ``NAME_kernel_stats.csv`` (under DIR, possibly in a host/pid subfolder) with the columns
-  "Name","Calls","TotalDurationNs","AverageNs","Percentage","MinNs","MaxNs","StdDev".
+* rocprofv3 (ROCm >= 6.2): ``rocprofv3 --kernel-trace --stats -d DIR -o NAME --output-format csv -- CMD``
+  writes ``NAME_kernel_stats.csv`` (under DIR, possibly in a host/pid subfolder) with the columns
+  "Name","Calls","TotalDurationNs","AverageNs","Percentage","MinNs","MaxNs","StdDev". The long
+  ``--output-format`` is the spelling every release accepts: the short ``-f`` exists only from ROCm 7.0
+  (see ``profiler_command``).
 * rocprof (v1/v2, older ROCm): ``rocprof --stats -o DIR/results.csv CMD`` writes ``results.stats.csv`` with
   "Name","Calls","TotalDurationNs","AverageNs","Percentage".
 * nsys: ``nsys profile --trace=cuda -o DIR/report CMD``, then ``nsys stats --report cuda_gpu_kern_sum
@@ -89,14 +91,7 @@ def run_kernel_profile(tool: str, source: str, target: Target, *, runs: int, war
     workload = [sys.executable, "-m", "onnxaccel.analysis.kernels", spec]
     with tempfile.TemporaryDirectory(prefix="onnxaccel-kernels-") as tmp:
         out = Path(tmp)
-        if tool == "rocprofv3":
-            command = ["rocprofv3", "--kernel-trace", "--stats", "-d", str(out), "-o", "onnxaccel", "-f", "csv",
-                       "--", *workload]
-        elif tool == "rocprof":
-            command = ["rocprof", "--stats", "-o", str(out / "results.csv"), *workload]
-        else:
-            command = ["nsys", "profile", "--trace=cuda", "--force-overwrite=true", "-o", str(out / "report"),
-                       *workload]
+        command = profiler_command(tool, out, workload)
         _call(command, timeout)
         if tool == "nsys":
             _call(["nsys", "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv", "--force-export=true",
@@ -109,6 +104,30 @@ def run_kernel_profile(tool: str, source: str, target: Target, *, runs: int, war
                                  "Run the command by hand to see why: " + " ".join(command))
         kernels = parse_kernel_stats(files[0].read_text(errors="replace"))
     return KernelReport(tool, command, kernels, runs + warmup)
+
+
+# rocprofv3's options are used as its argument parser declares them in every release since 6.2. The parser is
+# source/bin/rocprofv3.py of ROCm/rocprofiler-sdk, later projects/rocprofiler-sdk/source/bin/rocprofv3.py of
+# ROCm/rocm-systems:
+#   rocm-6.2.0 (ROCm/rocprofiler-sdk@b2b99d424a6911c85d57ff9f52ca1d7b1548cfd4): ``--output-format`` only,
+#     store_true ``--kernel-trace`` / ``--stats``, default format ["csv"];
+#   0.5.0, ROCm 6.3 (ROCm/rocprofiler-sdk@8ab1ed78d8c2afb25fedddb7684aff08d1233c5c, amd-mainline):
+#     ``--output-format`` only, no default (csv when left out);
+#   1.0.0, ROCm 7.0 (ROCm/rocm-systems@1b1610fc2b2ab32af71e6e04e4d4a6a4ae597992, develop): ``-f`` /
+#     ``--output-format``, default rocpd (SQLite) -- so csv must be asked for. ``-f`` arrived with
+#     ROCm/rocm-systems@0e93099fd762569f98db91bfc26f9ba7f7043952 (May 2025, rocpd output).
+# Every release splits its own options from the application at the first ``--``. The excerpts are vendored in
+# tests/analysis/upstream/rocprofv3_*.txt and our command line is parsed with them there.
+
+
+def profiler_command(tool: str, out: Path, workload: list[str]) -> list[str]:
+    """The profiler's command line that runs ``workload`` and writes its statistics under ``out``."""
+    if tool == "rocprofv3":
+        return ["rocprofv3", "--kernel-trace", "--stats", "-d", str(out), "-o", "onnxaccel", "--output-format", "csv",
+                "--", *workload]
+    if tool == "rocprof":
+        return ["rocprof", "--stats", "-o", str(out / "results.csv"), *workload]
+    return ["nsys", "profile", "--trace=cuda", "--force-overwrite=true", "-o", str(out / "report"), *workload]
 
 
 def parse_kernel_stats(text: str) -> tuple[KernelTime, ...]:

@@ -170,6 +170,7 @@ def optimized_graph(runner: Runner) -> tuple[onnx.GraphProto | None, str]:
     if session_options is None or providers is None:
         return None, "the runner is not an ONNX Runtime session"
     from onnxaccel.engines.ort import capture_native_stderr, import_ort
+    from onnxaccel.engines.ort_ep_options import ep_environment
 
     ort = import_ort()
 
@@ -179,7 +180,9 @@ def optimized_graph(runner: Runner) -> tuple[onnx.GraphProto | None, str]:
         so.optimized_model_filepath = path
         with capture_native_stderr():
             try:
-                ort.InferenceSession(str(runner.model.path), so, providers=providers())
+                # The run's ORT_MIGRAPHX_* settings too (Microsoft 1.20-1.22.1 builds read FP16/INT8 only there).
+                with ep_environment(getattr(runner, "provider_env", {})):
+                    ort.InferenceSession(str(runner.model.path), so, providers=providers())
             except Exception as exc:  # noqa: BLE001 - e.g. compiled nodes cannot be serialized
                 return None, str(exc).strip().splitlines()[0]
         return onnx.load(path, load_external_data=False).graph, ""

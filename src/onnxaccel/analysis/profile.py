@@ -161,6 +161,7 @@ def profile_runner(
         raise InferenceError(f"Profiling needs an ONNX Runtime target; {runner.target} is not one.",
                              "Use an ort target (cpu, cuda, migraphx, ...).")
     from onnxaccel.engines.ort import OrtBoundRun, capture_native_stderr, import_ort
+    from onnxaccel.engines.ort_ep_options import ep_environment
 
     ort = import_ort()
 
@@ -169,7 +170,9 @@ def profile_runner(
         so.enable_profiling = True
         so.profile_file_prefix = os.path.join(tmp, "ort")
         with capture_native_stderr():
-            session = ort.InferenceSession(str(runner.model.path), so, providers=providers())
+            # The run's ORT_MIGRAPHX_* settings too (Microsoft 1.20-1.22.1 builds read FP16/INT8 only there).
+            with ep_environment(getattr(runner, "provider_env", {})):
+                session = ort.InferenceSession(str(runner.model.path), so, providers=providers())
         # IO binding, as `bench` measures: inputs stay on the device, so runs show the model, not host copies.
         bound = OrtBoundRun(SimpleNamespace(ort=ort, session=session, target=runner.target, model=runner.model), feeds)
         try:

@@ -78,9 +78,11 @@ def serve_command(
     gil_switch_ms: Annotated[float, typer.Option("--gil-switch-ms", min=0.0, help="Python's GIL switch interval "
                              "in the server, ms (0: Python's default, 5). Short waits for the run threads while "
                              "the event loop decodes requests.")] = 0.5,
-    gpu_wait: Annotated[str, typer.Option("--gpu-wait", help="How run threads wait for the GPU: block (sleep "
-                        "until it is done; leaves cores to the event loops), spin, yield, or auto (the runtime's "
-                        "default).")] = "block",
+    gpu_wait: Annotated[str, typer.Option("--gpu-wait", help="How run threads wait for the GPU: block (CUDA: "
+                        "sleep until the GPU signals; ROCm: poll up to 100 us, then sleep, per the HIP runtime's "
+                        "source, whose API reference calls it a synonym for yield), spin, yield (ROCm: both an "
+                        "active wait), or auto (the runtime's default). Blocking leaves cores to the event loops.")
+                        ] = "block",
     direct_copy: Annotated[bool, typer.Option("--direct-copy/--no-direct-copy", help="With --shared-models and "
                            "graph capture: page-lock the workers' shared memory and copy each request straight to "
                            "the GPU; --no-direct-copy joins each batch on the host first.")] = True,

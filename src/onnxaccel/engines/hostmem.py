@@ -16,12 +16,16 @@ the array is passed, ``InferenceSession.run`` included. Where the runtime librar
 ``set_gpu_wait`` chooses how a host thread waits for the GPU (spin, yield or block), for the whole process.
 
 Not run on AMD hardware: the HIP paths are written to the HIP runtime API (hip_runtime_api.h) with the same
-calls and flag values as CUDA's.
+calls and flag values as CUDA's. What did run here is the HIP runtime without a GPU: Debian's libamdhip64-5
+(``libamdhip64.so.5``, HIP 5.2.21153) answers hipGetDeviceCount with 100 (hipErrorNoDevice) and hipSetDevice,
+hipHostRegister, hipSetDeviceFlags and hipStreamCreateWithFlags with 101 (hipErrorInvalidDevice). A refusal
+like that is reported with the reason found on the machine (the amdgpu driver, /dev/kfd) and its fix.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -32,9 +36,11 @@ _PAGE = 4096
 _PORTABLE = 0x01  # cudaHostRegisterPortable == hipHostRegisterPortable
 
 #: Runtime library per vendor: the name stem searched in the process's loaded libraries, then sonames to load.
+#: HIP's soname follows the ROCm major: .so.7 (ROCm 7.x, the PyPI AMD wheels), .so.6 (ROCm 6.x), .so.5 (ROCm
+#: 5.x; Debian 12's libamdhip64-5 package installs /usr/lib/x86_64-linux-gnu/libamdhip64.so.5, HIP 5.2).
 _LIBRARIES = {
     "cuda": ("libcudart", ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so")),
-    "hip": ("libamdhip64", ("libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so")),
+    "hip": ("libamdhip64", ("libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so")),
 }
 _API = {"cuda": ("cudaHostRegister", "cudaHostUnregister", "cudaGetErrorString", "cudaGetLastError",
                  "cudaSetDevice"),
@@ -99,6 +105,64 @@ def _runtime(kind: str) -> tuple[ctypes.CDLL | None, str]:
         return lib, reason
 
 
+#: hipError_t codes that a machine whose AMD GPU is out of reach answers, and what each means.
+#: include/hip/hip_runtime_api.h, enum hipError_t: ROCm/HIP@50ec90c65cc383f676c099ecb0546e183851f6b1 (rocm-6.2.0),
+#: the same values at ROCm/HIP@206b6de40698e20b2310c6dd22241ac9cad574ae (rocm-5.2.3); vendored in
+#: tests/system/upstream/hip_runtime_api_rocm-*.txt. hipGetErrorName of the HIP 5.2 runtime here
+#: returns these names.
+HIP_ERRORS = {
+    35: ("hipErrorInsufficientDriver", "the amdgpu kernel driver is older than this HIP runtime needs"),
+    100: ("hipErrorNoDevice", "the HIP runtime sees no AMD GPU"),
+    101: ("hipErrorInvalidDevice", "the GPU index is not one that the HIP runtime sees"),
+}
+HIP_NO_GPU_FIX = ("install and load the amdgpu kernel driver (amdgpu-dkms, or sudo modprobe amdgpu), and give this "
+                  "user /dev/kfd and /dev/dri/renderD* (render and video groups; in a container "
+                  "--device=/dev/kfd --device=/dev/dri). onnxaccel doctor --target migraphx says which is missing.")
+
+
+def _amdgpu_state() -> str:
+    """Why the kernel side of an AMD GPU is missing, read where rocminfo reads it (/sys/module/amdgpu, then
+    /dev/kfd: rocminfo.cc CheckInitialState, ROCm/rocminfo@c6f7a17c85e0cdd75bf062e7a3490e831c87eb94); '' when
+    both are there and usable."""
+    if not os.path.isdir("/sys/module/amdgpu"):
+        return "the amdgpu kernel driver is not loaded (/sys/module/amdgpu is absent)"
+    if not os.path.exists("/dev/kfd"):
+        return "/dev/kfd does not exist"
+    if not os.access("/dev/kfd", os.R_OK | os.W_OK):
+        return "/dev/kfd is not readable and writable by this user"
+    return ""
+
+
+def _hip_diagnosis(lib, status: int, device_id: int) -> str:
+    """For a HIP refusal, what stands behind it: the device count HIP sees and the driver's state."""
+    if status == 35:
+        return f": {HIP_ERRORS[35][1]}. Fix: install the amdgpu driver of the same ROCm release as {lib._name}"
+    if status not in (100, 101) or getattr(lib, "hipGetDeviceCount", None) is None:
+        return ""
+    count = ctypes.c_int(0)
+    counted = lib.hipGetDeviceCount(ctypes.byref(count))
+    _clear_error(lib, "hip")
+    if counted == 0 and count.value > 0:
+        return (f": GPU {device_id} is not one of the {count.value} that {lib._name} sees. Fix: use a device id "
+                f"from 0 to {count.value - 1} (migraphx:N), or check HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES")
+    name = HIP_ERRORS.get(counted, ("hipError_t",))[0]
+    why = _amdgpu_state() or "the driver is loaded and /dev/kfd is usable, yet the runtime found no GPU"
+    return (f": no AMD GPU visible to {lib._name} (hipGetDeviceCount: error {counted} {name}): {why}. "
+            f"Fix: {HIP_NO_GPU_FIX}")
+
+
+def _refusal(lib, runtime: str, call: str, status: int, device_id: int) -> str:
+    """'CALL failed: error N (name)' and, for HIP, what stands behind it and the fix."""
+    text = getattr(lib, _API[runtime][2], None)
+    try:
+        message = text(status).decode() if text is not None else ""
+    except Exception:  # noqa: BLE001 - the code alone still says what failed
+        message = ""
+    _clear_error(lib, runtime)
+    said = f"{call} failed: error {status}" + (f" ({message})" if message else "")
+    return said + (_hip_diagnosis(lib, status, device_id) if runtime == "hip" else "")
+
+
 def _clear_error(lib, runtime: str) -> None:
     """Reset the runtime's per-thread last error after a refused call: ONNX Runtime's CUDA kernels check
     cudaGetLastError after every launch and would report ours as theirs on the next run."""
@@ -116,13 +180,7 @@ def _register(lib, runtime: str, address: int, nbytes: int, device_id: int) -> s
     status = getattr(lib, api[0])(address, nbytes, _PORTABLE)
     if status == 0:
         return ""
-    text = getattr(lib, api[2], None)
-    try:
-        message = text(status).decode() if text is not None else ""
-    except Exception:  # noqa: BLE001 - the code alone still says what failed
-        message = ""
-    _clear_error(lib, runtime)
-    return f"{api[0]} failed: error {status}" + (f" ({message})" if message else "")
+    return _refusal(lib, runtime, api[0], status, device_id)
 
 
 def _unregister(lib, runtime: str, address: int) -> None:
@@ -215,13 +273,36 @@ class HostMemory:
 
 
 #: How a host thread waits for the GPU: CUDA driver API CU_CTX_SCHED_* (cuda.h) and HIP's hipDeviceSchedule*
-#: (hip_runtime_api.h) share the values.
+#: (include/hip/hip_runtime_api.h, ROCm/HIP@50ec90c65cc383f676c099ecb0546e183851f6b1, rocm-6.2.0) share the values.
 GPU_WAIT = {"auto": 0x00, "spin": 0x01, "yield": 0x02, "block": 0x04}
+
+#: What each mode does, per runtime. CUDA: the driver's scheduling flags; ``block`` measured on the H200
+#: (the primary context's flags read 0x4 and the server's CPU per request fell, docs/BENCHMARKS.md).
+#: ROCm, from the HIP runtime's source, never run on AMD hardware here. hipSetDeviceFlags
+#: (hipamd/src/hip_device_runtime.cpp, ROCm/clr@dd7f9576620569fc8847cef767efcc1f4bab9d1a, rocm-6.2.0; the same
+#: switch in ROCm/hipamd@02187ecfc8a1a6ed2bbca29000a83dec5a61cb7f, rocm-5.2.3, and in
+#: ROCm/rocm-systems@bfa0257224c0b3eb650fbe17c477d8d160e5464c, projects/clr) sends spin and yield to one case,
+#: "The both options falls into yield" (an active wait), and gives blocking sync an inactive one. The inactive
+#: wait (WaitForSignal, rocclr/device/rocm/rocvirtual.hpp, same ROCm/clr commit) polls the completion signal for
+#: kTimeout100us and then waits with HSA_WAIT_STATE_BLOCKED ("Wait until the completion with CPU suspend"). HIP's
+#: API reference (hip_runtime_api.h above) says instead "hipDeviceScheduleBlockingSync : On ROCm platform, this
+#: is a synonym for hipDeviceScheduleYield"; the code is what runs. The runtime starts every device with an
+#: active wait (hipamd/src/hip_context.cpp, SetActiveWait(true)). Vendored in tests/system/upstream/hip_*.txt.
+GPU_WAIT_EFFECT = {
+    "cuda": {"auto": "spin while the process has fewer active contexts than cores, else yield",
+             "spin": "spin", "yield": "yield the core while waiting",
+             "block": "sleep until the GPU signals (blocking sync)"},
+    "hip": {"auto": "active wait (the runtime's default), or the blocking wait when HIP has at least as many "
+                    "devices as there are cores",
+            "spin": "active wait (the same as yield)", "yield": "active wait (the same as spin)",
+            "block": "poll for up to 100 us, then sleep until the GPU signals"},
+}
 
 
 def set_gpu_wait(runtime: str | None, device_id: int, mode: str) -> str:
-    """Make threads of this process that wait for GPU ``device_id`` spin, yield or block (sleep until the GPU
-    signals). Returns '' when set, else why not.
+    """Make threads of this process that wait for GPU ``device_id`` spin, yield or block. What each does per
+    runtime is in ``GPU_WAIT_EFFECT`` (on ROCm ``block`` first polls up to 100 us). Returns '' when set, else
+    why not.
 
     By default (``auto``) CUDA spins while the process has fewer active contexts than cores: a served model's
     run thread then keeps a core busy for the whole run, and a server with several worker processes spends
@@ -250,10 +331,11 @@ def set_gpu_wait(runtime: str | None, device_id: int, mode: str) -> str:
         lib, reason = _runtime("hip")
         if lib is None:
             return reason
-        status = lib.hipSetDevice(int(device_id))
-        if status == 0:
-            status = lib.hipSetDeviceFlags(ctypes.c_uint(flags))
-        return "" if status == 0 else f"the HIP runtime refused (hipError_t {status})"
+        for call, argument in (("hipSetDevice", int(device_id)), ("hipSetDeviceFlags", ctypes.c_uint(flags))):
+            status = getattr(lib, call)(argument)
+            if status != 0:
+                return "the HIP runtime refused: " + _refusal(lib, "hip", call, status, device_id)
+        return ""
     except (OSError, AttributeError) as exc:
         return f"no {'CUDA driver (libcuda.so.1)' if runtime == 'cuda' else 'HIP runtime'}: {exc}"
 
@@ -346,8 +428,7 @@ class DeviceCopier:
 
     def _check(self, status: int, call: str) -> None:
         if status != 0:
-            _clear_error(self._lib, self.runtime)
-            raise RuntimeError(f"{call} failed: error {status}")
+            raise RuntimeError(_refusal(self._lib, self.runtime, call, status, self.device_id))
 
     def copy(self, jobs: list[tuple[int, list[tuple[int, int]]]]) -> None:
         """For each (device destination, pieces) job, copy its (host address, bytes) pieces to the destination

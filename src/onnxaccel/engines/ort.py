@@ -150,6 +150,9 @@ class OrtRunner(Runner):
         # Options in the installed build's spelling, ORT_MIGRAPHX_* settings it reads only from the environment.
         self._ep = ep_options(target, model.proto)
         self.warnings.extend(self._ep.notes)
+        #: ORT_MIGRAPHX_* settings this build reads only from the environment; every session built for the same
+        #: run (profile, placement) is built inside ``ep_environment(runner.provider_env)`` too.
+        self.provider_env: dict[str, str] = dict(self._ep.env)
         self.session, self.compile_seconds, log = self._create_session()
         # Read once: get_outputs() builds new objects on every call (~1 µs each, measurable on tiny models).
         self._output_names = [o.name for o in self.session.get_outputs()]

@@ -170,9 +170,10 @@ class ServerConfig:
     #: busy decoding requests makes each of those waits up to 5 ms (measured: 11.5 ms instead of 1.2 ms per
     #: batch of a small model with a thread allocating request buffers; 3.2 ms at 0.5 ms).
     gil_switch_ms: float = 0.5
-    #: How run threads wait for the GPU: block (sleep until the GPU is done), spin, yield, or auto (the
-    #: runtime's default: spin while there are cores to spare). Blocking leaves the cores to the event loops
-    #: of the server's processes (engines/hostmem.py set_gpu_wait).
+    #: How run threads wait for the GPU: block, spin, yield, or auto (the runtime's default). CUDA's block
+    #: sleeps until the GPU signals; ROCm's polls up to 100 us first, and its spin and yield are one active wait
+    #: (engines/hostmem.py GPU_WAIT_EFFECT, with the HIP source it follows). Blocking leaves the cores to the
+    #: event loops of the server's processes.
     gpu_wait: str = "block"
     #: --shared-models with graph capture: page-lock the workers' arenas in the model process and copy each
     #: request straight to the GPU (no host join); False joins on the host first.

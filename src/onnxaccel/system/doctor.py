@@ -96,6 +96,7 @@ def run_doctor(target: str | None = None) -> DoctorReport:
         findings.append(Finding(ERROR, "ort-import-failed", "import onnxruntime failed", ort_problem,
                                 "Reinstall one onnxruntime distribution (see the findings above)."))
     findings += _gpu_findings(nvidia, amd)
+    findings += _amd_driver_findings(amd, install, requested.device if requested else None)
     findings += cuda_findings(nvidia, install.cuda_version, cuda_pip_packages())
     rocm = None
     if amd.gpus or {"onnxruntime-migraphx", "onnxruntime-rocm"} & set(install.distributions):
@@ -155,6 +156,18 @@ def _gpu_findings(nvidia: NvidiaInventory, amd: AmdInventory) -> list[Finding]:
     return findings
 
 
+def _amd_driver_findings(amd: AmdInventory, install: OrtInstall, requested: str | None) -> list[Finding]:
+    """Why AMD's own tools see no GPU (the amdgpu driver, /dev/kfd), with the fix. An error where an AMD
+    target was asked for or an AMD onnxruntime is installed; a warning where only the tools are present."""
+    if amd.gpus or amd.problem is None:
+        return []
+    wanted = requested in ("migraphx", "rocm") or bool({"onnxruntime-migraphx", "onnxruntime-rocm"}
+                                                       & set(install.distributions))
+    problem = amd.problem
+    return [Finding(ERROR if wanted else WARN, problem.code, f"No AMD GPU visible: {problem.cause}",
+                    problem.said, problem.fix)]
+
+
 def _verdict(label: str, device: str, runtime: dict, install: OrtInstall, nvidia: NvidiaInventory,
              amd: AmdInventory) -> TargetVerdict:
     provider = PROVIDER[device]
@@ -188,7 +201,9 @@ def _hardware_checks(verdict: TargetVerdict, device: str, nvidia: NvidiaInventor
     if device in ("cuda", "tensorrt") and not nvidia.gpus:
         verdict.warnings.append("no NVIDIA GPU found: " + ("; ".join(nvidia.notes) or "none listed"))
     if device in ("migraphx", "rocm"):
-        if not amd.gpus:
+        if not amd.gpus and amd.problem is not None:
+            verdict.warnings.append(f"{amd.problem.summary}; fix: see finding {amd.problem.code}")
+        elif not amd.gpus:
             verdict.warnings.append("no AMD GPU found: " + ("; ".join(amd.notes) or "none listed"))
         override = os.environ.get("HSA_OVERRIDE_GFX_VERSION")
         for gpu in amd.gpus:

@@ -4,6 +4,9 @@ with ``rocm-smi --json`` for memory in use.
 ``import amdsmi`` without ROCm prints to stdout and raises ``KeyError: 'libamd_smi.so'`` (rocm_facts.md
 §6.1), so the import is guarded with ``except Exception`` and its printing is swallowed (it would corrupt
 ``--json`` output).
+
+When a tool refuses because the amdgpu driver is missing or out of reach, its message is translated
+(system/amd_diagnosis.py) and kept as ``AmdInventory.problem``, so the doctor can say why and what to do.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import functools
 import io
 from dataclasses import dataclass, field
 
+from onnxaccel.system.amd_diagnosis import AmdProblem, explain_rocminfo, plain
 from onnxaccel.system.amd_parsers import RocmAgent, SmiReading, ToolOutputError, parse_amd_smi_json, \
     parse_rocm_smi_json, parse_rocminfo
 from onnxaccel.system.tools import run_tool
@@ -48,10 +52,13 @@ class AmdInventory:
     #: Why each source that was tried gave nothing (shown by the doctor).
     notes: list[str] = field(default_factory=list)
     hsa_runtime_version: str | None = None
+    #: The first tool that said why it sees no GPU (driver not loaded, /dev/kfd out of reach), translated.
+    problem: AmdProblem | None = None
 
     def to_dict(self) -> dict:
         return {"source": self.source, "gpus": [g.to_dict() for g in self.gpus], "notes": self.notes,
-                "hsa_runtime_version": self.hsa_runtime_version}
+                "hsa_runtime_version": self.hsa_runtime_version,
+                "problem": self.problem.to_dict() if self.problem else None}
 
 
 @functools.lru_cache(maxsize=1)
@@ -127,7 +134,12 @@ def _from_rocminfo(inventory: AmdInventory) -> tuple[list[AmdGpu], str | None]:
     if run.error:
         return [], run.error
     if not run.ok and "HSA Agents" not in run.stdout:
-        said = (run.stderr.strip() or run.stdout.strip()).splitlines()
+        problem = explain_rocminfo(run.stdout, run.stderr)
+        if problem is not None:
+            inventory.problem = inventory.problem or problem
+            return [], problem.summary  # the doctor shows the fix with its finding
+        # Its own messages are on stdout; stderr has those of the commands it runs (lsmod in 5.x).
+        said = (plain(run.stdout).strip() or run.stderr.strip()).splitlines()
         return [], f"rocminfo failed (exit {run.returncode}): {said[-1] if said else 'no output'}"
     report = parse_rocminfo(run.stdout)
     inventory.hsa_runtime_version = report.runtime_version

@@ -3,6 +3,10 @@ ROCm's libamd_smi is missing). Each backend opens once and then ``read()``s ever
 
 Units: NVML gives power in milliwatts and memory in bytes (rocm_facts.md §6.4); amdsmi gives memory in
 bytes from ``amdsmi_get_gpu_memory_usage`` and power in watts (§6.1); rocm-smi prints watts and bytes (§6.2).
+
+Without the amdgpu driver, rocm-smi logs why on stderr and exits 0 with nothing on stdout (run here with
+Debian's rocm-smi 5.2.3); that message, not the empty JSON, is what the backend reports
+(system/amd_diagnosis.py).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from onnxaccel.system.amd_diagnosis import explain_rocm_smi
 from onnxaccel.system.amd_parsers import ToolOutputError, parse_rocm_smi_json
 from onnxaccel.system.gpus_nvidia import NvmlUnavailable, nvml, nvml_optional
 from onnxaccel.system.tools import find_tool, run_tool
@@ -169,6 +174,9 @@ class RocmSmiBackend:
         self.child_cpu_s += run.child_cpu_s
         if run.error:
             raise BackendUnavailable(run.error)
+        problem = explain_rocm_smi(run.stdout, run.stderr) if not run.stdout.strip() or not run.ok else None
+        if problem is not None:
+            raise BackendUnavailable(str(problem))
         if not run.ok:
             lines = (run.stderr.strip() or run.stdout.strip()).splitlines()
             raise BackendUnavailable(f"{self.executable} failed (exit {run.returncode}): {lines[-1] if lines else ''}")
