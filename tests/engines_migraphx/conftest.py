@@ -1,13 +1,21 @@
 """Fixtures for the native MIGraphX engine's contract tests (helpers are in native_helpers.py).
 
-NOT EXECUTED ON AMD HARDWARE: every test here runs the engine against ``fake_migraphx/migraphx``, a stand-in
-that mirrors the documented ``migraphx`` Python API (signatures, argument objects, error texts) and computes
-with ONNX Runtime on the CPU. They prove the engine calls that API correctly and handles its answers; they do
-not prove MIGraphX compiles or runs these models on a GPU.
+NOT EXECUTED ON AMD HARDWARE. Two test doubles for AMD's ``migraphx``:
+
+* ``fake_mgx``: ``fake_migraphx/migraphx``, a stand-in that mirrors the Python binding (signatures, argument
+  objects, error texts; held to upstream by test_stand_in_fidelity.py and test_real_ref_fidelity.py) and
+  computes with ONNX Runtime on the CPU. It is the only double for what needs a GPU.
+* ``real_mgx``: the real MIGraphX built from upstream source with only its reference target
+  (scripts/build-migraphx-ref, found by real_ref.py), with the engine pointed at ``get_target("ref")``. The
+  test_real_ref_*.py tests skip, saying why, where that build is absent.
+
+They prove the engine calls the API correctly and handles its answers; they do not prove MIGraphX compiles or
+runs these models on a GPU.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +24,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from model_builders import make_mlp
+import real_ref
 from native_helpers import FAKE_DIR, use_module
 from onnxaccel.model import load_model
 
@@ -29,6 +38,25 @@ def fake_mgx(monkeypatch, tmp_path):
     module = use_module(monkeypatch, FAKE_DIR)
     module._calls.clear()
     return module
+
+
+@pytest.fixture(scope="session")
+def real_mgx_module():
+    """AMD's real ``migraphx`` module of the reference-target build, imported once (a process can load a
+    pybind11 extension from one path only); skips with the reason where the build is absent."""
+    module, why = real_ref.locate()
+    if module is None:
+        pytest.skip(why)
+    return real_ref.import_module(module)
+
+
+@pytest.fixture
+def real_mgx(real_mgx_module, monkeypatch, tmp_path):
+    """The real module as `migraphx`, the native engine on MIGraphX's ref target, an empty onnxaccel cache."""
+    monkeypatch.setitem(sys.modules, "migraphx", real_mgx_module)
+    monkeypatch.setenv("ONNXACCEL_MIGRAPHX_TARGET", "ref")
+    monkeypatch.setenv("ONNXACCEL_CACHE_DIR", str(tmp_path / "cache"))
+    return real_mgx_module
 
 
 @pytest.fixture(scope="session")

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from native_helpers import calls, native
+from native_helpers import FAKE_DIR, calls, native, use_module
 from onnxaccel.engines import compile_model
 from onnxaccel.engines.migraphx import MigraphxEngine
-from onnxaccel.engines.migraphx_cache import KIND, ProgramCache, program_key
+from onnxaccel.engines.migraphx_cache import KIND, ProgramCache, native_runtime_versions, program_key
 
 
 def entries(tmp_path):
@@ -132,3 +134,35 @@ def test_store_is_atomic_and_leaves_no_temporary_files(fake_mgx, mlp, tmp_path):
     with pytest.raises(RuntimeError):
         cache.store(key, failing_save)
     assert cache.lookup(key) is None and list((tmp_path / "c").rglob("*.tmp")) == []
+
+
+def copy_of_the_stand_in(tmp_path) -> Path:
+    """The stand-in package in a folder of its own, with a 'libmigraphx.so' beside it: an install to rebuild."""
+    folder = tmp_path / "install"
+    shutil.copytree(FAKE_DIR / "migraphx", folder / "migraphx")
+    (folder / "migraphx" / "libmigraphx.so.2016000").write_bytes(b"build 1")
+    return folder
+
+
+def test_a_release_version_does_not_hide_the_build(fake_mgx, tmp_path):
+    """__version__ is 'X.Y.Z.dev[+tweak]' for every build of a release (migraphx_py.cpp since rocm-6.3.0):
+    the module and its libraries are keyed whatever the version says."""
+    folder = copy_of_the_stand_in(tmp_path)
+    module = str(folder / "migraphx" / "__init__.py")
+    found = native_runtime_versions("2.16.0.dev", module)
+    assert found["migraphx_module"] == module and found["migraphx_build"]
+    (folder / "migraphx" / "libmigraphx.so.2016000").write_bytes(b"build 2, same version")
+    assert native_runtime_versions("2.16.0.dev", module)["migraphx_build"] != found["migraphx_build"]
+
+
+def test_a_rebuilt_migraphx_of_the_same_version_compiles_afresh(mlp, tmp_path, monkeypatch):
+    monkeypatch.setenv("ONNXACCEL_CACHE_DIR", str(tmp_path / "cache"))
+    mgx = use_module(monkeypatch, copy_of_the_stand_in(tmp_path))
+    assert compile_model(mlp, native()).cache_hit is False
+    assert compile_model(mlp, native()).cache_hit is True
+    library = Path(mgx.__file__).parent / "libmigraphx.so.2016000"
+    library.write_bytes(b"build 2")  # rebuilt and reinstalled: same __version__, other code
+    mgx._calls.clear()
+    rebuilt = compile_model(mlp, native())
+    assert rebuilt.cache_hit is False and "compile" in calls(mgx)
+    assert rebuilt.describe()["migraphx_version"] == mgx.__version__

@@ -10,9 +10,12 @@
 and each goes through the engine's ``.mxr`` cache (``migraphx_cache``): a warm start loads the program with
 ``migraphx.load`` and skips parsing, quantization and compilation.
 
-NOT EXECUTED ON AMD HARDWARE. This module was written against the documented Python API and tested against a
-stand-in module (tests/engines_migraphx/fake_migraphx) that mirrors its signatures, argument objects and error
-texts and computes with ONNX Runtime on the CPU. Nothing here has run with real MIGraphX on a real AMD GPU.
+NOT EXECUTED ON AMD HARDWARE. The test suite runs this module against a real MIGraphX built from upstream
+source with only its reference target (scripts/build-migraphx-ref; ``ONNXACCEL_MIGRAPHX_TARGET=ref`` points
+the engine at ``get_target("ref")``): parsing, FP16/INT8 quantization, compile, run and the .mxr cache are
+executed there, on the CPU. What needs a GPU (the "gpu" target, ``offload_copy=False``, ``to_gpu``/
+``from_gpu``/``allocate_gpu``) is tested only against a stand-in module (tests/engines_migraphx/fake_migraphx)
+held to the binding's source. Nothing here has run with real MIGraphX on a real AMD GPU.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ from onnxaccel.engines.migraphx_cache import (
     ProgramCache, ProgramKey, calibration_fingerprint, native_runtime_versions, program_key,
 )
 from onnxaccel.engines.migraphx_setup import (
-    TYPE_TO_NUMPY, MigraphxNotInstalledError, NativeOptions, check_device, import_migraphx, migraphx_version,
-    module_origin,
+    TYPE_TO_NUMPY, MigraphxNotInstalledError, NativeOptions, check_device, import_migraphx, migraphx_target_name,
+    migraphx_version, module_origin,
 )
 from onnxaccel.engines.ort_errors import diagnose
 from onnxaccel.errors import (
@@ -101,6 +104,21 @@ class _Program:
         return out
 
 
+class HostArguments:
+    """``migraphx.argument`` objects for host arrays, and the arrays they point into.
+
+    ``migraphx.argument(buffer)`` keeps only the buffer's address: its constructor is
+    ``migraphx::argument(to_shape(info), info.ptr)`` with no ``py::keep_alive`` (ROCm/AMDMIGraphX
+    src/py/migraphx_py.cpp at f729a52, held by tests/engines_migraphx/upstream/mgx_py_argument.txt). An
+    argument made from a temporary (``np.ascontiguousarray`` of a strided array is a copy) points at freed
+    memory as soon as the call returns. Keep this object alive for as long as MIGraphX may read the arguments.
+    """
+
+    def __init__(self, mgx, arrays: Mapping[str, np.ndarray]):
+        self.buffers = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+        self.arguments = {k: mgx.argument(v) for k, v in self.buffers.items()}
+
+
 class MigraphxEngine:
     """Compiles a Model for a ``migraphx@migraphx`` Target into a :class:`MigraphxRunner`."""
 
@@ -113,6 +131,7 @@ class MigraphxEngine:
         the native engine has no fallback, an operator it cannot parse is always an error."""
         mgx = import_migraphx()
         check_device(target)
+        migraphx_target_name()  # a bad ONNXACCEL_MIGRAPHX_TARGET fails before any work
         if target.precision not in PRECISIONS:
             raise TargetError(f"The native MIGraphX engine has no precision '{target.precision}'.",
                               f"Use one of: {', '.join(PRECISIONS)}.")
@@ -159,6 +178,8 @@ class MigraphxRunner(Runner):
         self.target = target
         self.options = options
         self.version = migraphx_version(mgx)
+        #: "gpu", or "ref" where ONNXACCEL_MIGRAPHX_TARGET says so (tests and doctor on a build without GPU).
+        self.target_name = migraphx_target_name()
         self.warnings = list(model.notes)
         self.cache = ProgramCache(options.model_cache_dir or None) if options.cache else None
         self._given_samples = [dict(s) for s in calibration] if calibration is not None else None
@@ -166,7 +187,7 @@ class MigraphxRunner(Runner):
         self._programs: dict[tuple, _Program] = {}
         self._run_lock = threading.Lock()    # one program object runs one eval at a time
         self._build_lock = threading.Lock()
-        self._gpu = None
+        self._mgx_target = None
         self._noted_offload = False
         graph = model.proto.graph
         self.placement = Placement(NATIVE, {NATIVE: tuple(PlacedNode(n.op_type, n.name, n.domain)
@@ -199,7 +220,7 @@ class MigraphxRunner(Runner):
 
     def bind(self, feeds: Mapping[str, np.ndarray]) -> MigraphxBoundRun:
         bound = MigraphxBoundRun(self, feeds)
-        if bound.program.offload and not self._noted_offload:
+        if bound.program.offload and self.target_name == "gpu" and not self._noted_offload:
             self._noted_offload = True
             self.warnings.append(_OFFLOAD_NOTE)
         return bound
@@ -251,7 +272,7 @@ class MigraphxRunner(Runner):
     def _build(self, shapes: dict[str, tuple[int, ...]]) -> _Program:
         start = time.perf_counter()
         key = program_key(self.model, self.target, shapes, calibration=self._calibration_id(),
-                          runtime=native_runtime_versions(self.version, module_origin(self.mgx)))
+                          runtime=native_runtime_versions(self.version, module_origin(self.mgx), self.target_name))
         build = ProgramBuild({k: list(v) for k, v in shapes.items()}, False, 0.0, key=key)
         prog = self._load(key, shapes, build) if self.cache else None
         if prog is None:
@@ -268,7 +289,9 @@ class MigraphxRunner(Runner):
         build.seconds = time.perf_counter() - start
         if self.cache:
             self.cache.record(key, seconds=build.seconds, hit=build.cache_hit)
-        return _describe_program(prog, build, self.options.offload_copy)
+        # Only the gpu target has device memory: a ref program takes and returns host buffers whatever
+        # offload_copy says (src/targets/ref has no copy or allocation passes for it).
+        return _describe_program(prog, build, self.options.offload_copy or self.target_name != "gpu")
 
     def _load(self, key: ProgramKey, shapes: dict, build: ProgramBuild):
         path = self.cache.lookup(key)
@@ -300,21 +323,22 @@ class MigraphxRunner(Runner):
         t1 = time.perf_counter()
         self._quantize(prog, shapes)
         t2 = time.perf_counter()
-        gpu = self._gpu_target()
+        target = self._target()
         try:
-            prog.compile(gpu, **opts.compile_args())
+            prog.compile(target, **opts.compile_args())
         except Exception as exc:  # noqa: BLE001
-            raise _compile_error(self.target, exc) from exc
+            raise _compile_error(self.target, exc, self.target_name) from exc
         build.parse_seconds, build.quantize_seconds, build.compile_seconds = t1 - t0, t2 - t1, time.perf_counter() - t2
         return prog
 
-    def _gpu_target(self):
-        if self._gpu is None:
+    def _target(self):
+        """``migraphx.get_target("gpu")`` (or "ref", see ``target_name``), once per runner."""
+        if self._mgx_target is None:
             try:
-                self._gpu = self.mgx.get_target("gpu")
+                self._mgx_target = self.mgx.get_target(self.target_name)
             except Exception as exc:  # noqa: BLE001
-                raise _compile_error(self.target, exc) from exc
-        return self._gpu
+                raise _compile_error(self.target, exc, self.target_name) from exc
+        return self._mgx_target
 
     def _quantize(self, prog, shapes: dict[str, tuple[int, ...]]) -> None:
         """Precision by MIGraphX's own quantization passes, on the parsed program, before compile()."""
@@ -328,11 +352,11 @@ class MigraphxRunner(Runner):
                                       "Use a newer ROCm/MIGraphX release, or /fp16.")
                 mgx.quantize_bf16(prog)
             elif precision == "int8":
-                samples = [_rebatch(s, shapes) for s in self._calibration_samples()]
-                calibration = [{k: mgx.argument(np.ascontiguousarray(v)) for k, v in s.items()} for s in samples]
+                held = [HostArguments(mgx, _rebatch(s, shapes)) for s in self._calibration_samples()]
                 # ins_names stays at its default {"dot", "convolution"}: newer MIGraphX accepts exactly that set
                 # ("QUANTIZE_INT8: only support DOT and CONVOLUTION operation", src/quantization.cpp).
-                mgx.quantize_int8(prog, self._gpu_target(), calibration=calibration)
+                mgx.quantize_int8(prog, self._target(), calibration=[h.arguments for h in held])
+                del held  # the buffers may go only now: quantize_int8 has read them
         except OnnxAccelError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -391,7 +415,8 @@ class MigraphxRunner(Runner):
 
     def describe(self) -> dict:
         info = super().describe()
-        info.update({"engine": "migraphx", "migraphx_version": self.version, "options": self.options.to_dict(),
+        info.update({"engine": "migraphx", "migraphx_version": self.version, "migraphx_target": self.target_name,
+                     "options": self.options.to_dict(),
                      "cache_hit": self.cache_hit, "programs": [b.to_dict() for b in self.programs()]})
         return info
 
@@ -501,8 +526,10 @@ def _shape_text(shapes: Mapping[str, Sequence[int]]) -> str:
 
 # -- errors -------------------------------------------------------------------------------------------------
 
-#: MIGRAPHX_THROW prefixes its message with "<file>:<line>: <function>: " (src/include/migraphx/errors.hpp).
-_SOURCE_CONTEXT = re.compile(r"^\S+\.[ch]pp:\d+: [\w:~<>]+: ")
+#: MIGRAPHX_THROW prefixes its message with "<file>:<line>: <function>: " (src/include/migraphx/errors.hpp);
+#: inside the Python binding's lambdas the function is "operator()" (the reference build's
+#: ".../src/program.cpp:500: operator(): Parameter not found: x").
+_SOURCE_CONTEXT = re.compile(r"^\S+\.[ch]pp:\d+: \S+: ")
 
 
 def short_message(text: str) -> str:
@@ -527,8 +554,33 @@ def _parse_error(model: Model, version: str, exc: Exception) -> OnnxAccelError:
                           details=text)
 
 
-def _compile_error(target: Target, exc: Exception) -> OnnxAccelError:
+#: make_target dlopens "libmigraphx_<name>.so[.<so major>]" and throws dynamic_loader's dlerror text
+#: (ROCm/AMDMIGraphX src/register_target.cpp and src/dynamic_loader.cpp at f729a52).
+_NO_TARGET_LIBRARY = re.compile(r"(libmigraphx_(\w+)\.so[\w.]*): cannot open shared object file")
+
+
+def _missing_target(text: str, name: str) -> OnnxAccelError | None:
+    found = _NO_TARGET_LIBRARY.search(text)
+    if not found:
+        return None
+    library, target_name = found.groups()
+    if target_name == "gpu":
+        hint = ("Install AMD's MIGraphX for ROCm (`sudo apt install migraphx` from AMD's repository, docs/AMD.md): "
+                "its libmigraphx_gpu.so is the GPU target. A MIGraphX built without GPU support (such as "
+                "scripts/build-migraphx-ref) has only the reference target; use --target migraphx (ONNX "
+                "Runtime's MIGraphX EP) or --target cpu meanwhile.")
+    else:
+        hint = (f"Unset ONNXACCEL_MIGRAPHX_TARGET to compile for the GPU, or use a MIGraphX built with its "
+                f"{name} target.")
+    return ProviderUnavailableError(
+        f"This MIGraphX has no '{target_name}' target: {library} is not installed with it.", hint, details=text)
+
+
+def _compile_error(target: Target, exc: Exception, target_name: str = "gpu") -> OnnxAccelError:
     text = str(exc)
+    missing = _missing_target(text, target_name)
+    if missing is not None:
+        return missing
     found = diagnose(text)
     if found:
         return ProviderUnavailableError(f"MIGraphX could not compile for the GPU: {found.cause}.", found.fix,
@@ -549,7 +601,8 @@ def _inference_error(target: Target, exc: Exception) -> InferenceError:
 # -- readiness (doctor) ---------------------------------------------------------------------------------------
 
 def probe(target: Target | None = None):
-    """Compile and run a one-node program on the GPU: is the native engine usable here?
+    """Compile and run a one-node program on the GPU (or on the target ONNXACCEL_MIGRAPHX_TARGET names):
+    is the native engine usable here?
 
     Returns engines.ort.ProbeResult, like the ONNX Runtime probe, so ``doctor`` can show both alike."""
     from onnxaccel.engines.ort import ProbeResult
@@ -560,19 +613,26 @@ def probe(target: Target | None = None):
         return ProbeResult(False, [], exc.message, exc.hint, exc.details)
     from onnxaccel.engines.ort import _probe_model
 
+    try:
+        name = migraphx_target_name()
+    except TargetError as exc:
+        return ProbeResult(False, [], exc.message, exc.hint)
     x = np.array([[-1.0, 0.0, 2.0, -3.5]], dtype=np.float32)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "probe.onnx"
             path.write_bytes(_probe_model())
             prog = mgx.parse_onnx(str(path), map_input_dims={"x": [1, 4]})
-            prog.compile(mgx.get_target("gpu"))
+            prog.compile(mgx.get_target(name))
             y = np.array(prog.run({"x": x})[0])
     except Exception as exc:  # noqa: BLE001 - MIGraphX's failure is the finding
+        missing = _missing_target(str(exc), name)
+        if missing is not None:
+            return ProbeResult(False, [], missing.message, missing.hint, str(exc))
         found = diagnose(str(exc))
         return ProbeResult(False, [], found.cause if found else short_message(str(exc)),
                            found.fix if found else "Run `rocminfo` and check docs/AMD.md.", str(exc))
     if not np.array_equal(y, np.maximum(x, 0)):
-        return ProbeResult(False, [NATIVE], "a one-node program gave wrong results on the GPU",
+        return ProbeResult(False, [NATIVE], f"a one-node program gave wrong results on the MIGraphX {name} target",
                            "Check the ROCm install (docs/AMD.md: one release for every component).", repr(y))
-    return ProbeResult(True, [NATIVE], details=f"migraphx {migraphx_version(mgx)}")
+    return ProbeResult(True, [NATIVE], details=f"migraphx {migraphx_version(mgx)}, target {name}")

@@ -5,8 +5,9 @@ by one MIGraphX version; ``migraphx.save(prog, path)`` writes it as msgpack (the
 ``migraphx.load(path)`` gives it back ready to run, without parsing or compiling (rocm_facts.md §4;
 src/py/migraphx_py.cpp ``save``/``load``, ``format="msgpack"``). So the key covers everything that changes
 the program: the model's content, the target string (precision and compile options), the input shapes, the
-calibration data for INT8, the MIGraphX and ROCm versions and the GPU architecture(s) (KFD topology,
-``HSA_OVERRIDE_GFX_VERSION``).
+calibration data for INT8, the MIGraphX version and build (its files: a rebuild of one release keeps the
+version), the MIGraphX target (gpu, or ref in tests), ROCm's release and the GPU architecture(s) (KFD
+topology, ``HSA_OVERRIDE_GFX_VERSION``).
 
 Layout: ``<dir>/migraphx-native-<digest>/program.mxr`` and ``key.json``, the same record format as
 ``onnxaccel cache`` reads for the other compile caches (``onnxaccel.compile-cache/1``: key, created,
@@ -70,18 +71,58 @@ def program_key(model: Model, target: Target, shapes: Mapping[str, Sequence[int]
     )
 
 
-def native_runtime_versions(mgx_version: str, module_origin: str | None = None) -> dict[str, str]:
-    """What builds the program besides the model: MIGraphX's version and ROCm's release.
+def native_runtime_versions(mgx_version: str, module_origin: str | None = None,
+                            target_name: str = "gpu") -> dict[str, str]:
+    """What builds the program besides the model: MIGraphX's version and build, ROCm's release, the target.
 
-    ``__version__`` is "dev" for builds without VERSION_INFO, so the module file is part of the key then.
+    ``__version__`` is "X.Y.Z.dev[+tweak]" for every build of a release (ROCm/AMDMIGraphX
+    src/py/migraphx_py.cpp, since rocm-6.3.0: only VERSION_INFO, which its CMake never defines, would say
+    more), so a MIGraphX rebuilt from other sources carries the same version. The build's files are keyed
+    too (``migraphx_build_identity``): a rebuilt MIGraphX compiles afresh instead of loading a program the
+    old one wrote.
     """
-    found = {"migraphx": mgx_version}
+    found = {"migraphx": mgx_version, "migraphx_target": target_name}
     rocm = Path(os.environ.get("ROCM_PATH", "/opt/rocm"))
     with contextlib.suppress(OSError):
         found["rocm"] = (rocm / ".info" / "version").read_text().strip()
-    if mgx_version in ("dev", "unknown") and module_origin:
+    if module_origin:
+        found["migraphx_module"] = module_origin
+        found["migraphx_build"] = migraphx_build_identity(module_origin)
+    return found
+
+
+def migraphx_build_identity(module_file: str) -> str:
+    """A digest of the files that are this MIGraphX: the Python module and every ``libmigraphx*.so*`` in its
+    folder and in the folders of the MIGraphX libraries this process has loaded (path, size, mtime).
+
+    The set does not depend on what was loaded so far (``get_target`` dlopens libmigraphx_gpu/ref later, from
+    the same folder), so one process computes the same key before and after compiling.
+    """
+    module = Path(module_file)
+    # An install of ROCm/AMDMIGraphX f729a52 puts libmigraphx*.so in <lib>/migraphx/lib (the module's runpath
+    # is $ORIGIN/../lib:$ORIGIN/../lib/migraphx/lib, read from the reference build); others may keep them
+    # beside the module. /proc/self/maps names the ones really loaded, wherever they are.
+    folders = {module.parent, module.parent / "migraphx" / "lib"}
+    folders |= {lib.parent for lib in _loaded_migraphx_libraries()}
+    files = {module.resolve()}
+    for folder in folders:
+        files.update(p.resolve() for p in folder.glob("libmigraphx*.so*"))
+    lines = []
+    for path in sorted(files):
         with contextlib.suppress(OSError):
-            found["migraphx_module"] = f"{module_origin}@{os.stat(module_origin).st_mtime_ns}"
+            stat = path.stat()
+            lines.append(f"{path}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:20]
+
+
+def _loaded_migraphx_libraries() -> set[Path]:
+    """MIGraphX libraries mapped into this process (Linux /proc/self/maps; empty elsewhere)."""
+    found = set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/maps").read_text().splitlines():
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and re.search(r"/libmigraphx[^/]*\.so[^/]*$", parts[5]):
+                found.add(Path(parts[5]))
     return found
 
 

@@ -8,6 +8,10 @@ repositories puts ``migraphx.cpython-*.so`` in ``/opt/rocm/lib``, and the docs s
 The engine's options are arguments of ``parse_onnx``, ``program.compile`` and the engine's program cache, not
 ONNX Runtime provider options: ``migraphx@migraphx?exhaustive_tune=1&fast_math=0``. Defaults are MIGraphX's
 own: ``compile(t, offload_copy=True, fast_math=True, exhaustive_tune=False)`` (src/py/migraphx_py.cpp).
+
+Which MIGraphX target it compiles for is not an option: always ``get_target("gpu")``, except where the
+environment says ``ONNXACCEL_MIGRAPHX_TARGET=ref`` (MIGraphX's reference target, for the test suite and
+``doctor`` against a MIGraphX built without GPU support: scripts/build-migraphx-ref).
 """
 
 from __future__ import annotations
@@ -126,8 +130,30 @@ def _install_hint() -> str:
 
 
 def migraphx_version(mgx) -> str:
-    """``migraphx.__version__``: VERSION_INFO at build time, or "dev" (src/py/migraphx_py.cpp)."""
+    """``migraphx.__version__``: VERSION_INFO when the build defines it, else "MAJOR.MINOR.PATCH.dev" plus
+    "+TWEAK" where rocm_setup_version set one, the git hash of a checkout (ROCm/AMDMIGraphX
+    src/py/migraphx_py.cpp since rocm-6.3.0, "dev" alone before; ROCm/rocm-cmake ROCMSetupVersion.cmake at
+    67ae770). The reference build from a source archive says "2.16.0.dev". The version does not tell two builds of one release apart: the program cache keys
+    the build's files too (migraphx_cache.migraphx_build_identity)."""
     return str(getattr(mgx, "__version__", "unknown"))
+
+
+#: Which MIGraphX target the native engine compiles for. Users get "gpu". "ref" is MIGraphX's reference
+#: target (plain C++ on the CPU, slow): for the test suite and `doctor` against a MIGraphX built without GPU
+#: support (scripts/build-migraphx-ref), so the engine's own code runs against the real module. It is an
+#: environment setting, not a target option, because it is not something a user should choose.
+TARGET_ENV = "ONNXACCEL_MIGRAPHX_TARGET"
+MIGRAPHX_TARGETS = ("gpu", "ref")
+
+
+def migraphx_target_name() -> str:
+    """The MIGraphX target name from ``ONNXACCEL_MIGRAPHX_TARGET`` (default "gpu")."""
+    value = os.environ.get(TARGET_ENV, "").strip().lower() or "gpu"
+    if value not in MIGRAPHX_TARGETS:
+        raise TargetError(f"{TARGET_ENV}={value!r} is not a MIGraphX target the native engine can use.",
+                          f"Unset {TARGET_ENV} (the GPU target). 'ref' (MIGraphX's reference target on the CPU) "
+                          "exists for tests and doctor only.")
+    return value
 
 
 @dataclass(frozen=True)

@@ -6,33 +6,41 @@ results by running the ONNX model with ONNX Runtime on the CPU, so tests can che
 
 What it mirrors, and from where:
 
-* Signatures, argument names and defaults: ROCm/AMDMIGraphX ``src/py/migraphx_py.cpp`` (read at cdbcfcb,
-  2024; HEAD f729a52 adds ``quantize_bf16``, ``dim_params``, ``use_debug_symbols``, ``get_onnx_operators``:
-  shared/research/rocm_facts.md §4):
+* Signatures, argument names, order and defaults: ROCm/AMDMIGraphX ``src/py/migraphx_py.cpp`` at f729a52,
+  quoted in ../upstream/mgx_py_*.txt; test_stand_in_fidelity.py holds every callable the engine uses to the
+  quoted ``py::arg`` lists, and test_real_ref_fidelity.py to the real module built from that commit
+  (scripts/build-migraphx-ref): names, pybind11 signatures, and the outcome and text of the same calls.
   ``parse_onnx(filename, default_dim_value=0, default_dyn_dim_value=shape.dynamic_dimension(1, 1),
-  map_input_dims={}, map_dyn_input_dims={}, skip_unknown_operators=False, print_program_on_error=False,
-  max_loop_iterations=10, limit_max_iterations=65535)``; ``program.compile(t, offload_copy=True,
-  fast_math=True, exhaustive_tune=False)``; ``quantize_fp16(prog, ins_names=["all"])``;
-  ``quantize_int8(prog, t, calibration=[], ins_names={"dot", "convolution"})``; ``save(p, filename,
-  format="msgpack")``; ``load(filename, format="msgpack")``; ``get_target(name)``; ``allocate_gpu(s,
-  host=False)``, ``to_gpu(arg, host=False)``, ``from_gpu(arg)``, ``gpu_sync()``.
+  dim_params={}, map_input_dims={}, map_dyn_input_dims={}, skip_unknown_operators=False,
+  print_program_on_error=False, max_loop_iterations=10, limit_max_iterations=65535,
+  use_debug_symbols=False)``; ``program.compile(t, offload_copy=True, fast_math=True, exhaustive_tune=False)``;
+  ``quantize_fp16(prog, ins_names=["all"])``; ``quantize_int8(prog, t, calibration=[], ins_names={"dot",
+  "convolution"})``; ``save(p, filename, format="msgpack")``; ``load(filename, format="msgpack")``;
+  ``get_target(name)``; ``allocate_gpu(s, host=False)``, ``to_gpu(arg, host=False)``, ``from_gpu(arg)``,
+  ``gpu_sync()`` (these four only in GPU builds: ``#ifdef HAVE_GPU``; the stand-in is their only test double).
 * pybind11's argument conversion: ``filename`` must be ``str`` (no ``pathlib.Path``); bool parameters take
   bool/int, not strings; ``program.run`` takes a ``dict`` of buffers; ``calibration`` entries must be
   ``migraphx.argument`` objects (no implicit conversion is registered). A wrong type raises ``TypeError``
   ("incompatible function arguments"), as pybind11 does.
 * Errors: C++ ``migraphx::exception`` derives from ``std::runtime_error`` and reaches Python as
   ``RuntimeError`` with ``"<file>:<line>: <function>: <message>"`` (src/include/migraphx/errors.hpp,
-  MIGRAPHX_THROW). Messages used here, each from the MIGraphX source: ``Unknown operator: X``
+  MIGRAPHX_THROW; the function is ``operator()`` inside the binding's lambdas). Messages used here, each as the
+  reference build prints it (test_real_ref_fidelity.py compares the same calls on both): ``Unknown operator: X``
   (onnx_parser.cpp), ``PARSE_FROM: Failed reading onnx file: F`` (onnx_parser.cpp), ``PARSE_ONNX_FROM: both
-  default_dim_value and default_dyn_dim_value set to non-default value`` (onnx.cpp, rocm_facts §4),
-  ``Parameter not found: x`` and ``Incorrect shape {float_type, {1, 4}, {4, 1}} for parameter: x``
-  (program.cpp generic_eval), ``QUANTIZE_INT8: only support DOT and CONVOLUTION operation``
-  (quantization.cpp), ``Requested target 'x' is not loaded or not supported`` (register_target.cpp).
-* ``argument``: built from a buffer without copying; exports its data to numpy. The real class implements the
-  PEP 3118 buffer protocol through pybind11 (``def_buffer``); a Python 3.11 class cannot, so this one exposes
-  numpy's ``__array_interface__`` instead. ``np.array(arg)`` reads either; nothing else is offered (an
-  ``argument`` has no ``.shape`` or ``.astype``). Reading a device argument on the host raises here; the real
-  one would read a device pointer as host memory.
+  default_dim_value and default_dyn_dim_valueset to non-default value`` (sic, onnx.cpp), ``Parameter not found:
+  x`` and ``Incorrect shape {float_type, {1, 4}, {4, 1}} for parameter: x should be: float_type, {2, 4}, {4,
+  1}`` (program.cpp generic_eval), ``QUANTIZE_INT8: only support DOT and CONVOLUTION operation``
+  (quantization.cpp), ``Dynamic loading or symbol lookup failed with libmigraphx_X.so: cannot open shared
+  object file: No such file or directory`` (get_target of a target whose library is absent:
+  register_target.cpp, dynamic_loader.cpp), and load()'s answers to damaged or missing files.
+* ``argument``: built from a buffer without copying and without keeping it alive: the binding stores the
+  buffer's address only (``migraphx::argument(to_shape(info), info.ptr)``, no ``py::keep_alive``). The
+  stand-in holds a weak reference to the numpy array that owns the memory and raises when an argument whose
+  array is gone is read; the real module would read freed memory. It exports its data to numpy: the real class
+  implements the PEP 3118 buffer protocol through pybind11 (``def_buffer``); a Python 3.11 class cannot, so
+  this one exposes numpy's ``__array_interface__`` instead. ``np.array(arg)`` reads either; nothing else is
+  offered (an ``argument`` has no ``.shape`` or ``.astype``). Reading a device argument on the host raises
+  here; the real one would read a device pointer as host memory.
 * Parameters of a program compiled with ``offload_copy=False`` include ``main:#output_N`` output buffers
   (src/targets/gpu: ``mod.name() + ":#output_" + index``); such a program takes and returns GPU arguments.
 
@@ -58,10 +66,12 @@ import base64
 import json
 import os
 import time
+import weakref
 
 import numpy as np
 
-__version__ = "2.16.0.stand-in"
+#: The real format (migraphx_py.cpp since rocm-6.3.0): "X.Y.Z.dev" plus "+tweak"; the tweak names the stand-in.
+__version__ = "2.16.0.dev+stand-in"
 
 #: Every API call, in order: (function, details). Tests read it to check ordering and cache behaviour.
 _calls: list[tuple[str, dict]] = []
@@ -192,6 +202,13 @@ def _buffer_array(value, func: str) -> np.ndarray:
     return np.asarray(view)
 
 
+def _incorrect_shape(got: shape, want: shape, name: str) -> RuntimeError:
+    # program.cpp generic_eval: "Incorrect shape {" + to_string(arg shape) + "} for parameter: " + name +
+    # " should be: " + to_string(parameter shape)
+    return _throw("program.cpp:1: generic_eval", f"Incorrect shape {{{got!r}}} for parameter: {name} should be: "
+                                                 f"{want!r}")
+
+
 def _shape_of(arr: np.ndarray) -> shape:
     if arr.dtype not in _TYPES:
         raise _throw("py/migraphx_py.cpp:1: to_shape", f"MIGRAPHX PYTHON: Unsupported data type {arr.dtype.char}")
@@ -200,17 +217,47 @@ def _shape_of(arr: np.ndarray) -> shape:
 
 
 class argument:  # noqa: N801
+    """A shape and an address. ``argument(buffer)`` stores the buffer's pointer and nothing that keeps the
+    buffer alive (migraphx_py.cpp: ``migraphx::argument(to_shape(info), info.ptr)``, no ``py::keep_alive``).
+    The stand-in holds only a weak reference to the numpy array that owns the memory: reading an argument
+    whose memory was freed raises here, where the real module would read freed memory."""
+
     def __init__(self, b):
         if isinstance(b, (list, tuple, int, float, str)) or b is None:
             raise _incompatible("__init__", "migraphx.argument(arg0: buffer)", b)
-        self._data = _buffer_array(b, "argument")
+        data = _buffer_array(b, "argument")
         self._device = False
+        self._shape = _shape_of(data)
+        self._ptr = int(data.__array_interface__["data"][0])
+        self._strong, self._owner, self._interface = None, None, None
+        if isinstance(b, argument):  # the buffer protocol of an argument: the same address, the same owner
+            self._strong, self._owner, self._interface = b._strong, b._owner, b._interface
+            return
+        owner = _memory_owner(b)
+        if owner is None:  # memory not owned by a numpy array (bytes, mmap): this stand-in cannot model it
+            self._strong = data
+        else:
+            self._owner, self._interface = weakref.ref(owner), dict(data.__array_interface__)
 
     @classmethod
     def _make(cls, data: np.ndarray, device: bool) -> argument:
+        """An argument that owns its memory (run() results, GPU buffers), as the C++ allocations do."""
         out = cls.__new__(cls)
-        out._data, out._device = data, device
+        out._strong, out._owner, out._interface, out._device = data, None, None, device
+        out._shape, out._ptr = _shape_of(data), int(data.__array_interface__["data"][0])
         return out
+
+    @property
+    def _data(self) -> np.ndarray:
+        if self._strong is not None:
+            return self._strong
+        owner = self._owner()
+        if owner is None:
+            raise RuntimeError(
+                "stand-in: the memory behind this migraphx.argument was freed. argument(buffer) keeps only the "
+                "buffer's address (migraphx_py.cpp: migraphx::argument(to_shape(info), info.ptr)); the array it "
+                "was made from must stay alive while MIGraphX reads it. The real module would read freed memory.")
+        return np.asarray(_Borrowed(self._interface, owner))
 
     def _host_check(self) -> None:
         if self._device:
@@ -223,20 +270,40 @@ class argument:  # noqa: N801
         return self._data.__array_interface__
 
     def get_shape(self) -> shape:
-        return _shape_of(self._data)
+        return self._shape
 
     def tolist(self) -> list:
         self._host_check()
         return self._data.reshape(-1).tolist()
 
     def data_ptr(self) -> int:
-        return int(self._data.__array_interface__["data"][0])
+        return self._ptr
 
     def __eq__(self, other):
         return isinstance(other, argument) and np.array_equal(self._data, other._data)
 
+    def __ne__(self, other):
+        return not self == other
+
     def __repr__(self) -> str:
-        return "<device argument>" if self._device else " ".join(map(str, self._data.reshape(-1)[:16]))
+        return "<device argument>" if self._device else ", ".join(map(str, self._data.reshape(-1)[:16]))
+
+
+class _Borrowed:
+    """A numpy view of memory whose owner is alive; holds the owner only while the view is in use."""
+
+    def __init__(self, interface: dict, owner):
+        self.__array_interface__ = interface
+        self._owner = owner
+
+
+def _memory_owner(value):
+    """The numpy array that owns the memory of ``value`` (a view's base chain), or None if no array does."""
+    if not isinstance(value, np.ndarray):
+        return None
+    while isinstance(value.base, np.ndarray):
+        value = value.base
+    return value if value.base is None else None
 
 
 # -- targets ----------------------------------------------------------------------------------------------
@@ -250,10 +317,12 @@ def get_target(name):
     if not isinstance(name, str):
         raise _incompatible("get_target", "(arg0: str) -> migraphx.target", name)
     _log("get_target", name=name)
-    # Non-DNNL builds have only "gpu" and "ref" (MIGraphX docs: "'gpu' or 'ref'"; rocm_facts.md §4).
+    # make_target dlopens libmigraphx_<name>.so (register_target.cpp); a target whose library is absent fails
+    # there with dlerror()'s text (dynamic_loader.cpp), as the reference build does for "gpu" and "cpu".
     if name not in ("gpu", "ref"):
-        raise _throw("register_target.cpp:84: make_target",
-                     f"Requested target '{name}' is not loaded or not supported")
+        raise _throw("dynamic_loader.cpp:48: check_load_error",
+                     f"Dynamic loading or symbol lookup failed with libmigraphx_{name}.so: cannot open shared "
+                     "object file: No such file or directory")
     return target(name)
 
 
@@ -329,7 +398,7 @@ class program:  # noqa: N801
             arr = value._data if on_device else _buffer_array(value, "run")
             got = _shape_of(arr)
             if got != want:
-                raise _throw("program.cpp:1: generic_eval", f"Incorrect shape {{{got!r}}} for parameter: {name}")
+                raise _incorrect_shape(got, want, name)
             feeds[name] = arr
         outputs = self._compute({k: v for k, v in feeds.items() if not k.startswith("main:#output_")})
         if device:
@@ -417,11 +486,12 @@ def _bf16(value: np.ndarray) -> np.ndarray:
 
 # -- parsing ----------------------------------------------------------------------------------------------
 
-def parse_onnx(filename, default_dim_value=0, default_dyn_dim_value=None, map_input_dims=None,
+def parse_onnx(filename, default_dim_value=0, default_dyn_dim_value=None, dim_params=None, map_input_dims=None,
                map_dyn_input_dims=None, skip_unknown_operators=False, print_program_on_error=False,
-               max_loop_iterations=10, limit_max_iterations=65535, dim_params=None, use_debug_symbols=False):
+               max_loop_iterations=10, limit_max_iterations=65535, use_debug_symbols=False):
     signature = ("(filename: str, default_dim_value: int = 0, default_dyn_dim_value: migraphx.shape."
-                 "dynamic_dimension = ..., map_input_dims: dict[str, list[int]] = {}, ...) -> migraphx.program")
+                 "dynamic_dimension = ..., dim_params: dict[str, migraphx.shape.dynamic_dimension] = {}, "
+                 "map_input_dims: dict[str, list[int]] = {}, ...) -> migraphx.program")
     if not isinstance(filename, str):
         raise _incompatible("parse_onnx", signature, filename)
     if not isinstance(default_dim_value, int) or isinstance(default_dim_value, bool) or default_dim_value < 0:
@@ -432,7 +502,8 @@ def parse_onnx(filename, default_dim_value=0, default_dyn_dim_value=None, map_in
         default_dyn_dim_value = shape.dynamic_dimension(1, 1)
     if default_dim_value != 0 and default_dyn_dim_value != shape.dynamic_dimension(1, 1):
         raise _throw("onnx/onnx.cpp:1: parse_onnx_from",
-                     "PARSE_ONNX_FROM: both default_dim_value and default_dyn_dim_value set to non-default value")
+                     # sic: onnx.cpp joins two literals without a space
+                     "PARSE_ONNX_FROM: both default_dim_value and default_dyn_dim_valueset to non-default value")
     if map_dyn_input_dims:
         raise NotImplementedError("stand-in: dynamic input dimensions (map_dyn_input_dims) are not emulated")
     import onnx
@@ -462,10 +533,20 @@ def parse_onnx(filename, default_dim_value=0, default_dyn_dim_value=None, map_in
             lens = dims[value.name]
         else:
             lens = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else
-                    (dim_params or {}).get(d.dim_param, fallback) for d in ttype.shape.dim]
+                    _dim_param(dim_params or {}, d.dim_param, fallback) for d in ttype.shape.dim]
         prog._params[value.name] = shape._of(dtype, lens)
     prog._model = model.SerializeToString()
     return prog
+
+
+def _dim_param(dim_params: dict, name: str, fallback: int) -> int:
+    """dim_params maps a symbolic dim to a shape.dynamic_dimension; a fixed one {n, n} is a static size."""
+    found = dim_params.get(name)
+    if found is None:
+        return fallback
+    if not found.is_fixed():
+        raise NotImplementedError("stand-in: dynamic dimensions (dim_params with min != max) are not emulated")
+    return int(found.max)
 
 
 def _check_dims(value, signature: str) -> dict[str, list[int]]:
@@ -509,7 +590,7 @@ def quantize_bf16(prog, ins_names=("all",)):
     prog._precision = "bf16"
 
 
-def quantize_int8(prog, t, calibration=(), ins_names=("dot", "convolution")):
+def quantize_int8(prog, t, calibration=(), ins_names=frozenset({"dot", "convolution"})):
     _check_program("quantize_int8", prog)
     if not isinstance(t, target):
         raise _incompatible("quantize_int8", "(prog: migraphx.program, t: migraphx.target, calibration: list["
@@ -520,27 +601,34 @@ def quantize_int8(prog, t, calibration=(), ins_names=("dot", "convolution")):
         raise _incompatible("quantize_int8", "(prog: migraphx.program, t: migraphx.target, calibration: list["
                             "dict[str, migraphx.argument]] = [], ins_names: set[str] = {'dot', 'convolution'})",
                             calibration)
+    if not isinstance(ins_names, (set, frozenset)):  # std::unordered_set: pybind11 converts only a set
+        raise _incompatible("quantize_int8", "(prog: migraphx.program, t: migraphx.target, calibration: list["
+                            "dict[str, migraphx.argument]] = [], ins_names: set[str] = {'dot', 'convolution'})",
+                            ins_names)
     _log("quantize_int8", target=t._name, samples=len(calibration), ins_names=sorted(ins_names))
     if set(ins_names) != {"dot", "convolution"}:
         raise _throw("quantization.cpp:1: quantize_int8", "QUANTIZE_INT8: only support DOT and CONVOLUTION operation")
-    for sample in calibration:  # real: every sample runs through the program with capture ops
+    # Real (src/quantization.cpp quantize_8bits): every sample runs through a compiled copy of the program; a
+    # parameter the sample lacks gets t.allocate() (uninitialised memory, no error), a wrong shape fails in eval.
+    for sample in calibration:
         for name, want in prog._params.items():
-            if name not in sample:
-                raise _throw("program.cpp:1: generic_eval", f"Parameter not found: {name}")
-            got = sample[name].get_shape()
-            if got != want:
-                raise _throw("program.cpp:1: generic_eval", f"Incorrect shape {{{got!r}}} for parameter: {name}")
+            if name in sample and sample[name].get_shape() != want:
+                raise _incorrect_shape(sample[name].get_shape(), want, name)
     prog._precision = "int8"
     prog._scales = {}
     for name, want in prog._params.items():
-        if _NUMPY[want.type_string()].kind == "f" and calibration:
-            peak = max(float(np.max(np.abs(s[name]._data))) for s in calibration)
+        given = [s[name] for s in calibration if name in s]
+        if _NUMPY[want.type_string()].kind == "f" and given:
+            peak = max(float(np.max(np.abs(a._data))) for a in given)
             prog._scales[name] = peak / 127 if peak > 0 else 1.0
 
 
 # -- save / load ------------------------------------------------------------------------------------------
 
-_MAGIC = b"STAND-IN-MXR\n"
+#: A real msgpack program starts with a map header (0x85 in the reference build's files), not valid UTF-8.
+_MSGPACK_MAGIC = b"\x85STAND-IN-MXR\n"
+_JSON_KEY = "stand-in-mxr"
+_FORMATS = ("msgpack", "json")
 
 
 def save(p, filename, format="msgpack"):  # noqa: A002 - the real argument name
@@ -548,13 +636,17 @@ def save(p, filename, format="msgpack"):  # noqa: A002 - the real argument name
         raise _incompatible("save", "(p: migraphx.program, filename: str, format: str = 'msgpack') -> None",
                             (p, filename))
     _log("save", filename=filename, format=format)
-    if format not in ("msgpack", "json"):
-        raise _throw("load_save.cpp:1: save", f"Unknown format: {format}")
+    if format not in _FORMATS:
+        raise _throw("load_save.cpp:99: save_buffer", f"Unknown format: {format}")
+    body = json.dumps(p._state()).encode()
     with open(filename, "wb") as handle:
-        handle.write(_MAGIC + format.encode() + b"\n" + json.dumps(p._state()).encode())
+        handle.write(_MSGPACK_MAGIC + body if format == "msgpack" else json.dumps({_JSON_KEY: p._state()}).encode())
 
 
 def load(filename, format="msgpack"):  # noqa: A002
+    """The reference build's answers: a missing file, an unknown format, damaged msgpack ("Not an object for
+    field: version", or "insufficient bytes" when it ends early), and a msgpack file read as json
+    (UnicodeDecodeError: the message quotes the bytes, which pybind11 cannot decode)."""
     if not isinstance(filename, str):
         raise _incompatible("load", "(filename: str, format: str = 'msgpack') -> migraphx.program", filename)
     _log("load", filename=filename, format=format)
@@ -562,15 +654,23 @@ def load(filename, format="msgpack"):  # noqa: A002
         with open(filename, "rb") as handle:
             data = handle.read()
     except OSError:
-        raise _throw("file_buffer.cpp:1: read_buffer", f"Failure opening file: {filename}") from None
-    head, _, rest = data.partition(b"\n")
-    fmt, _, body = rest.partition(b"\n")
-    if head + b"\n" != _MAGIC or fmt.decode(errors="replace") != format:
-        raise _throw("serialize.cpp:1: from_msgpack", "msgpack: unpack failed (not a MIGraphX program)")
+        raise _throw("file_buffer.cpp:38: generic_read_file", f"Failure opening file: {filename}") from None
+    if format not in _FORMATS:
+        raise _throw("load_save.cpp:56: load_buffer", f"Unknown format: {format}")
+    if format == "json":
+        text = data.decode("utf-8")
+        try:
+            return program._from_state(json.loads(text)[_JSON_KEY])
+        except (ValueError, KeyError, TypeError):
+            raise _throw("value.cpp:371: at", "Not an object for field: version") from None
+    if not data.startswith(_MSGPACK_MAGIC):
+        if len(data) < 2 or data[:1] in (b"\x92", b"\x93", b"\xdc"):
+            raise RuntimeError("insufficient bytes")  # msgpack-c's own exception: no source context
+        raise _throw("value.cpp:371: at", "Not an object for field: version")
     try:
-        return program._from_state(json.loads(body))
-    except (ValueError, KeyError) as exc:
-        raise _throw("serialize.cpp:1: from_msgpack", f"msgpack: truncated program ({exc})") from None
+        return program._from_state(json.loads(data[len(_MSGPACK_MAGIC):]))
+    except (ValueError, KeyError):
+        raise RuntimeError("insufficient bytes") from None
 
 
 # -- GPU memory (HAVE_GPU builds) ---------------------------------------------------------------------------
