@@ -113,7 +113,7 @@ def batch_config(name: str, job: BatchJob) -> dict:
 def serve_config(args, replicas: int, batch: int) -> dict:
     from onnxaccel.scale import serve_ray
     from onnxaccel.serve.config import ServerConfig
-    from onnxaccel.serve.loadtest import LoadtestConfig, run_loadtest
+    from onnxaccel.loadtest import LoadtestConfig, run_loadtest
 
     defaults = {"target": args.target, "max_batch": batch, "max_queue_delay_ms": 2.0, "max_queue": 1024}
     start = time.perf_counter()

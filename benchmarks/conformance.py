@@ -7,9 +7,9 @@ case:
   (a) plain ONNX Runtime: an InferenceSession fed the .pb values (onnx.numpy_helper), outputs compared with
       the same comparator `check` uses (ONNX's tolerances) -- the reference;
   (b) `onnxaccel check` on the target (library API: discover + run_check);
-  (c) with --fp16: the model converted as `optimize --fp16` converts it (transform.fp16.convert_fp16, FP32
+  (c) with --fp16: the model converted as `optimize --fp16` converts it (precision.fp16.convert_fp16, FP32
       inputs/outputs kept), validated by onnx.checker.check_model(full_check=True) and rerun through `check`
-      within FP16 tolerances (conformance.tolerance FP16_RTOL/FP16_ATOL).
+      within FP16 tolerances (compare.tolerance FP16_RTOL/FP16_ATOL).
 
   python benchmarks/conformance.py --out benchmarks/results/conformance_cpu
   python benchmarks/conformance.py --target cuda --out benchmarks/results/conformance_cuda
@@ -98,7 +98,7 @@ def ort_reference(case, target) -> dict:
     """Run the case in a bare InferenceSession and compare with the conformance comparator."""
     import onnxruntime as ort
 
-    from onnxaccel.conformance.tolerance import TolerancePolicy, compare_value
+    from onnxaccel.compare.tolerance import TolerancePolicy, compare_value
 
     if case.skip or case.model is None:
         return {"status": "skipped", "reason": case.skip}
@@ -169,7 +169,7 @@ def fp16_run(cases, target, folder: Path, policy) -> dict:
     import onnx
 
     from onnxaccel.conformance import run_check
-    from onnxaccel.transform.fp16 import convert_fp16
+    from onnxaccel.precision.fp16 import convert_fp16
 
     fp32_target = dataclasses.replace(target, precision="fp32")
     # As `optimize --fp16 -t TARGET` converts: ops without a float16 kernel in the target's provider stay FP32.

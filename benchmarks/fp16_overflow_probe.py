@@ -45,7 +45,7 @@ def probe(case: Path, target: str) -> dict:
     from onnxaccel.protobuf_values import read_pb
     from onnxaccel.model import load_model
     from onnxaccel.target import parse_target
-    from onnxaccel.transform.precision import to_fp16
+    from onnxaccel.precision.variant import to_fp16
 
     tgt = parse_target(target)
     found = discover([case])[0]

@@ -123,7 +123,8 @@ def kernels_nsys(model: str) -> dict:
 
 @section
 def compare(model: str, reference: str, candidate: str, *, bisect: bool = False, **shape) -> dict:
-    from onnxaccel.analysis.compare import compare_targets, default_tolerances
+    from onnxaccel.analysis.compare import compare_targets
+    from onnxaccel.compare import default_tolerances
     from onnxaccel.target import parse_target
 
     ref, cand = parse_target(reference), parse_target(candidate)

@@ -111,8 +111,9 @@ def _mode(precision: str, transformer: bool, args) -> str:
 
 def _convert(model, precision: str, transformer: bool, target, args, folder: Path):
     """The model file for ``precision`` and the optimize report (accuracy vs FP32 on the CPU)."""
-    from onnxaccel.cli.optimize import _preprocess, accuracy_tools, default_gate
-    from onnxaccel.transform.int8 import Int8Settings
+    from onnxaccel.analysis.bisect import find_divergence
+    from onnxaccel.cli.optimize import _preprocess, default_gate
+    from onnxaccel.precision.int8 import Int8Settings
     from onnxaccel.transform.optimize import OptimizeOptions, optimize
 
     name = model.name.replace("/", "_")
@@ -130,7 +131,7 @@ def _convert(model, precision: str, transformer: bool, target, args, folder: Pat
         gate=default_gate(precision, None, None, None, None, 1), compile_cache=False,
     )
     start = time.perf_counter()
-    report = optimize(model, options, accuracy_tools())
+    report = optimize(model, options, find_divergence)
     return out, report, time.perf_counter() - start
 
 

@@ -26,7 +26,7 @@ import httpx
 import numpy as np
 
 from onnxaccel.pipeline import prepare
-from onnxaccel.serve.load_client import http_payload
+from onnxaccel.loadtest.clients import http_payload
 from onnxaccel.target import parse_target
 
 SERVE = ("import typer\nfrom onnxaccel.cli import serve\napp = typer.Typer()\n"

@@ -42,7 +42,7 @@ import httpx
 
 from onnxaccel.bench.timing import measure
 from onnxaccel.pipeline import prepare
-from onnxaccel.serve.loadtest import LoadtestConfig, run_loadtest
+from onnxaccel.loadtest import LoadtestConfig, run_loadtest
 from onnxaccel.target import parse_target
 
 SERVE = ("import typer\nfrom onnxaccel.cli import serve\napp = typer.Typer()\n"

@@ -1,38 +1,205 @@
-"""Compose the three nouns: load a Model, bind its shapes, prepare its precision, compile a Runner.
+"""Compose the three nouns as lazy steps: load a Model, bind its shapes, convert its precision, compile a Runner.
 
-Every command that runs a model (run, bench, compare, profile, serve, batch) goes through ``prepare`` so
-that they agree on shapes, precision handling, placement checks and warnings.
+Every command that runs a model (run, bench, compare, profile, serve, batch) goes through these steps so that
+they agree on shapes, precision handling, placement checks and warnings. Each step is a callable built from
+values or from the steps before it, and does its work only when called, as Polygraphy's loaders do
+(``SessionFromOnnx(model_bytes)`` takes "a serialized ONNX model ... or a callable that returns one of those" and
+builds in ``call_impl``; NVIDIA/TensorRT tools/Polygraphy/polygraphy/backend/onnxrt/loader.py, commit
+bb72a9312f40da23ae0eb82b6a31a35e51a34123)::
+
+    model = ModelFromSource("model.onnx")                     # read once, on first use
+    feeds = FeedsForModel(model, inputs, batch=8)             # or BoundModel(model, shapes, batch=8): no feeds
+    variant = ConvertedModel(feeds.bound_model, target)       # converted once (precision.convert_for_target)
+    runner = RunnerFromVariant(variant, strict=True)()        # every call compiles another runner
+
+Unlike Polygraphy's, the model steps remember their value: the model is read, bound and converted once however
+many runners (instances, a reference) are compiled from it. The target and its precision stay values from the
+caller to the runner; nothing is turned into text and parsed again. :func:`prepare` (feeds included) and
+:func:`compile_only` (a server's: no feeds) are the usual compositions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import numpy as np
 
 from onnxaccel.engines import Runner, compile_model
 from onnxaccel.errors import InferenceError
-from onnxaccel.inputs import FeedOrigin, ImagePreprocess, prepare_feeds
+from onnxaccel.inputs import FeedOrigin, FeedSet, ImagePreprocess, prepare_feeds
 from onnxaccel.model import Model, load_model
+from onnxaccel.precision import PrecisionVariant, convert_for_target
 from onnxaccel.target import Target
-from onnxaccel.transform.precision import prepare_for_target
+
+T = TypeVar("T")
+
+
+def value_of(source: T | Callable[[], T]) -> T:
+    """A step's input: the value itself, or what the step that makes it returns (Polygraphy's
+    ``util.invoke_if_callable``)."""
+    return source() if callable(source) else source
+
+
+class Step(Generic[T]):
+    """A lazy step: does its work (:meth:`make`) on the first call and returns that value on every later one.
+
+    Thread-safe: instances built in their own threads may share one step and still load or convert once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made = False
+        self._value: T | None = None
+
+    def __call__(self) -> T:
+        with self._lock:
+            if not self._made:
+                self._value = self.make()
+                self._made = True
+        return self._value  # type: ignore[return-value]
+
+    def make(self) -> T:
+        """Do the step's work; called once."""
+        raise NotImplementedError
+
+
+class ModelFromSource(Step[Model]):
+    """The model read from a path or ``zoo:NAME`` (checked unless ``check=False``), or the Model given."""
+
+    def __init__(self, source: str | os.PathLike | Model, *, check: bool = True) -> None:
+        super().__init__()
+        self.source = source
+        self.check = check
+
+    def make(self) -> Model:
+        """Load the model (nothing to do for a Model)."""
+        if isinstance(self.source, Model):
+            return self.source
+        return load_model(self.source, check=self.check)
+
+
+class FeedsForModel(Step[FeedSet]):
+    """The run's feeds and the model bound by them (inputs.prepare_feeds): given files and literals bind the
+    symbolic dims of their inputs, ``shapes``/``batch`` the rest; inputs not given are synthesized (within
+    ``value_ranges``, seeded by ``seed``)."""
+
+    def __init__(
+        self,
+        model: Model | Callable[[], Model],
+        inputs: Sequence[str] = (),
+        *,
+        shapes: Mapping[str, Sequence[int]] | None = None,
+        batch: int | None = None,
+        preprocess: ImagePreprocess | None = None,
+        seed: int = 0,
+        value_ranges: Mapping[str, tuple[float, float]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.inputs = tuple(inputs)
+        self.shapes = shapes
+        self.batch = batch
+        self.preprocess = preprocess
+        self.seed = seed
+        self.value_ranges = value_ranges
+
+    def make(self) -> FeedSet:
+        """Read, bind and synthesize the feeds."""
+        return prepare_feeds(value_of(self.model), self.inputs, shapes=self.shapes, batch=self.batch,
+                             preprocess=self.preprocess, seed=self.seed, value_ranges=self.value_ranges)
+
+    def bound_model(self) -> Model:
+        """The model bound by the feeds: a step of its own, for :class:`ConvertedModel`."""
+        return self().model
+
+
+class BoundModel(Step[Model]):
+    """The model bound to ``shapes`` and ``batch`` alone (Model.bind), without feeds: what a server compiles,
+    whose feeds come with each request."""
+
+    def __init__(self, model: Model | Callable[[], Model], shapes: Mapping[str, Sequence[int]] | None = None, *,
+                 batch: int | None = None) -> None:
+        super().__init__()
+        self.model = model
+        self.shapes = shapes
+        self.batch = batch
+
+    def make(self) -> Model:
+        """Bind the model's shapes."""
+        return value_of(self.model).bind(self.shapes or None, batch=self.batch)
+
+
+class ConvertedModel(Step[PrecisionVariant]):
+    """The bound model at ``target``'s precision (precision.convert_for_target): converted once, however many
+    runners are compiled from it; the variant carries the target, precision included."""
+
+    def __init__(self, model: Model | Callable[[], Model], target: Target) -> None:
+        super().__init__()
+        self.model = model
+        self.target = target
+
+    def make(self) -> PrecisionVariant:
+        """Convert (or not, when the provider converts itself)."""
+        return convert_for_target(value_of(self.model), self.target)
+
+
+class RunnerFromVariant:
+    """Compiles a Runner for a variant on every call, and labels it with the variant's target.
+
+    Not remembered, unlike the model steps: a runner is a resource (a session, device memory, a captured graph),
+    one per instance and per thread; the variant it is compiled from is made once.
+    """
+
+    def __init__(self, variant: PrecisionVariant | Callable[[], PrecisionVariant], *, strict: bool = False) -> None:
+        self.variant = variant
+        self.strict = strict
+
+    def __call__(self) -> Runner:
+        """A new runner."""
+        variant = value_of(self.variant)
+        runner = compile_model(variant.model, variant.engine_target, strict=self.strict)
+        runner.target = variant.target  # what the user asked for (cuda/fp16): the variant already computes in it
+        return runner
 
 
 @dataclass
-class Prepared:
-    """A bound model, the target it was compiled for, its runner and its feeds."""
+class Compiled:
+    """A bound model, the target it was compiled for, its runner, and the step that compiles more of them."""
 
     model: Model
     target: Target
     runner: Runner
-    feeds: dict[str, np.ndarray]
     warnings: list[str] = field(default_factory=list)
+    #: Compiles another runner of the same converted model (see :meth:`new_runner`).
+    compiler: Callable[[], Runner] | None = field(default=None, repr=False)
+
+    def new_runner(self) -> Runner:
+        """Another runner of the same variant (same bound, converted model and target), e.g. a further
+        instance: nothing is loaded, bound or converted again."""
+        if self.compiler is None:
+            return RunnerFromVariant(ConvertedModel(self.model, self.target))()
+        return self.compiler()
+
+    def close(self) -> None:
+        """Release the runner (its session and device memory)."""
+        self.runner.close()
+
+
+@dataclass
+class Prepared(Compiled):
+    """A compiled model with the feeds of this run (files, literals, synthesized) and where each came from."""
+
+    feeds: dict[str, np.ndarray] = field(default_factory=dict)
     #: Where each input's value came from (file, literal, image, synthesized and how).
     origins: list[FeedOrigin] = field(default_factory=list)
 
     @property
     def synthesized(self) -> list[FeedOrigin]:
+        """The inputs whose values were drawn, not given."""
         return [o for o in self.origins if o.synthesized]
 
     def run(self, *, iobinding: bool = False) -> dict:
@@ -46,8 +213,12 @@ class Prepared:
         except InferenceError as exc:
             raise explain_failure(exc, self.origins) from exc.__cause__
 
-    def close(self) -> None:
-        self.runner.close()
+    def for_target(self, target: Target, *, strict: bool = False) -> Prepared:
+        """The same bound model and feeds compiled for another ``target`` (a comparison's reference): nothing is
+        loaded, bound or drawn again, so both sides run the very same inputs."""
+        compiler = RunnerFromVariant(ConvertedModel(self.model, target), strict=strict)
+        runner = compiler()
+        return Prepared(self.model, target, runner, _warnings(runner), compiler, self.feeds, self.origins)
 
 
 def explain_failure(exc: InferenceError, origins: Sequence[FeedOrigin]) -> InferenceError:
@@ -83,12 +254,32 @@ def prepare(
     """Load (unless given a Model), bind shapes from --shape/--batch/input files, convert precision when
     the provider cannot, and compile. Feeds not given (files, literals) are synthesized, within
     ``value_ranges`` where given (input name, or "" for all -> (LOW, HIGH))."""
-    model = source if isinstance(source, Model) else load_model(source, check=check)
-    feed_set = prepare_feeds(model, inputs, shapes=shapes, batch=batch, preprocess=preprocess, seed=seed,
-                             value_ranges=value_ranges)
-    bound, feeds = feed_set.model, feed_set.feeds
-    runnable, engine_target = prepare_for_target(bound, target)
-    runner = compile_model(runnable, engine_target, strict=strict)
-    runner.target = target  # report what the user asked for (e.g. cuda/fp16), not the fp32 engine label
-    warnings = list(dict.fromkeys(runner.warnings))
-    return Prepared(bound, target, runner, feeds, warnings, feed_set.origins)
+    feeds = FeedsForModel(ModelFromSource(source, check=check), inputs, shapes=shapes, batch=batch,
+                          preprocess=preprocess, seed=seed, value_ranges=value_ranges)
+    compiler = RunnerFromVariant(ConvertedModel(feeds.bound_model, target), strict=strict)
+    feed_set = feeds()
+    runner = compiler()
+    return Prepared(feed_set.model, target, runner, _warnings(runner), compiler, feed_set.feeds, feed_set.origins)
+
+
+def compile_only(
+    source: str | Model,
+    target: Target,
+    *,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    batch: int | None = None,
+    strict: bool = False,
+    check: bool = True,
+) -> Compiled:
+    """Load (unless given a Model), bind ``shapes``/``batch``, convert precision when the provider cannot, and
+    compile, without feeds: for a caller whose data comes later (a server). Inputs no feed could be drawn for
+    (strings) do not stop it."""
+    bound = BoundModel(ModelFromSource(source, check=check), shapes, batch=batch)
+    compiler = RunnerFromVariant(ConvertedModel(bound, target), strict=strict)
+    runner = compiler()
+    return Compiled(bound(), target, runner, _warnings(runner), compiler)
+
+
+def _warnings(runner: Runner) -> list[str]:
+    """The runner's warnings, each once, in order."""
+    return list(dict.fromkeys(runner.warnings))

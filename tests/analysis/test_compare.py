@@ -9,9 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from onnxaccel import parse_target
-from onnxaccel.analysis.compare import compare_array, compare_outputs, compare_targets, default_tolerances
+from onnxaccel.analysis.compare import compare_targets
 from onnxaccel.cli.compare import resolve_pair
 from onnxaccel.cli.main import app
+from onnxaccel.compare import compare_array, compare_outputs, default_tolerances
 from onnxaccel.errors import UsageError
 
 

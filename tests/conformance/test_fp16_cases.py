@@ -12,11 +12,11 @@ from __future__ import annotations
 import onnx
 import pytest
 
+from onnxaccel.compare.tolerance import TolerancePolicy
 from onnxaccel.conformance import discover
-from onnxaccel.conformance.tolerance import TolerancePolicy
 from onnxaccel.errors import ModelError
+from onnxaccel.precision.fp16 import convert_fp16_detailed
 from onnxaccel.target import parse_target
-from onnxaccel.transform.fp16 import convert_fp16_detailed
 
 CASES = [
     # sequence-of-float inputs/outputs stay float (a Loop casts each element)

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from onnxaccel.conformance.tolerance import ONNX_ATOL, ONNX_RTOL, TolerancePolicy, compare_array, compare_value
+from onnxaccel.compare.tolerance import ONNX_ATOL, ONNX_RTOL, TolerancePolicy, check_array, compare_value
 
 FP32 = TolerancePolicy()
 
@@ -87,7 +87,7 @@ def test_optionals_compare_presence_then_value():
 def test_nan_outputs_are_named_in_the_summary_not_reported_as_max_abs_zero():
     # An FP16 overflow on the H200 read "1000/1000 off, max abs 0, rel 0": every value NaN, no finite error.
     policy = TolerancePolicy()
-    check = compare_array("prob", np.full(1000, 0.001, np.float32), np.full(1000, np.nan, np.float32), policy)
+    check = check_array("prob", np.full(1000, 0.001, np.float32), np.full(1000, np.nan, np.float32), policy)
     assert not check.passed and check.mismatched == 1000
     assert "1000 NaN/Inf element(s) differ" in check.summary()
 
@@ -95,20 +95,20 @@ def test_nan_outputs_are_named_in_the_summary_not_reported_as_max_abs_zero():
 def test_fp16_error_near_zero_is_judged_against_the_tensors_largest_value():
     expected = np.array([1.0, -1.0, 0.002], dtype=np.float32)
     actual = np.array([1.0, -1.0, 0.006], dtype=np.float32)  # 4e-3 off: 4 float16 ULPs of 1.0
-    fp16 = compare_array("grid", expected, actual, TolerancePolicy(precision="fp16"))
+    fp16 = check_array("grid", expected, actual, TolerancePolicy(precision="fp16"))
     assert fp16.passed
-    assert not compare_array("grid", expected, actual, TolerancePolicy()).passed
-    far = compare_array("grid", expected, np.array([1.0, -1.0, 0.02], dtype=np.float32),
-                        TolerancePolicy(precision="fp16"))
+    assert not check_array("grid", expected, actual, TolerancePolicy()).passed
+    far = check_array("grid", expected, np.array([1.0, -1.0, 0.02], dtype=np.float32),
+                      TolerancePolicy(precision="fp16"))
     assert not far.passed and "atol=0.0078125" in far.reason
 
 
 def test_fp16_quantized_outputs_may_be_one_step_away_and_no_more():
     expected = np.array([0, 128, 255], dtype=np.uint8)
     policy = TolerancePolicy(precision="fp16")
-    assert compare_array("y", expected, np.array([0, 129, 255], dtype=np.uint8), policy).passed
-    two = compare_array("y", expected, np.array([0, 130, 255], dtype=np.uint8), policy)
+    assert check_array("y", expected, np.array([0, 129, 255], dtype=np.uint8), policy).passed
+    two = check_array("y", expected, np.array([0, 130, 255], dtype=np.uint8), policy)
     assert not two.passed and "more than 1 step" in two.reason
-    assert not compare_array("y", expected, np.array([0, 129, 255], dtype=np.uint8), TolerancePolicy()).passed
+    assert not check_array("y", expected, np.array([0, 129, 255], dtype=np.uint8), TolerancePolicy()).passed
     indices = np.array([3, 4], dtype=np.int64)  # an index is exact even at FP16: one off is another class
-    assert not compare_array("i", indices, indices + 1, policy).passed
+    assert not check_array("i", indices, indices + 1, policy).passed

@@ -8,12 +8,13 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from onnxaccel.cli.optimize import accuracy_tools, default_gate
+from onnxaccel.analysis.bisect import find_divergence
+from onnxaccel.cli.optimize import default_gate
 from onnxaccel.model import load_model
+from onnxaccel.precision import prepare_for_target
+from onnxaccel.precision.fp16 import KEEP_FP32_KEY, keep_fp32_nodes, set_keep_fp32_nodes
 from onnxaccel.target import parse_target
-from onnxaccel.transform.fp16 import KEEP_FP32_KEY, keep_fp32_nodes, set_keep_fp32_nodes
 from onnxaccel.transform.optimize import OptimizeOptions, optimize
-from onnxaccel.transform.precision import prepare_for_target
 
 from text_images import PREPROCESS_ARGS
 
@@ -48,11 +49,11 @@ def _options(tmp_path, name: str, **kw) -> OptimizeOptions:
 
 
 def test_amp_keeps_the_overflowing_node_fp32_and_passes_where_plain_fp16_fails(overflow_path, tmp_path):
-    plain = optimize(str(overflow_path), _options(tmp_path, "plain.onnx", fp16=True), accuracy_tools())
+    plain = optimize(str(overflow_path), _options(tmp_path, "plain.onnx", fp16=True), find_divergence)
     assert not plain.passed
     assert any(c["name"] == "elementwise" and not c["passed"] for c in plain.accuracy["checks"])
 
-    amp = optimize(str(overflow_path), _options(tmp_path, "amp.onnx", amp=True), accuracy_tools())
+    amp = optimize(str(overflow_path), _options(tmp_path, "amp.onnx", amp=True), find_divergence)
     assert amp.passed, amp.accuracy["checks"]
     kept = amp.precision["keep_fp32"]
     assert "scale_up" in kept

@@ -11,8 +11,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from onnxaccel.transform.fp16 import convert_fp16_detailed
-from onnxaccel.transform.fp16_rules import RUNTIME_FP16_LIMITS
+from onnxaccel.precision.fp16 import convert_fp16_detailed
+from onnxaccel.precision.fp16_rules import RUNTIME_FP16_LIMITS
 
 UPSTREAM = Path(__file__).parent / "upstream" / "ort_scatter_nd_fp16.txt"
 _REFUSAL = re.compile(r"MLFloat16 data type is not supported with (\w+) opset \d+ when reduction is '(\w+)'")

@@ -9,8 +9,8 @@ import pytest
 
 from onnxaccel.errors import TargetError
 from onnxaccel.model import load_model
+from onnxaccel.precision import prepare_for_target
 from onnxaccel.target import parse_target
-from onnxaccel.transform.precision import prepare_for_target
 
 from text_images import PREPROCESS_ARGS
 
@@ -80,9 +80,8 @@ def test_synthetic_calibration_warns_loudly_in_output_and_report(invoke, mlp_pat
 
 
 def test_a_collapsed_quantization_fails_the_default_int8_gate():
-    from onnxaccel.analysis.compare import compare_outputs
     from onnxaccel.cli.optimize import default_gate
-    from onnxaccel.transform.accuracy import evaluate
+    from onnxaccel.compare import compare_outputs, evaluate
 
     reference = {"probs": np.full((4, 1000), 1e-3, np.float32) + np.random.default_rng(0).random((4, 1000)) * 1e-4}
     collapsed = {"probs": np.zeros((4, 1000), np.float32)}  # what a quantized softmax output did to squeezenet
@@ -146,7 +145,7 @@ def test_run_precision_int8_on_cuda_explains_what_works(mlp_path):
 
 
 def test_reduce_range_follows_the_cpu():
-    from onnxaccel.transform.int8 import needs_reduce_range
+    from onnxaccel.precision.int8 import needs_reduce_range
 
     assert needs_reduce_range({"avx", "avx2"}, "x86_64") is True  # AVX2 only: U8S8 products can saturate
     assert needs_reduce_range({"avx2", "avx512f", "avx512_vnni"}, "x86_64") is False
@@ -157,7 +156,7 @@ def test_reduce_range_follows_the_cpu():
 def test_dynamic_int8_reports_and_marks_its_weight_range(invoke, tmp_path):
     import onnx
 
-    from onnxaccel.transform.int8 import REDUCE_RANGE_KEY, needs_reduce_range
+    from onnxaccel.precision.int8 import REDUCE_RANGE_KEY, needs_reduce_range
 
     out = tmp_path / "bert.int8.onnx"
     result = invoke("optimize", "zoo:bert-tiny", "-o", out, "-t", "cpu", "--int8", "dynamic", "--no-compile-cache",

@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 from onnxaccel.engines import compile_model
 from onnxaccel.errors import ModelError, ModelVersionError
 from onnxaccel.model import load_model
+from onnxaccel.precision import prepare_for_target
+from onnxaccel.precision.checkpoint import sort_graph
+from onnxaccel.precision.fp16 import convert_fp16_detailed
 from onnxaccel.target import parse_target
-from onnxaccel.transform.checkpoint import sort_graph
-from onnxaccel.transform.fp16 import convert_fp16_detailed
-from onnxaccel.transform.precision import prepare_for_target
 
 DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 PYTORCH_CONVERTED = sorted((DATA / "pytorch-converted").glob("*/model.onnx"))
@@ -165,7 +165,7 @@ def test_dynamic_int8_of_a_cnn_fails_with_the_reason(invoke, tmp_path, compile_c
     assert result.exit_code == 1, result.output
     assert "0 of 26 Conv nodes are quantizable by dynamic INT8" in text and "--int8 static" in text
     assert not out.exists()
-    # `run/compare/bench -p int8` take the same path (transform.precision.to_int8_dynamic): no silent FP32.
+    # `run/compare/bench -p int8` take the same path (precision.variant.to_int8_dynamic): no silent FP32.
     with pytest.raises(ModelError, match="0 of 26 Conv nodes"):
         prepare_for_target(load_model("zoo:squeezenet").bind(), parse_target("cpu/int8"))
 

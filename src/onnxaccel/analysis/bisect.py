@@ -36,13 +36,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from onnxaccel.analysis.compare import OutputComparison, check_tolerances, compare_array
+from onnxaccel.compare import OutputComparison, check_tolerances, compare_array
 from onnxaccel.analysis.graph_stats import inferred_tensors
 from onnxaccel.engines import Runner, compile_model
 from onnxaccel.errors import ModelError
 from onnxaccel.model import Model
 from onnxaccel.target import Target
-from onnxaccel.transform.precision import prepare_for_target
+from onnxaccel.precision import prepare_for_target
 
 SCHEMA = "onnxaccel.bisect/1"
 

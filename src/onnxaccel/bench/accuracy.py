@@ -3,11 +3,11 @@
 The reference of a cell is the model as given (FP32, no provider options) on the same device, fed the same
 synthesized inputs (same seed, same shapes). A sweep that measures that plain target anyway lends its
 outputs; otherwise the reference is computed once per device and shape. Comparing is
-``analysis.compare.compare_outputs``; the verdict is ``transform.accuracy.evaluate`` with a ``GateSpec``, so
+``onnxaccel.compare.compare_outputs``; the verdict is ``onnxaccel.compare.evaluate`` with a ``GateSpec``, so
 ``bench``, ``tune`` and ``optimize`` judge "accurate enough" by the same rules:
 
 * default: every element within the precision's default ``atol + rtol * |reference|`` (the tolerances
-  ``onnxaccel compare`` uses: analysis.compare.DEFAULT_TOLERANCES), and no new NaN/Inf;
+  ``onnxaccel compare`` uses: onnxaccel.compare.DEFAULT_TOLERANCES), and no new NaN/Inf;
 * ``max_error``: the largest absolute error over all outputs is at most ``max_error`` (replaces the
   element-wise check), and no new NaN/Inf.
 
@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxaccel.analysis.compare import DEFAULT_TOLERANCES, compare_outputs
+from onnxaccel.compare import DEFAULT_TOLERANCES, GateSpec, compare_outputs, evaluate
 from onnxaccel.errors import UsageError
 from onnxaccel.target import Target, parse_target
-from onnxaccel.transform.accuracy import GateSpec, evaluate
 
 Outputs = Mapping[str, np.ndarray]
 
@@ -45,12 +44,14 @@ class AccuracyGate:
                 raise UsageError(f"--{label} must be a finite number >= 0, got {value}.", f"e.g. --{label} 0.01")
 
     def spec(self, precision: str) -> GateSpec:
+        """The GateSpec for a cell of ``precision``: given thresholds, else that precision's defaults."""
         atol, rtol = DEFAULT_TOLERANCES.get(precision, DEFAULT_TOLERANCES["fp32"])
         return GateSpec(atol=self.atol if self.atol is not None else atol,
                         rtol=self.rtol if self.rtol is not None else rtol,
                         elementwise=self.max_error is None, max_error=self.max_error, topk=1)
 
     def to_dict(self) -> dict:
+        """JSON-ready form, with the rule in words."""
         return {"max_error": self.max_error, "atol": self.atol, "rtol": self.rtol,
                 "rule": "max_abs <= max_error" if self.max_error is not None else
                 "|candidate - reference| <= atol + rtol * |reference| (per precision defaults unless given)"}
@@ -63,6 +64,7 @@ def reference_target(target: Target) -> Target:
 
 
 def is_reference(target: Target) -> bool:
+    """Whether ``target`` is its own reference: FP32 with no provider options."""
     return target.precision == "fp32" and not target.options
 
 
@@ -87,9 +89,11 @@ class ReferenceStore:
 
     @staticmethod
     def key(target: Target, shapes: Mapping[str, tuple[int, ...]]) -> tuple:
+        """What references are stored by: device, device id, engine and input shapes."""
         return (target.device, target.device_id, target.engine, tuple(sorted((k, tuple(v)) for k, v in shapes.items())))
 
     def put(self, target: Target, shapes: Mapping[str, tuple[int, ...]], outputs: Outputs) -> None:
+        """Lend the outputs of a plain FP32 cell as the reference (copied; the first one stored wins)."""
         key = self.key(target, shapes)
         if key not in self._outputs:
             copies = {k: np.array(v, copy=True) for k, v in outputs.items()}

@@ -16,10 +16,12 @@ from onnxaccel.bench.stats import Histogram, LatencyStats
 from onnxaccel.target import GRAPH_OPTION, Target, parse_target
 
 
-
 @dataclass(frozen=True)
 class SweepCell:
-    target: str
+    """One measurement's configuration. ``target`` is a Target value (text is parsed once, on construction: a
+    report's cells and callers that hold text); the graph-capture option is applied once too."""
+
+    target: Target
     batch: int | None = None
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     iobinding: bool = True
@@ -31,16 +33,20 @@ class SweepCell:
     #: trtexec's --streams): throughput from several streams on one device. Unlike ``concurrency`` (threads on
     #: one session), each instance may replay its own captured graph.
     instances: int = 1
+    #: The target with graph capture switched on when ``graph`` asks and the device has the option.
+    effective_target: Target = field(init=False, repr=False, compare=False)
 
-    @property
-    def effective_target(self) -> Target:
-        target = parse_target(self.target)
+    def __post_init__(self) -> None:
+        target = self.target if isinstance(self.target, Target) else parse_target(self.target)
+        effective = target
         if self.graph and target.device in GRAPH_OPTION:
-            target = target.with_options({GRAPH_OPTION[target.device]: "1"})
-        return target
+            effective = target.with_options({GRAPH_OPTION[target.device]: "1"})
+        object.__setattr__(self, "target", target)  # frozen: set once, here
+        object.__setattr__(self, "effective_target", effective)
 
     @property
     def uses_graph(self) -> bool:
+        """Whether the cell's session captures a graph (asked for and possible, or in the target's options)."""
         return self.effective_target.graph_capture
 
     @property
@@ -50,16 +56,19 @@ class SweepCell:
 
     @property
     def shape_dict(self) -> dict[str, tuple[int, ...]]:
+        """The shape bindings as a dict (input or dim name -> dims)."""
         return dict(self.shapes)
 
     @property
     def session_key(self) -> tuple:
+        """Cells with the same key share one session (same effective target, batch, shapes and instances)."""
         # Instances get their own sessions: a session that already captured a CUDA graph for another cell's
         # buffers must not be bound again.
-        return (str(self.effective_target), self.batch, self.shapes, self.instances)
+        return (self.effective_target, self.batch, self.shapes, self.instances)
 
     @property
     def id(self) -> str:
+        """Stable text naming the cell, to match cells of a resumed sweep or a baseline."""
         parts = [str(self.effective_target), f"batch={self.batch if self.batch is not None else 'default'}"]
         if self.shapes:
             parts.append("shape=" + ",".join(f"{k}={'x'.join(map(str, v))}" for k, v in self.shapes))
@@ -72,12 +81,14 @@ class SweepCell:
         return "|".join(parts)
 
     def to_dict(self) -> dict:
-        return {"target": self.target, "batch": self.batch, "shapes": {k: list(v) for k, v in self.shapes},
+        """The cell as a report stores it (the target as its text)."""
+        return {"target": str(self.target), "batch": self.batch, "shapes": {k: list(v) for k, v in self.shapes},
                 "iobinding": self.iobinding, "graph": self.graph, "concurrency": self.concurrency, "tag": self.tag,
                 "instances": self.instances}
 
     @classmethod
     def from_dict(cls, data: dict) -> SweepCell:
+        """A cell from :meth:`to_dict`'s output (its target text parsed once)."""
         return cls(str(data["target"]), data.get("batch"), _shape_items(data.get("shapes") or {}),
                    bool(data.get("iobinding", True)), bool(data.get("graph", False)), int(data.get("concurrency", 1)),
                    str(data.get("tag", "")), int(data.get("instances", 1)))
@@ -111,14 +122,17 @@ class CellResult:
 
     @property
     def ok(self) -> bool:
+        """Whether the cell was measured (its timing stands; accuracy is judged apart)."""
         return self.status == "ok"
 
     @property
     def id(self) -> str:
+        """The cell's id (see :attr:`SweepCell.id`)."""
         return self.cell.id
 
     @property
     def batch(self) -> int | None:
+        """The batch the cell ran: axis 0 of its first bound input, else the batch it asked for."""
         if self.input_shapes:
             first = next(iter(self.input_shapes.values()))
             if first:
@@ -127,13 +141,16 @@ class CellResult:
 
     @property
     def throughput(self) -> float | None:
+        """Items per second (median- or wall-based, see ``throughput_basis``); None for a failed cell."""
         return self.timing.get("throughput_items_per_s") if self.ok else None
 
     @property
     def accuracy_passed(self) -> bool | None:
+        """The accuracy verdict: True or False when judged, None when it could not be."""
         return None if not self.accuracy or "passed" not in self.accuracy else bool(self.accuracy["passed"])
 
     def to_dict(self) -> dict:
+        """The result as the report stores it (cell, target, timing fields flat, measurements)."""
         target = self.cell.effective_target
         out = {
             "id": self.id, "cell": self.cell.to_dict(), "target": str(target), "device": target.device,
@@ -153,6 +170,7 @@ class CellResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> CellResult:
+        """A result from :meth:`to_dict`'s output (a report being resumed or compared)."""
         timing = {k: data[k] for k in _TIMING_KEYS if k in data}
         return cls(
             cell=SweepCell.from_dict(data["cell"]), status=data["status"], started=data.get("started", ""),
@@ -171,10 +189,13 @@ _TIMING_KEYS = ("first_run_ms", "throughput_items_per_s", "throughput_basis", "w
 
 @dataclass(frozen=True)
 class Skipped:
+    """A grid combination that cannot work, and why (never measured)."""
+
     cell: SweepCell
     reason: str
 
     def to_dict(self) -> dict:
+        """The skipped cell's id and the reason, for the report."""
         # A graph request that cannot apply leaves the target unchanged: say so in the id.
         suffix = "|graph=on" if self.cell.graph and not self.cell.uses_graph else ""
         return {"id": self.cell.id + suffix, "reason": self.reason}
@@ -197,7 +218,7 @@ def grid(
     for text, precision, batch, graph_on, io, conc, count in itertools.product(
             targets, precisions, batches, graph, iobinding, concurrency, instances):
         target = parse_target(text, precision=precision) if precision else parse_target(text)
-        cell = SweepCell(str(target), batch, shape_items, io, graph_on, conc, instances=count)
+        cell = SweepCell(target, batch, shape_items, io, graph_on, conc, instances=count)
         reason = _skip_reason(cell, target)
         key = Skipped(cell, reason).to_dict()["id"] if reason else cell.id
         if key in seen:

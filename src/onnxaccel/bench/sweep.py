@@ -239,13 +239,12 @@ class Sweep:
 
     def _instances(self, cell: SweepCell, prepared: Prepared) -> list:
         """The further sessions of an ``instances`` cell (the group's session is the first), closed again if
-        one of them cannot be built."""
+        one of them cannot be built. They are compiled from the group's converted model: nothing is bound,
+        converted or drawn again."""
         extra = []
         try:
             for _ in range(cell.instances - 1):
-                extra.append(prepare(prepared.model, cell.effective_target, inputs=self.settings.inputs,
-                                     shapes=cell.shape_dict, batch=cell.batch, strict=self.settings.strict,
-                                     seed=self.settings.seed, value_ranges=dict(self.settings.value_ranges)).runner)
+                extra.append(prepared.new_runner())
         except BaseException:
             for runner in extra:
                 runner.close()
@@ -285,18 +284,18 @@ class Sweep:
             self.refs.put(target, shapes, outputs)
             return {"reference": "self", "passed": True}
         try:
-            reference, label = self.refs.get(target, shapes, lambda ref: self._reference_outputs(ref, cell))
+            reference, label = self.refs.get(target, shapes, lambda ref: self._reference_outputs(ref, prepared))
             return acc.check(reference, outputs, precision=target.precision, gate=self.settings.gate, label=label)
         except Exception as exc:  # noqa: BLE001 - the cell's timing stands; the accuracy says why it is missing
             return {"reference": None, "passed": None, "error": _error_dict(exc, "accuracy")}
 
-    def _reference_outputs(self, ref_target, cell: SweepCell):
-        prepared = prepare(self.model, ref_target, inputs=self.settings.inputs, shapes=cell.shape_dict,
-                           batch=cell.batch, seed=self.settings.seed, value_ranges=dict(self.settings.value_ranges))
+    def _reference_outputs(self, ref_target, prepared: Prepared):
+        """The reference target's outputs on the cell's own bound model and feeds (compiled for it, run once)."""
+        reference = prepared.for_target(ref_target)
         try:
-            return prepared.runner.run(prepared.feeds)
+            return reference.runner.run(reference.feeds)
         finally:
-            prepared.close()
+            reference.close()
 
 
 def check_batch(model: Model, batch: int | None) -> None:

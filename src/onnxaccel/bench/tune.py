@@ -219,8 +219,8 @@ class _Tuner:
         shapes = tuple(sorted(self.settings.shapes.items()))
         precisions = self.settings.precisions or (
             (self.target.precision,) if self.target.precision != "fp32" else precisions_for(self.target))
-        plain = SweepCell(str(reference_target(self.target)), batch, shapes, iobinding=False)
-        cells = [plain] + [SweepCell(str(self.target.with_precision(p)), batch, shapes, iobinding=io)
+        plain = SweepCell(reference_target(self.target), batch, shapes, iobinding=False)
+        cells = [plain] + [SweepCell(self.target.with_precision(p), batch, shapes, iobinding=io)
                            for p in precisions for io in (True, False)]
         # The beam: the best valid candidate of each precision. Precision alone can mislead (at batch 1 a GPU
         # is launch-bound and FP32 ~ FP16 until graph capture removes the launches), so later stages are
@@ -243,7 +243,7 @@ class _Tuner:
             for member in beam.values():
                 base = member.cell.effective_target
                 io = True if stage.needs_iobinding else member.cell.iobinding
-                cells += [SweepCell(str(base.with_options(variant)), batch, shapes, iobinding=io)
+                cells += [SweepCell(base.with_options(variant), batch, shapes, iobinding=io)
                           for variant in stage.variants
                           if any(base.option_dict.get(k) != v for k, v in variant.items())]
             for result in self.evaluate(cells, f"batch {batch or 'default'}: {stage.name}"):
@@ -278,7 +278,7 @@ class _Tuner:
         confirm = Sweep(self.model, self.settings.sweep(self.settings.confirm_duration), self.paths,
                         report=self.sweep.report, on_event=self.emit, sampler_factory=self.sampler_factory,
                         note_changed_settings=False)
-        plain = SweepCell(str(reference_target(self.target)), best.cell.batch, best.cell.shapes, iobinding=False,
+        plain = SweepCell(reference_target(self.target), best.cell.batch, best.cell.shapes, iobinding=False,
                           tag="confirm")
         winner = dataclasses.replace(best.cell, tag="confirm")
         self.emit(SweepEvent("stage", message="confirm: winner and plain baseline side by side"))

@@ -18,7 +18,7 @@ Sources of the knobs (option names as validated in target.PROVIDER_OPTIONS):
 Precisions the provider cannot run usefully are left out by default (FP16 on the CPU EP runs mostly as
 FP32 kernels between inserted casts: ORT's InsertCastTransformer, onnxruntime/core/optimizer/
 insert_cast_transformer.cc, rewrites FP16 nodes that have no CPU kernel; INT8 on CUDA/ROCm has no kernels
-for quantized convolutions: transform.precision), and can be asked for with ``--precision``.
+for quantized convolutions: precision.variant), and can be asked for with ``--precision``.
 """
 
 from __future__ import annotations

@@ -11,14 +11,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from onnxaccel.cli.common import (
-    JsonOpt, PrecisionOpt, EpOptionOpt, ShapeOpt, console, err_console, handle_errors, note, print_json,
-    resolve_target, warn,
+    EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, console, err_console, handle_errors, note, print_json, warn,
 )
+from onnxaccel.cli.groups import ModelArgs, TargetOpt, build_target, config_option, load_tuned
 from onnxaccel.errors import UsageError
-from onnxaccel.model import parse_shape_bindings
+
+ConfigOpt = config_option("target, batch and shapes")
 
 
 def register(app: typer.Typer) -> None:
+    """Add `batch` to the `onnxaccel` app."""
     app.command("batch", help="Offline inference over a dataset (a folder of images, .npy/.npz shards, or parquet "
                 "files): one parquet output file per input shard, resumable (finished shards are skipped), a "
                 "throughput report at the end. In-process by default; --ray runs it on Ray Data, one actor per GPU, "
@@ -33,17 +35,15 @@ def batch_command(
                      "shard.")],
     output: Annotated[Path, typer.Option("--output", "-O", help="Output folder: NAME.parquet per input shard and "
                       "_manifest.json (finished shards, for resume).")],
-    target: Annotated[str, typer.Option("--target", "-t", help="cpu, cuda[:ID], migraphx[:ID], ... with /PRECISION "
-                      "and ?KEY=VALUE options, or auto.")] = "auto",
+    target: TargetOpt = None,
     precision: PrecisionOpt = None,
     ep_option: EpOptionOpt = None,
-    config: Annotated[Path | None, typer.Option("--config", help="A tuned configuration (`onnxaccel tune "
-                      "--output`): its target, batch and shapes are used unless given here.")] = None,
+    config: ConfigOpt = None,
     ray: Annotated[str | None, typer.Option("--ray", help="Run on Ray Data: auto (RAY_ADDRESS, a cluster running "
                    "here, else a new local one), local, or the cluster's ADDRESS (HOST:PORT or "
                    "ray://HOST:10001).")] = None,
-    batch: Annotated[int | None, typer.Option("--batch", "-b", help="Rows per model call (default 8 on CPU, 32 on "
-                     "GPUs).")] = None,
+    batch: Annotated[int | None, typer.Option("--batch", "-b", help="Rows per model call (default: the --config's "
+                     "batch, else 8 on CPU, 32 on GPUs).")] = None,
     workers: Annotated[int | None, typer.Option("--workers", help="Ray actors (default: one per GPU of the "
                        "cluster; on a CPU target one per --cpus-per-worker CPUs).")] = None,
     cpus_per_worker: Annotated[float, typer.Option("--cpus-per-worker", help="CPUs each CPU-target actor "
@@ -58,17 +58,14 @@ def batch_command(
                          "instead of refusing.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
+    """Run MODEL over a dataset; options a --config can set resolve as flag > config > default (cli/groups.py)."""
     from onnxaccel.scale import BatchJob, run_batch
 
-    tuned_batch, tuned_shapes, target_text = None, {}, target
-    if config is not None:
-        tuned = _load_tuned(config)
-        target_text = target if target != "auto" else tuned["target"]
-        tuned_batch, tuned_shapes = tuned["batch"], tuned["shapes"]
-    tgt = resolve_target(target_text, precision, ep_option)
-    shapes = {**tuned_shapes, **parse_shape_bindings(shape or [])}
+    tuned = load_tuned(config)
+    tgt = build_target(target, precision, ep_option, tuned)
+    bound = ModelArgs.resolve(model, shape=shape, batch=batch, tuned=tuned)
     job = BatchJob(model=model, input=input, output=str(output), target=tgt,
-                   batch=batch if batch is not None else tuned_batch, shapes=shapes, columns=_columns(column or []),
+                   batch=bound.batch, shapes=bound.shapes, columns=_columns(column or []),
                    id_column=id_column, images_per_shard=images_per_shard, ray=ray, workers=workers,
                    cpus_per_worker=cpus_per_worker, overwrite=overwrite)
     with _Bar(disable=as_json) as bar:
@@ -77,26 +74,6 @@ def batch_command(
         print_json(report.to_dict())
         return
     _render(report)
-
-
-def _load_tuned(path: Path) -> dict:
-    """Target, batch and shapes of a tuned configuration (bench.config when present, else any {"target": ...})."""
-    try:
-        from onnxaccel.bench.config import load_config
-    except ImportError:
-        load_config = None
-    if load_config is not None:
-        tuned = load_config(path)
-        return {"target": str(tuned.target), "batch": tuned.batch, "shapes": dict(tuned.shapes)}
-    import json
-
-    try:
-        data = json.loads(path.read_text())
-        return {"target": data["target"], "batch": data.get("batch"),
-                "shapes": {k: tuple(v) for k, v in (data.get("shapes") or {}).items()}}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"Cannot read --config {path}: {exc}",
-                         "Pass the file `onnxaccel tune --output` wrote.") from None
 
 
 def _columns(items: list[str]) -> dict[str, str]:
@@ -128,6 +105,7 @@ class _Bar:
         self.progress.__exit__(*exc)
 
     def update(self, p) -> None:
+        """Show the rows and shards done so far (a run_batch progress callback)."""
         shards = f"{p.shards_done}/{p.shards_total}"
         if self.task is None:
             self.task = self.progress.add_task("batch", total=p.rows_total, completed=p.rows_done, shards=shards)

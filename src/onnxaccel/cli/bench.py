@@ -13,6 +13,7 @@ from rich.table import Table
 
 from onnxaccel.cli.common import (
     EpOptionOpt,
+    InputOpt,
     JsonOpt,
     ShapeOpt,
     StrictOpt,
@@ -21,35 +22,38 @@ from onnxaccel.cli.common import (
     err_console,
     handle_errors,
     note,
-    resolve_target,
     warn,
 )
-from onnxaccel.errors import UsageError
+from onnxaccel.cli.groups import (
+    AtolOpt,
+    BatchesOpt,
+    GpuOpt,
+    InputArgs,
+    InstancesOpt,
+    IobindingModesOpt,
+    MaxErrorOpt,
+    ModelArgs,
+    ReportArgs,
+    ReportOpt,
+    RtolOpt,
+    SeedOpt,
+    TargetsOpt,
+    TimingArgs,
+    build_targets,
+    config_option,
+    iobinding_modes,
+    load_tuned,
+    modes,
+    warn_if_not_tuned,
+)
 
-TargetsOpt = Annotated[list[str] | None, typer.Option(
-    "--target", "-t", help="Where to run (repeat for several): auto, cpu, cuda[:ID], migraphx[:ID], rocm, tensorrt; "
-    "optionally /PRECISION and ?KEY=VALUE options, e.g. cuda:0/fp16?prefer_nhwc=1. Default: auto.")]
 PrecisionsOpt = Annotated[str | None, typer.Option(
     "--precision", "-p", help="Comma-separated precisions to sweep, e.g. fp32,fp16,int8 (overrides the target's).")]
-BatchesOpt = Annotated[list[str] | None, typer.Option(
-    "--batch", "-b", help="Batch sizes, comma-separated or repeated, e.g. 1,8,32,256.")]
-MaxErrorOpt = Annotated[float | None, typer.Option(
-    "--max-error", help="Accuracy gate: largest absolute error against the FP32 reference (replaces the "
-    "element-wise atol/rtol check).")]
-AtolOpt = Annotated[float | None, typer.Option("--atol", help="Element-wise gate: absolute tolerance (default "
-                                               "per precision: fp32 1e-4, fp16 1e-2, int8 5e-2).")]
-RtolOpt = Annotated[float | None, typer.Option("--rtol", help="Element-wise gate: relative tolerance (default per "
-                                               "precision: fp32 1e-3, fp16 5e-2, int8 1e-1).")]
-ReportOpt = Annotated[list[str] | None, typer.Option(
-    "--report", "-r", help="Write the report to FILE.json, .csv, .md or .html (repeatable); rewritten after every "
-    "cell, so an interrupted sweep keeps what finished.")]
-GpuOpt = Annotated[str | None, typer.Option(
-    "--gpu", help="GPU model for the peak-TFLOP/s table when the telemetry cannot tell, e.g. 'H200', 'MI300X'.")]
-InputOpt = Annotated[list[str] | None, typer.Option(
-    "--input", "-i", help="NAME=FILE (.npy, .npz, .pb, image) or NAME=VALUE for an input; the others are synthesized.")]
+ConfigOpt = config_option("model, target, batch, shapes, IO binding and instance count")
 
 
 def register(app: typer.Typer) -> None:
+    """Add `bench` to the `onnxaccel` app."""
     app.command("bench", help="Measure a model: session creation and first inference apart; latency min/mean/"
                 "p50/p90/p95/p99/p99.9/max; throughput; host/device copy split; GPU utilization, memory, power; "
                 "TFLOP/s against the device's peak; accuracy of FP16/INT8 against FP32. Sweep targets, precisions, "
@@ -66,8 +70,7 @@ def bench_command(
     ep_option: EpOptionOpt = None,
     shape: ShapeOpt = None,
     batch: BatchesOpt = None,
-    iobinding: Annotated[str | None, typer.Option("--iobinding", help="on: inputs/outputs stay on the device (IO "
-                         "binding); off: numpy in/out, as most guides measure; both. Default on.")] = None,
+    iobinding: IobindingModesOpt = None,
     no_iobinding: Annotated[bool, typer.Option("--no-iobinding", hidden=True)] = False,
     graph: Annotated[str, typer.Option("--graph", help="Graph capture (enable_cuda_graph / enable_hip_graph / "
                      "trt_cuda_graph_enable): on, off or both.")] = "off",
@@ -79,10 +82,7 @@ def bench_command(
         "faster, as trtexec --avgRuns).")] = None,
     concurrency: Annotated[str, typer.Option(help="Concurrent requests on one session, comma-separated, "
                                              "e.g. 1,4.")] = "1",
-    instances: Annotated[str | None, typer.Option(help="Sessions side by side, one thread each (as Triton's instance "
-                                           "count or trtexec --streams), comma-separated, e.g. 1,2,4. Unlike "
-                                           "--concurrency, each may replay its own CUDA graph. Default 1, or "
-                                           "the count in --config.")] = None,
+    instances: InstancesOpt = None,
     report: ReportOpt = None,
     baseline: Annotated[str | None, typer.Option(help="Compare with an earlier JSON report: regressions and gains "
                         "beyond noise.")] = None,
@@ -96,67 +96,44 @@ def bench_command(
     atol: AtolOpt = None,
     rtol: RtolOpt = None,
     inputs: InputOpt = None,
-    seed: Annotated[int, typer.Option(help="Seed for synthesized inputs.")] = 0,
+    seed: SeedOpt = 0,
     value_range: ValueRangeOpt = None,
     gpu: GpuOpt = None,
     telemetry: Annotated[bool, typer.Option("--telemetry/--no-telemetry", help="Sample GPU utilization, memory and "
                          "power during GPU cells (every 0.1 s, in a background thread).")] = True,
-    config: Annotated[str | None, typer.Option("--config", help="A configuration written by `onnxaccel tune`: its "
-                      "model, target, batch, shapes and IO binding (flags given here override them).")] = None,
+    config: ConfigOpt = None,
     strict: StrictOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
+    """Measure MODEL over the sweep's cells; options a --config can set resolve as flag > config > default."""
     from onnxaccel.bench.accuracy import AccuracyGate
     from onnxaccel.bench.cells import grid
-    from onnxaccel.bench.report import check_report_paths, load_report
+    from onnxaccel.bench.report import load_report
     from onnxaccel.bench.sweep import Sweep, SweepSettings
-    from onnxaccel.inputs import parse_value_ranges
-    from onnxaccel.model import parse_shape_bindings
 
-    tuned = _load_config(config)
-    model = model or (tuned.model if tuned else None)
-    if not model:
-        raise UsageError("No model given.", "Pass MODEL (an .onnx file or zoo:NAME), or --config FILE from `tune`.")
-    if iobinding is None:
-        iobinding = "off" if no_iobinding else ("on" if tuned is None or tuned.iobinding else "off")
-    targets = list(target or ([str(tuned.target)] if tuned else ["auto"]))
-    resolved = [str(resolve_target(t, None, ep_option)) for t in targets]
-    batches = _batches(batch) if batch else [tuned.batch if tuned else None]
-    shapes = parse_shape_bindings(shape) if shape else (dict(tuned.shapes) if tuned else {})
-    if instances is None:
-        instances = str(tuned.instances) if tuned is not None else "1"
-    if runs is not None and duration is not None:
-        raise UsageError("--runs and --duration exclude each other.", "Give one: --runs 200, or --duration 5.")
-    limits = (("--warmup", warmup, 0), ("--runs", runs, 1), ("--calls-per-sample", calls_per_sample, 1))
-    for label, value, low in limits:
-        if value is not None and value < low:
-            raise UsageError(f"{label} must be at least {low}, got {value}.", f"e.g. {label} {max(low, 10)}")
-    if duration is not None and not duration > 0:
-        raise UsageError(f"--duration must be positive, got {duration}.", "e.g. --duration 5")
-    paths = check_report_paths(report or [])
-    json_paths = [p for p in paths if p.suffix.lower() == ".json"]
-    if resume and not json_paths:
-        raise UsageError("--resume needs the JSON report of the interrupted sweep.", "Add --report FILE.json (the same "
-                         "file as before).")
+    tuned = load_tuned(config)
+    bound = ModelArgs.resolve(model, shape=shape, batch=batch, tuned=tuned)
+    targets = [str(t) for t in build_targets(target, ep_option, tuned)]
+    timing = TimingArgs.resolve(warmup=warmup, runs=runs, duration=duration, calls_per_sample=calls_per_sample,
+                                concurrency=concurrency, instances=instances, tuned=tuned)
+    reports = ReportArgs.resolve(report, resume=resume)
+    given = InputArgs.resolve(inputs, value_range, seed)
     precisions = [p.strip().lower() for p in precision.split(",") if p.strip()] if precision else [None]
-    cells, skipped = grid(resolved, precisions=precisions, batches=batches, shapes=shapes,
-                          iobinding=_modes(iobinding, "--iobinding"), graph=_modes(graph, "--graph"),
-                          concurrency=_ints(concurrency, "--concurrency"), instances=_ints(instances, "--instances"))
-    settings = SweepSettings(warmup=warmup, runs=runs if runs is not None or duration is not None else 100,
-                             duration=duration, calls_per_sample=calls_per_sample,
-                             gate=AccuracyGate(max_error, atol, rtol), seed=seed, inputs=tuple(inputs or ()),
-                             value_ranges=tuple(parse_value_ranges(value_range).items()),
+    cells, skipped = grid(targets, precisions=precisions, batches=list(bound.batches), shapes=bound.shapes,
+                          iobinding=iobinding_modes(iobinding, no_iobinding, tuned), graph=modes(graph, "--graph"),
+                          concurrency=list(timing.concurrency), instances=list(timing.instances))
+    settings = SweepSettings(warmup=timing.warmup, runs=timing.runs, duration=timing.duration,
+                             calls_per_sample=timing.calls_per_sample, gate=AccuracyGate(max_error, atol, rtol),
+                             seed=given.seed, inputs=given.items, value_ranges=tuple(given.value_ranges.items()),
                              strict=strict, gpu_name=gpu, telemetry=telemetry)
-    previous = load_report(json_paths[0]) if resume and json_paths[0].exists() else None
+    previous = reports.previous()
     if resume and previous is None:
-        note(f"{json_paths[0]} does not exist yet: nothing to resume, starting a new sweep.")
+        note(f"{reports.json_path} does not exist yet: nothing to resume, starting a new sweep.")
     old = load_report(baseline) if baseline else None
+    paths = list(reports.paths)
     with SweepProgress(disable=as_json) as progress:
-        sweep = Sweep(model, settings, paths, report=previous, on_event=progress.event)
-        if tuned is not None:
-            problem = tuned.check_model(sweep.model.path)
-            if problem:
-                warn(problem)
+        sweep = Sweep(bound.source, settings, paths, report=previous, on_event=progress.event)
+        warn_if_not_tuned(tuned, sweep.model.path)
         sweep.report.skipped = [s.to_dict() for s in skipped]
         sweep.run(cells, retry_failed=retry_failed)
     report_obj = sweep.report
@@ -209,10 +186,12 @@ class SweepProgress:
         self.bar.__exit__(*exc)
 
     def log(self, text: str) -> None:
+        """Print a line above the bars (nothing with --json)."""
         if not self.quiet:
             self.bar.console.print(text, highlight=False)
 
     def event(self, event) -> None:
+        """Advance the bars for one sweep event (start, stage, cell-skip/-start/-progress/-done)."""
         kind = event.kind
         if kind == "start":
             if self.cells is None:
@@ -236,6 +215,7 @@ class SweepProgress:
 
 
 def cell_line(result) -> str:
+    """One line for a finished cell: ok with p50/p99/throughput, or failed with its message."""
     if result.ok:
         lat = result.latency
         extra = " [yellow](unstable)[/]" if result.warnings else ""
@@ -249,6 +229,7 @@ def cell_line(result) -> str:
 
 
 def render_report(report) -> None:
+    """The report as a table for people, then its warnings, notes, failures and the baseline verdicts."""
     env = report.environment
     console.print(f"[bold]{escape(str(report.model.get('source')))}[/]: onnxruntime {env.get('onnxruntime')}, "
                   f"{escape(str(env.get('cpu')))}")
@@ -273,6 +254,7 @@ def render_report(report) -> None:
 
 
 def terminal_row(cell) -> list[str]:
+    """The cells of one table row for ``cell`` (rich markup escaped)."""
     from onnxaccel.bench.report_text import accuracy_text
 
     target = cell.cell.effective_target
@@ -325,40 +307,4 @@ def _render_notes(report) -> None:
         err_console.print(f"[red]failed[/] {escape(which)}: {escape(str(message))}", highlight=False)
         if hint:
             err_console.print(f"  [cyan]hint:[/] {escape(str(hint))}", highlight=False)
-
-
-# -- parsing --------------------------------------------------------------------------------------------
-
-def _load_config(path: str | None):
-    if not path:
-        return None
-    from onnxaccel.bench.config import load_config
-
-    return load_config(path)
-
-
-def _ints(text: str, option: str) -> list[int]:
-    values = []
-    for item in str(text).split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if not item.isdigit() or int(item) < 1:
-            raise UsageError(f"{option} takes positive integers, got '{item}'.", f"e.g. {option} 1,8,32")
-        values.append(int(item))
-    if not values:
-        raise UsageError(f"{option} is empty.", f"e.g. {option} 1,8,32")
-    return list(dict.fromkeys(values))
-
-
-def _batches(items: list[str]) -> list[int]:
-    return list(dict.fromkeys(v for item in items for v in _ints(item, "--batch")))
-
-
-def _modes(text: str, option: str) -> list[bool]:
-    modes = {"on": [True], "off": [False], "both": [True, False]}
-    value = str(text).strip().lower()
-    if value not in modes:
-        raise UsageError(f"{option} takes on, off or both, got '{text}'.", f"e.g. {option} both")
-    return modes[value]
 

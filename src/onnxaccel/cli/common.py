@@ -21,12 +21,11 @@ err_console = Console(stderr=True)
 STATE = {"debug": False, "verbose": False}
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON (for programs) instead of tables.")]
-TargetOpt = Annotated[
-    str,
-    typer.Option("--target", "-t", help="Where to run: auto, cpu, cuda[:ID], migraphx[:ID], rocm, tensorrt; "
-                 "optionally /PRECISION and ?KEY=VALUE (e.g. cuda:0/fp16?prefer_nhwc=1). auto = the fastest "
-                 "target that really loads here."),
-]
+#: The --target help; cli/groups.py's TargetOpt (commands with --config) adds its default to it.
+TARGET_HELP = ("Where to run: auto, cpu, cuda[:ID], migraphx[:ID], rocm, tensorrt; optionally /PRECISION and "
+               "?KEY=VALUE (e.g. cuda:0/fp16?prefer_nhwc=1). auto = the fastest target that really loads here.")
+#: Commands without --config; those with one take cli/groups.py's (default None: flag > config > default).
+TargetOpt = Annotated[str, typer.Option("--target", "-t", help=TARGET_HELP)]
 PrecisionOpt = Annotated[
     str | None, typer.Option("--precision", "-p", help="fp32, fp16 or int8 (overrides the target string).")
 ]
@@ -85,6 +84,7 @@ def handle_errors(func: Callable) -> Callable:
 
 
 def report_error(exc: OnnxAccelError, *, as_json: bool = False) -> None:
+    """Print an error as JSON (with --json) or as message + hint on stderr; details only with --debug."""
     if as_json:
         print(json.dumps(exc.to_dict(), indent=2))
         return
@@ -96,14 +96,17 @@ def report_error(exc: OnnxAccelError, *, as_json: bool = False) -> None:
 
 
 def print_json(data: dict) -> None:
+    """Write ``data`` to stdout as indented JSON (what --json prints)."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def warn(message: str) -> None:
+    """A warning on stderr: something the user should act on."""
     err_console.print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False)
 
 
 def note(message: str) -> None:
+    """A dim note on stderr: context, nothing to act on."""
     err_console.print(f"[dim]note: {escape(message)}[/]", highlight=False)
 
 

@@ -8,12 +8,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from onnxaccel.analysis.compare import TargetComparison, check_tolerances, compare_targets, default_tolerances
+from onnxaccel.analysis.compare import TargetComparison, compare_targets
 from onnxaccel.inputs import parse_value_ranges
 from onnxaccel.cli.common import (
     BatchOpt, EpOptionOpt, JsonOpt, ShapeOpt, StrictOpt, ValueRangeOpt, console, err_console, handle_errors, note, print_json,
     resolve_target, warn,
 )
+from onnxaccel.compare import check_tolerances, default_tolerances
 from onnxaccel.errors import UsageError
 from onnxaccel.model import parse_shape_bindings
 from onnxaccel.target import Target

@@ -44,7 +44,7 @@ def loadtest_command(
     report: Annotated[Path | None, typer.Option("--report", help="Write the JSON report here.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    from onnxaccel.serve.loadtest import LoadtestConfig, run_loadtest
+    from onnxaccel.loadtest import LoadtestConfig, run_loadtest
 
     try:
         levels = tuple(int(c) for c in concurrency.split(",") if c.strip())

@@ -1,8 +1,9 @@
 """`onnxaccel optimize`: write a faster model and a report of what changed and how accurate it still is.
 
-This command composes ``transform`` (the model rewrites) with ``analysis`` (comparing outputs, locating the
-first diverging node): DESIGN.md keeps features from importing one another, so the composition lives here
-and reaches transform through :class:`onnxaccel.transform.accuracy.AccuracyTools`.
+This command composes ``transform`` (the model rewrites) with ``analysis`` (locating the first diverging
+node, for AMP): DESIGN.md keeps features from importing one another, so the composition lives here and hands
+``analysis.bisect.find_divergence`` to ``transform.optimize.optimize``. Comparing outputs is
+:mod:`onnxaccel.compare`'s, beneath both.
 """
 
 from __future__ import annotations
@@ -38,15 +39,6 @@ def register(app: typer.Typer) -> None:
                 "when the accuracy gate fails (the report is still written).")(optimize_command)
 
 
-def accuracy_tools():
-    """The analysis functions the transform pipeline is given (see onnxaccel.transform.accuracy)."""
-    from onnxaccel.analysis.bisect import find_divergence
-    from onnxaccel.analysis.compare import compare_outputs
-    from onnxaccel.transform.accuracy import AccuracyTools
-
-    return AccuracyTools(compare=compare_outputs, find_divergence=find_divergence)
-
-
 #: Default cosine floor for INT8 when no threshold is given: catches collapsed quantization (outputs rounded
 #: to zero or constant), not the ordinary quantization noise (the PP-OCR classifier's INT8 probabilities:
 #: cosine 0.988 against FP32).
@@ -57,8 +49,7 @@ def default_gate(precision: str, atol: float | None, rtol: float | None, max_err
                  min_topk_agreement: float | None, topk: int, min_cosine: float | None = None):
     """Tolerances default to `compare`'s per precision. INT8 checks elementwise only when asked, and a
     cosine floor when no threshold at all is given."""
-    from onnxaccel.analysis.compare import DEFAULT_TOLERANCES
-    from onnxaccel.transform.accuracy import GateSpec
+    from onnxaccel.compare import DEFAULT_TOLERANCES, GateSpec
 
     d_atol, d_rtol = DEFAULT_TOLERANCES[precision]
     elementwise = precision != "int8" or atol is not None or rtol is not None
@@ -141,7 +132,8 @@ def optimize_command(
     report_path: Annotated[Path | None, typer.Option("--report", help="Also write the report as JSON here.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    from onnxaccel.transform.int8 import Int8Settings
+    from onnxaccel.analysis.bisect import find_divergence
+    from onnxaccel.precision.int8 import Int8Settings
     from onnxaccel.transform.optimize import OptimizeOptions, optimize
 
     tgt = resolve_target(target, None, ep_option)
@@ -169,7 +161,7 @@ def optimize_command(
         compile_cache=compile_cache,
     )
     with err_console.status("optimizing...", spinner="dots") if not as_json else _nothing():
-        report = optimize(model, options, accuracy_tools())
+        report = optimize(model, options, find_divergence)
     data = report.to_dict()
     if report_path is not None:
         report_path.parent.mkdir(parents=True, exist_ok=True)

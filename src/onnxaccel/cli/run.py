@@ -13,16 +13,22 @@ from rich.markup import escape
 from rich.table import Table
 
 from onnxaccel.cli.common import (
-    BatchOpt, EpOptionOpt, InputOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, TargetOpt, ValueRangeOpt, console,
-    handle_errors, note, print_json, resolve_target, warn,
+    BatchOpt, EpOptionOpt, InputOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, ValueRangeOpt, console,
+    handle_errors, note, print_json, warn,
+)
+from onnxaccel.cli.groups import (
+    InputArgs, IobindingOpt, ModelArgs, SeedOpt, TargetOpt, build_target, config_option, floats, iobinding as
+    resolve_iobinding, load_tuned, warn_if_not_tuned,
 )
 from onnxaccel.errors import InputError
-from onnxaccel.inputs import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess, parse_value_ranges
-from onnxaccel.model import Model, parse_shape_bindings
+from onnxaccel.inputs import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
+from onnxaccel.model import Model
 from onnxaccel.pipeline import prepare
 from onnxaccel.protobuf_values import write_pb
 
 SCHEMA = "onnxaccel.run/1"
+
+ConfigOpt = config_option("target, shapes, batch and IO binding")
 
 
 @dataclass
@@ -46,6 +52,7 @@ class OutputSummary:
 
     @classmethod
     def of(cls, name: str, value, k: int) -> OutputSummary:
+        """Summarize one output value (array, sequence, map or empty optional); top-``k`` for classifiers."""
         if value is None:
             return cls(name, "none", [], None, None, None, 0, 0, kind="none")
         if isinstance(value, dict):
@@ -80,6 +87,7 @@ class OutputSummary:
         )
 
     def to_dict(self) -> dict:
+        """The summary as JSON-ready values (the `outputs` entries of `run --json`)."""
         return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "shape": self.shape, "min": self.min,
                 "max": self.max, "mean": self.mean, "nan": self.nan, "inf": self.inf,
                 "topk": [[{"index": i, "score": s} for i, s in row] for row in self.topk]}
@@ -97,6 +105,8 @@ def _as_float(value: np.ndarray) -> np.ndarray | None:
 
 @dataclass
 class RunResult:
+    """What `run` found: where the model ran, how long it took, its inputs and a summary of its outputs."""
+
     model: str
     target: str
     providers: list[str]
@@ -112,6 +122,7 @@ class RunResult:
     inputs: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The result as `run --json` prints it (schema onnxaccel.run/1)."""
         return {
             "schema": SCHEMA, "model": self.model, "target": self.target, "providers": self.providers,
             "iobinding": self.iobinding, "compile_seconds": self.compile_seconds, "latency_ms": self.latency_ms,
@@ -122,6 +133,7 @@ class RunResult:
 
 
 def register(app: typer.Typer) -> None:
+    """Add `run` to the `onnxaccel` app."""
     app.command("run", help="Run a model once on a target: synthesized or given inputs, an output summary "
                 "or top-k, where each node ran.")(run_command)
 
@@ -131,7 +143,7 @@ def run_command(
     model: Annotated[str, typer.Argument(help="An .onnx file or a built-in zoo:NAME (see `onnxaccel zoo list`).")],
     inputs: InputOpt = None,
     value_range: ValueRangeOpt = None,
-    target: TargetOpt = "auto",
+    target: TargetOpt = None,
     precision: PrecisionOpt = None,
     ep_option: EpOptionOpt = None,
     shape: ShapeOpt = None,
@@ -140,44 +152,36 @@ def run_command(
     save: Annotated[Path | None, typer.Option("--save", help="Write the outputs: FILE.npz (arrays), or a folder "
                     "(a name ending in / or without suffix) or FILE.pb for ONNX protobufs output_K.pb, as ONNX's "
                     "test data sets store them (every type: sequences, optionals, bfloat16, int4...).")] = None,
-    iobinding: Annotated[bool, typer.Option("--iobinding/--no-iobinding", help="Keep inputs and outputs on the "
-                         "device (IO binding) or pass numpy arrays.")] = True,
+    iobinding: IobindingOpt = None,
     strict: StrictOpt = False,
     mean: Annotated[str | None, typer.Option(help="Image normalization mean, e.g. 0.485,0.456,0.406.")] = None,
     std: Annotated[str | None, typer.Option(help="Image normalization std, e.g. 0.229,0.224,0.225.")] = None,
     resize: Annotated[int | None, typer.Option(help="Image shorter side before the center crop.")] = None,
     layout: Annotated[str, typer.Option(help="Image tensor layout: nchw or nhwc.")] = "nchw",
     bgr: Annotated[bool, typer.Option("--bgr", help="Feed images as BGR instead of RGB.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed for synthesized inputs.")] = 0,
+    seed: SeedOpt = 0,
     no_check: Annotated[bool, typer.Option("--no-check", help="Skip the ONNX checker.")] = False,
-    config: Annotated[Path | None, typer.Option("--config", help="A configuration written by `onnxaccel tune`: "
-                      "its target, shapes, batch and IO binding are used unless given here.")] = None,
+    config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    if config is not None:
-        from onnxaccel.bench.config import load_config
-
-        tuned = load_config(config)
-        if target == "auto":
-            target = str(tuned.target)
-        if not shape:
-            shape = [f"{k}={'x'.join(map(str, v))}" for k, v in tuned.shapes.items()]
-        batch = batch if batch is not None else tuned.batch
-        iobinding = tuned.iobinding if tuned.iobinding is not None else iobinding
-        mismatch = tuned.check_model(model) if not model.startswith("zoo:") else None
-        if mismatch:
-            warn(mismatch)
-    tgt = resolve_target(target, precision, ep_option)
+    """Run MODEL once; options a --config can set resolve as flag > config > default (cli/groups.py)."""
+    tuned = load_tuned(config)
+    if tuned is not None and not model.startswith("zoo:"):
+        warn_if_not_tuned(tuned, model)
+    bound = ModelArgs.resolve(model, shape=shape, batch=batch, tuned=tuned)
+    tgt = build_target(target, precision, ep_option, tuned)
+    iobinding = resolve_iobinding(iobinding, tuned)
+    given = InputArgs.resolve(inputs, value_range, seed)
     pre = ImagePreprocess(
-        resize=resize, mean=_floats(mean, "--mean") if mean else IMAGENET_MEAN,
-        std=_floats(std, "--std") if std else IMAGENET_STD, layout=layout.lower(),
+        resize=resize, mean=floats(mean, "--mean") if mean else IMAGENET_MEAN,
+        std=floats(std, "--std") if std else IMAGENET_STD, layout=layout.lower(),
         channel_order="bgr" if bgr else "rgb",
     )
     if pre.layout not in ("nchw", "nhwc"):
         raise InputError(f"--layout must be nchw or nhwc, got '{layout}'.", "Use --layout nchw or --layout nhwc.")
-    prepared = prepare(model, tgt, inputs=inputs or [], shapes=parse_shape_bindings(shape or []), batch=batch,
-                       strict=strict, preprocess=pre, seed=seed, check=not no_check,
-                       value_ranges=parse_value_ranges(value_range))
+    prepared = prepare(model, tgt, inputs=list(given.items), shapes=bound.shapes, batch=bound.batch,
+                       strict=strict, preprocess=pre, seed=given.seed, check=not no_check,
+                       value_ranges=given.value_ranges)
     runner = prepared.runner
     start = time.perf_counter()
     outputs = prepared.run(iobinding=iobinding)
@@ -266,9 +270,3 @@ def _render(result: RunResult) -> None:
     if result.saved:
         console.print(f"outputs saved to {result.saved}")
 
-
-def _floats(text: str, option: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise InputError(f"{option} must be comma-separated numbers, got '{text}'.", f"e.g. {option} 0.5,0.5,0.5") from None

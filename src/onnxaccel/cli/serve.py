@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
 from onnxaccel.cli.common import (
-    EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, console, handle_errors, note, print_json, resolve_target, warn,
+    EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, console, handle_errors, note, print_json, warn,
 )
+from onnxaccel.cli.groups import ModelArgs, build_target, config_option, instance_count, load_tuned
 from onnxaccel.errors import UsageError
-from onnxaccel.model import parse_shape_bindings
+
+ConfigOpt = config_option("target, shapes and instance count apply to every model (a model's config.json still "
+                          "overrides them)")
 
 
 def register(app: typer.Typer) -> None:
+    """Add `serve` to the `onnxaccel` app."""
     app.command("serve", help="Serve a model (.onnx, zoo:NAME) or a folder of models over the Open Inference "
                 "Protocol (KServe v2) on HTTP and gRPC, with dynamic batching, Prometheus /metrics and a graceful "
                 "drain on SIGTERM. tritonclient, perf_analyzer and the KServe SDK work unchanged.")(serve_command)
@@ -27,12 +30,12 @@ def register(app: typer.Typer) -> None:
 def serve_command(
     source: Annotated[str, typer.Argument(metavar="MODEL|REPO_DIR", help="An .onnx file, zoo:NAME, or a folder "
                       "of models (NAME/model.onnx + optional NAME/config.json; see docs/SERVING.md).")],
-    target: Annotated[str, typer.Option("--target", "-t", help="Default target of every model (a model's "
-                      "config.json overrides it): cpu, cuda:0, migraphx:0/fp16?..., or auto.")] = "auto",
+    target: Annotated[str | None, typer.Option("--target", "-t", help="Default target of every model (a model's "
+                      "config.json overrides it): cpu, cuda:0, migraphx:0/fp16?..., or auto. Default: auto, or "
+                      "the --config's target.")] = None,
     precision: PrecisionOpt = None,
     ep_option: EpOptionOpt = None,
-    config: Annotated[Path | None, typer.Option("--config", help="A configuration written by `onnxaccel tune`: "
-                      "its target (and shapes, unless --shape is given) apply to every model.")] = None,
+    config: ConfigOpt = None,
     shape: ShapeOpt = None,
     host: Annotated[str, typer.Option(help="Address to listen on. 127.0.0.1 keeps the server private; 0.0.0.0 "
                     "exposes it to the network.")] = "127.0.0.1",
@@ -95,26 +98,19 @@ def serve_command(
                             "autoscaling.")] = 1,
     as_json: JsonOpt = False,
 ) -> None:
+    """Serve SOURCE until SIGTERM; options a --config can set resolve as flag > config > default (cli/groups.py);
+    a model's own config.json in a repository then overrides the result for that model."""
     from onnxaccel.serve.config import ServerConfig
     from onnxaccel.serve.server import serve
 
-    target_text = target
-    if config is not None:
-        # The same reader as run/bench/batch: schema-checked, and its shapes apply unless --shape is given.
-        from onnxaccel.bench.config import load_config
-
-        tuned = load_config(config)
-        target_text = str(tuned.target)
-        if not shape:
-            shape = [f"{k}={'x'.join(map(str, v))}" for k, v in tuned.shapes.items()]
-        if instances is None:  # the tuned instance count, unless --instances says otherwise
-            instances = tuned.instances
-    tgt = resolve_target(target_text, precision, ep_option)
+    tuned = load_tuned(config)
+    tgt = build_target(target, precision, ep_option, tuned)
+    shapes = ModelArgs.resolve(source, shape=shape, batch=None, tuned=tuned).shapes
     defaults = {
         "target": str(tgt), "max_batch": max_batch, "max_queue_delay_ms": max_queue_delay_ms,
         "max_padding": max_padding,
-        "instances": instances or 1, "max_queue": max_queue, "timeout_ms": timeout_ms,
-        "shapes": {k: list(v) for k, v in parse_shape_bindings(shape or []).items()},
+        "instances": instance_count(instances, tuned), "max_queue": max_queue, "timeout_ms": timeout_ms,
+        "shapes": {k: list(v) for k, v in shapes.items()},
         "arena_extend_strategy": arena_extend_strategy, "gpu_mem_limit": gpu_mem_limit,
         "arena_shrinkage": arena_shrinkage, "session_per_batch_size": session_per_batch_size,
     }

@@ -13,21 +13,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from onnxaccel.cli.bench import (
-    AtolOpt,
-    BatchesOpt,
-    GpuOpt,
-    InputOpt,
-    MaxErrorOpt,
-    ReportOpt,
-    RtolOpt,
-    SweepProgress,
-    _batches,
-    _ints,
-    si,
-)
+from onnxaccel.cli.bench import SweepProgress, si
 from onnxaccel.cli.common import (
     EpOptionOpt,
+    InputOpt,
     JsonOpt,
     ShapeOpt,
     StrictOpt,
@@ -35,12 +24,27 @@ from onnxaccel.cli.common import (
     console,
     handle_errors,
     note,
-    resolve_target,
+)
+from onnxaccel.cli.groups import (
+    AtolOpt,
+    BatchesOpt,
+    GpuOpt,
+    InputArgs,
+    MaxErrorOpt,
+    ModelArgs,
+    ReportArgs,
+    ReportOpt,
+    RtolOpt,
+    SeedOpt,
+    build_target,
+    check_positive,
+    ints,
 )
 from onnxaccel.errors import UsageError
 
 
 def register(app: typer.Typer) -> None:
+    """Add `tune` to the `onnxaccel` app."""
     app.command("tune", help="Find the fastest configuration of a model on a target: precision, IO binding, NHWC "
                 "layout, graph capture, provider options (cuDNN/MIOpen algorithm search, MIGraphX exhaustive tune), "
                 "CPU threads and batch; only configurations inside the accuracy gate count. Writes a configuration "
@@ -79,19 +83,20 @@ def tune_command(
     resume: Annotated[bool, typer.Option("--resume", help="Reuse the candidates already measured in the first "
                       "--report FILE.json (default report: OUTPUT with .report.json).")] = False,
     inputs: InputOpt = None,
-    seed: Annotated[int, typer.Option(help="Seed for synthesized inputs.")] = 0,
+    seed: SeedOpt = 0,
     gpu: GpuOpt = None,
     strict: StrictOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
+    """Search MODEL's fastest configuration on a target and write it (a `tune` reads no --config)."""
     from onnxaccel.bench.accuracy import AccuracyGate
     from onnxaccel.bench.config import save_config
-    from onnxaccel.bench.report import check_report_paths, clean, load_report
+    from onnxaccel.bench.report import clean
     from onnxaccel.bench.tune import TuneSettings, tune
-    from onnxaccel.model import parse_shape_bindings
     from onnxaccel.target import PRECISIONS
 
-    tgt = resolve_target(target, None, ep_option)
+    tgt = build_target(target, None, ep_option, None)
+    bound = ModelArgs.resolve(model, shape=shape, batch=batch, tuned=None)
     precisions = None
     if precision:
         precisions = tuple(dict.fromkeys(p.strip().lower() for p in precision.split(",") if p.strip()))
@@ -99,28 +104,24 @@ def tune_command(
         if bad or not precisions:
             raise UsageError(f"Unknown precision(s): {', '.join(bad) or precision}.",
                              f"Use a comma-separated list of {', '.join(PRECISIONS)}.")
-    for label, value in (("--duration", duration), ("--confirm-duration", confirm_duration)):
-        if not value > 0:
-            raise UsageError(f"{label} must be positive, got {value}.", f"e.g. {label} 1")
+    check_positive("--duration", duration)
+    check_positive("--confirm-duration", confirm_duration)
     if latency_budget is not None and not latency_budget > 0:
         raise UsageError(f"--latency-budget must be positive milliseconds, got {latency_budget}.",
                          "e.g. --latency-budget 10")
     output = (output or Path(f"{_stem(model)}-tuned.json")).expanduser()
     if output.suffix.lower() != ".json":
         raise UsageError(f"--output {output} must be a .json file.", f"e.g. --output {output.with_suffix('.json')}")
-    paths = check_report_paths(report or [str(output.with_suffix(".report.json"))])
-    json_paths = [p for p in paths if p.suffix.lower() == ".json"]
-    if not json_paths:
-        paths.insert(0, output.with_suffix(".report.json"))
-        json_paths = paths[:1]
-    previous = load_report(json_paths[0]) if resume and json_paths[0].exists() else None
+    reports = ReportArgs.resolve(report, resume=resume, default_json=output.with_suffix(".report.json"))
+    paths, previous = list(reports.paths), reports.previous()
+    given = InputArgs.resolve(inputs, seed=seed)
     settings = TuneSettings(
-        batches=tuple(_batches(batch)) if batch else (None,), shapes=parse_shape_bindings(shape or []),
+        batches=bound.batches, shapes=bound.shapes,
         precisions=precisions, gate=AccuracyGate(max_error, atol, rtol), latency_budget_ms=latency_budget,
         warmup=warmup, duration=duration, confirm_duration=confirm_duration, time_budget_s=time_budget,
-        threads=tuple(_ints(threads, "--threads")) if threads else None, seed=seed, inputs=tuple(inputs or ()),
+        threads=tuple(ints(threads, "--threads")) if threads else None, seed=given.seed, inputs=given.items,
         strict=strict, gpu_name=gpu,
-        instances=tuple(n for n in _ints(instances, "--instances") if n > 1) if instances else None,
+        instances=tuple(n for n in ints(instances, "--instances") if n > 1) if instances else None,
     )
     command = "onnxaccel tune " + shlex.join([model, "--target", str(tgt)] + _flags(
         batch=batch, shape=shape, precision=precision, max_error=max_error, latency_budget=latency_budget))

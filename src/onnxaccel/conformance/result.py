@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from onnxaccel.conformance.tolerance import OutputCheck
+from onnxaccel.compare.tolerance import OutputCheck
 
 SCHEMA = "onnxaccel.check/1"
 STATUSES = ("pass", "fail", "error", "skipped")

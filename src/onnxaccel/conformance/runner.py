@@ -2,7 +2,7 @@
 
 Each case goes through the pipeline every command uses: load the model, bind its shapes from the data
 set's inputs (``inputs.load_feeds`` with ``NAME=input_K.pb`` items), convert precision when the provider
-cannot (``transform.precision.prepare_for_target``) and compile once (``engines.compile_model``); every data
+cannot (``precision.prepare_for_target``) and compile once (``engines.compile_model``); every data
 set of the case then runs on that runner.
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from onnxaccel.compare.tolerance import OutputCheck, TolerancePolicy, compare_value
 from onnxaccel.conformance.cases import TestCase
 from onnxaccel.conformance.result import CaseResult, CheckReport
-from onnxaccel.conformance.tolerance import OutputCheck, TolerancePolicy, compare_value
 from onnxaccel.errors import InputError, OnnxAccelError
 from onnxaccel.inputs import load_feeds
 from onnxaccel.model import Model, load_model

@@ -389,9 +389,8 @@ class MigraphxRunner(Runner):
             if self._given_samples is not None:
                 self._samples = self._given_samples
             else:
-                # The loaders `onnxaccel optimize` uses. transform.calibration depends only on core modules
-                # (errors, inputs, model); this one import goes upward on purpose (see the issue 8 report).
-                from onnxaccel.transform.calibration import SYNTHETIC_WARNING, load_calibration
+                # The loaders `onnxaccel optimize` uses (core: onnxaccel.calibration reads feeds like inputs).
+                from onnxaccel.calibration import SYNTHETIC_WARNING, load_calibration
 
                 data = load_calibration(self.options.calibration or "synthetic", self.model,
                                         max_samples=self.options.calibration_samples)

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onnxaccel.errors import InputError, OnnxAccelError, UsageError
+from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.model import ZOO_PREFIX, load_model
+from onnxaccel.pipeline import compile_only
 from onnxaccel.target import GRAPH_OPTION
 from onnxaccel.serve.batcher import DynamicBatcher
 from onnxaccel.serve.config import ModelConfig, model_config_from
@@ -97,25 +98,15 @@ def load_instance(config: ModelConfig) -> ModelInstance:
 
 
 def _compile(model, target, shapes: dict):
-    """pipeline.prepare; for inputs it cannot synthesize feeds for (strings), at a precision the provider
-    runs natively, the bind + compile steps alone: a server needs no feeds of its own."""
-    from onnxaccel.engines import compile_model
-    from onnxaccel.pipeline import prepare
-
-    try:
-        prepared = prepare(model, target, shapes=shapes or None, batch=1)
-        return prepared.model, prepared.runner, prepared.warnings
-    except InputError:
-        if not target.precision_is_native:
-            raise
-        bound = model.bind(shapes or None, batch=1)
-        runner = compile_model(bound, target)
-        return bound, runner, list(runner.warnings)
+    """The bind, convert and compile steps alone (pipeline.compile_only): a server needs no feeds of its own,
+    so inputs no feed could be drawn for (strings) do not stop it."""
+    compiled = compile_only(model, target, shapes=shapes or None, batch=1)
+    return compiled.model, compiled.runner, compiled.warnings
 
 
 def _compile_shapes(model, given: dict) -> dict:
     """Shapes to compile with: the config's, plus 1 for every other unnamed dynamic dim. A server takes any
-    size on such axes per request; the binding only gives prepare() the shapes of its warm-up feeds."""
+    size on such axes per request; the binding only gives the compile the shapes of its warm-up feeds."""
     shapes = dict(given)
     named = {d for s in model.inputs for d in (s.shape or ()) if isinstance(d, str)}
     for spec in model.inputs:

@@ -12,7 +12,7 @@ but driven by the divergence finder instead of re-validating every node):
    within tolerance), bisect over the topological order for the shortest prefix of nodes that must stay
    FP32 for the gate to pass: log2(N) more judgements.
 
-The callables keep this module free of running and comparing (see accuracy.py for why).
+The callables keep this module free of running and comparing (see gate.py for why).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import onnx
 
-from onnxaccel.transform.fp16 import convert_fp16
+from onnxaccel.precision.fp16 import convert_fp16
 
 #: judge(candidate_proto) -> object with .passed and .to_dict()
 Judge = Callable[[onnx.ModelProto], Any]

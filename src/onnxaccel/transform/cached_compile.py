@@ -17,11 +17,11 @@ import onnx
 from onnxaccel.engines import Runner, compile_model
 from onnxaccel.engines.ort import ort_version, runtime_limits
 from onnxaccel.model import Model
+from onnxaccel.precision import prepare_for_target
+from onnxaccel.precision.checkpoint import save_model
 from onnxaccel.target import Target
 from onnxaccel.transform.compile_cache import CacheKey, CacheUse, cache_key, cache_kind, record_compile
-from onnxaccel.transform.files import save_model
 from onnxaccel.transform.graph import ort_optimize
-from onnxaccel.transform.precision import prepare_for_target
 
 OPTIMIZED_FILE = "model.onnx"
 

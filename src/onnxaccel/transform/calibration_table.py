@@ -36,7 +36,7 @@ import onnx
 from onnxaccel.engines.ort_ep_options import calibration_table_refusal
 from onnxaccel.errors import MissingDependencyError, ModelError
 from onnxaccel.target import Target
-from onnxaccel.transform.calibration import CalibrationData
+from onnxaccel.calibration import CalibrationData
 
 FLATBUFFERS_NAME = "calibration.flatbuffers"
 TENSORRT_NAME = "calibration.cache"

@@ -1,25 +1,23 @@
 """Writing transformed models: never over the user's input, never half a file, weights outside when large.
 
-Protobuf cannot serialize a message over 2 GiB (onnx.checker / onnx.save raise "Message onnx.ModelProto
-exceeds maximum protobuf size of 2GB"), so larger models keep their weights in one external data file
-beside the .onnx (onnx.save_model(save_as_external_data=True)).
+The checked, atomic write itself (and the external data rule for models over protobuf's 2 GiB) is
+:func:`onnxaccel.precision.checkpoint.save_model`, which the pipeline's precision variants use too; this module
+adds what `optimize` needs around it: the output path rules, copies and sizes.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import onnx
 
 from onnxaccel.errors import ModelError, UsageError
+from onnxaccel.precision.checkpoint import save_model
 
 #: Metadata key every optimized model carries (the input file's name); marks files `optimize` may replace.
 OPTIMIZED_FROM_KEY = "onnxaccel.optimized_from"
-#: Above this, weights go to an external data file (protobuf's hard limit is 2 GiB).
-EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 
 
 def check_output_path(source: Path, output: Path, *, force: bool = False) -> Path:
@@ -48,43 +46,6 @@ def written_by_us(path: Path) -> bool:
     except Exception:  # noqa: BLE001 - not a model we can read: not ours to overwrite
         return False
     return any(p.key == OPTIMIZED_FROM_KEY for p in proto.metadata_props)
-
-
-def save_model(proto: onnx.ModelProto, path: Path, *, converter: str) -> Path:
-    """Write ``proto`` (weights loaded) to ``path`` atomically (temporary file + os.replace); external data
-    when large.
-
-    Every model goes through :func:`onnxaccel.transform.checkpoint.validate` first (topological order, full
-    ONNX check); ``converter`` names the step that produced it in the error when it fails, and then nothing
-    is written. With external data, the weights file is named ``<file>.data`` beside the model; an older one
-    of that name is replaced.
-    """
-    from onnxaccel.transform.checkpoint import IN_MEMORY_LIMIT, sort_graph, validate
-
-    path = Path(path)
-    if proto.ByteSize() <= IN_MEMORY_LIMIT:
-        validate(proto, converter)
-    else:
-        sort_graph(proto.graph)  # checked below, from the file
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _unwritable(path, exc) from exc
-    large = proto.ByteSize() > EXTERNAL_DATA_THRESHOLD
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as tmp:
-        tmp_model = Path(tmp) / path.name
-        try:
-            if large:
-                onnx.save_model(proto, str(tmp_model), save_as_external_data=True, all_tensors_to_one_file=True,
-                                location=path.name + ".data", size_threshold=1024)
-                validate(proto, converter, path=tmp_model)
-                os.replace(Path(tmp) / (path.name + ".data"), path.parent / (path.name + ".data"))
-            else:
-                onnx.save_model(proto, str(tmp_model))
-            os.replace(tmp_model, path)
-        except OSError as exc:
-            raise _unwritable(path, exc) from exc
-    return path
 
 
 def copy_model(source: Path, dest: Path) -> Path:

@@ -2,36 +2,85 @@
 
 The reference is always the original model at FP32 on the CPU provider (the most trustworthy numbers this
 machine has); the candidate runs on the requested target when that provider loads here, else on the CPU.
+Judging is :mod:`onnxaccel.compare`'s (``compare_outputs`` then ``evaluate`` with the run's ``GateSpec``), the
+same rules ``compare``, ``bench`` and ``tune`` apply.
+
+Locating the first diverging node (for AMP) is ``analysis.bisect.find_divergence``: ``analysis`` is a feature
+beside ``transform``, which may not import it (DESIGN.md, "Rules of the house"), so whoever composes the two
+(``onnxaccel.cli.optimize``) passes it in as a :class:`DivergenceFinder`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import onnx
 
+from onnxaccel.compare import GateResult, GateSpec, compare_outputs, evaluate
+from onnxaccel.engines import compile_model
+from onnxaccel.errors import UsageError
 from onnxaccel.inputs import ImagePreprocess, synthesize
 from onnxaccel.model import Model
+from onnxaccel.precision import prepare_for_target
+from onnxaccel.precision.fp16 import set_keep_fp32_nodes
 from onnxaccel.target import Target, parse_target
-from onnxaccel.transform.accuracy import AccuracyTools, GateResult, GateSpec, evaluate
-from onnxaccel.transform.calibration import CalibrationData, load_calibration
+from onnxaccel.calibration import CalibrationData, load_calibration
 from onnxaccel.transform.evaluate import join, model_at
-from onnxaccel.transform.fp16 import set_keep_fp32_nodes
 
 CPU = parse_target("cpu")
 
 
+class Divergence(Protocol):
+    """What a divergence finder reports (``analysis.bisect.DivergenceResult`` is one)."""
+
+    @property
+    def found(self) -> bool:
+        """Whether a diverging node was found."""
+
+    @property
+    def node(self) -> str | None:
+        """The node's name, when found."""
+
+    @property
+    def message(self) -> str:
+        """What was found, in words."""
+
+
+class DivergenceFinder(Protocol):
+    """``find_divergence(model, reference, candidate, feeds, *, atol, rtol)``: the first node where two targets
+    (here FP32 and FP16) of one model diverge; ``analysis.bisect.find_divergence`` is one."""
+
+    def __call__(self, model: Model, reference: Target, candidate: Target, feeds: Mapping[str, np.ndarray], /, *,
+                 atol: float, rtol: float) -> Divergence:
+        """Search ``model`` run on both targets with ``feeds``; ``atol``/``rtol`` say what diverging means."""
+
+
+def need_finder(finder: DivergenceFinder | None) -> DivergenceFinder:
+    """``finder``, or a UsageError that says how to supply one (AMP cannot search without it)."""
+    if finder is None:
+        raise UsageError("Automatic mixed precision needs a divergence finder to locate the nodes to keep in FP32, "
+                         "and none was given.",
+                         "Pass find_divergence=onnxaccel.analysis.bisect.find_divergence to "
+                         "onnxaccel.transform.optimize.optimize (the `optimize --amp` command does).")
+    return finder
+
+
 @dataclass
 class Samples:
+    """The inputs the gate judges on, where they came from, and whether they were synthesized."""
+
     feeds: list[dict[str, np.ndarray]]
     source: str
     synthetic: bool
 
     def to_dict(self) -> dict:
+        """JSON-ready form (the count, not the feeds)."""
         return {"source": self.source, "count": len(self.feeds), "synthetic": self.synthetic}
 
 
@@ -54,8 +103,9 @@ class Gate:
     bound: Model
     samples: Samples
     spec: GateSpec
-    tools: AccuracyTools
     candidate_target: Target = CPU
+    #: Only AMP's ``locate`` uses it; None elsewhere is fine.
+    find_divergence: DivergenceFinder | None = None
     reference: list[dict[str, np.ndarray]] = field(default_factory=list)
     #: Index of a sample the last judged candidate failed on (for the divergence search).
     failing_sample: int = 0
@@ -64,10 +114,12 @@ class Gate:
         self.reference = _run_each(self.bound, CPU, self.samples.feeds)
 
     def judge_file(self, path: Path) -> GateResult:
+        """The model saved at ``path`` on the candidate target, judged against the reference."""
         outputs = _run_each(model_at(path, self.bound), self.candidate_target, self.samples.feeds)
         return self._verdict(outputs)
 
     def judge_proto(self, proto: onnx.ModelProto) -> GateResult:
+        """``proto`` (saved to a temporary file first) on the candidate target, judged against the reference."""
         with tempfile.TemporaryDirectory(prefix="onnxaccel-gate-") as tmp:
             path = Path(tmp) / "candidate.onnx"
             onnx.save_model(proto, str(path), save_as_external_data=proto.ByteSize() > 1_800_000_000)
@@ -85,7 +137,7 @@ class Gate:
         with tempfile.TemporaryDirectory(prefix="onnxaccel-amp-") as tmp:
             path = Path(tmp) / "amp.onnx"
             onnx.save_model(tagged, str(path), save_as_external_data=tagged.ByteSize() > 1_800_000_000)
-            result = self.tools.find_divergence(
+            result = need_finder(self.find_divergence)(
                 model_at(path, self.bound), CPU, self._fp16_target(),
                 self.samples.feeds[self.failing_sample], atol=self.spec.atol, rtol=self.spec.rtol)
         return (result.node if result.found else None), result.message
@@ -100,12 +152,11 @@ class Gate:
         return CPU.with_precision("fp16")
 
     def _verdict(self, outputs: list[dict[str, np.ndarray]]) -> GateResult:
-        compare = self.tools.compare
         kw = dict(atol=self.spec.atol, rtol=self.spec.rtol, topk=max(self.spec.topk, 1))
-        result = evaluate(compare(join(self.reference), join(outputs), **kw), self.spec)
+        result = evaluate(compare_outputs(join(self.reference), join(outputs), **kw), self.spec)
         if not result.passed:
             for i, (ref, cand) in enumerate(zip(self.reference, outputs, strict=True)):
-                if not evaluate(compare(ref, cand, **kw), dataclasses.replace(self.spec, min_topk_agreement=None)
+                if not evaluate(compare_outputs(ref, cand, **kw), dataclasses.replace(self.spec, min_topk_agreement=None)
                                 ).passed:
                     self.failing_sample = i
                     break
@@ -113,9 +164,6 @@ class Gate:
 
 
 def _run_each(model: Model, target: Target, samples: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    from onnxaccel.engines import compile_model
-    from onnxaccel.transform.precision import prepare_for_target
-
     runner = compile_model(*prepare_for_target(model, target))
     try:
         return [runner.run(feeds) for feeds in samples]

@@ -21,17 +21,19 @@ from pathlib import Path
 
 import onnx
 
+from onnxaccel.compare import GateSpec
 from onnxaccel.errors import UsageError
 from onnxaccel.inputs import ImagePreprocess
 from onnxaccel.model import Model, load_model
+from onnxaccel.precision.checkpoint import save_model
+from onnxaccel.precision.fp16 import convert_fp16_detailed, name_unnamed_nodes, set_metadata
+from onnxaccel.precision.int8 import Int8Settings, needs_reduce_range
 from onnxaccel.target import NATIVE_PRECISION, Target
 from onnxaccel.transform import graph
-from onnxaccel.transform.accuracy import AccuracyTools, GateSpec
-from onnxaccel.transform.calibration import SYNTHETIC_WARNING, CalibrationData, load_calibration
-from onnxaccel.transform.files import OPTIMIZED_FROM_KEY, check_output_path, save_model
-from onnxaccel.transform.fp16 import convert_fp16_detailed, name_unnamed_nodes, set_metadata
-from onnxaccel.transform.gate import CPU, Gate, gate_samples
-from onnxaccel.transform.int8 import Int8Settings, needs_reduce_range, quantize_dynamic_proto, quantize_static_proto
+from onnxaccel.calibration import SYNTHETIC_WARNING, CalibrationData, load_calibration
+from onnxaccel.transform.files import OPTIMIZED_FROM_KEY, check_output_path
+from onnxaccel.transform.gate import CPU, DivergenceFinder, Gate, gate_samples, need_finder
+from onnxaccel.transform.int8 import quantize_dynamic_proto, quantize_static_proto
 from onnxaccel.transform.report import ModelSummary, OptimizeReport, StepRecord
 
 
@@ -73,10 +75,17 @@ class OptimizeOptions:
         return "int8" if self.int8 else ("fp16" if self.fp16 or self.amp else "fp32")
 
 
-def optimize(source: str | Model, options: OptimizeOptions, tools: AccuracyTools) -> OptimizeReport:
-    """Transform ``source`` into ``options.output`` and report what changed and how accurate it is."""
+def optimize(source: str | Model, options: OptimizeOptions,
+             find_divergence: DivergenceFinder | None = None) -> OptimizeReport:
+    """Transform ``source`` into ``options.output`` and report what changed and how accurate it is.
+
+    ``find_divergence`` (``onnxaccel.analysis.bisect.find_divergence``) is needed for ``options.amp`` only:
+    AMP asks it for the node to keep in FP32 next (see transform/gate.py for why it is passed in).
+    """
     model = source if isinstance(source, Model) else load_model(source, check=options.check)
     _check_options(options)
+    if options.amp:
+        need_finder(find_divergence)  # before any work: AMP cannot search without it
     output = check_output_path(model.path, options.output, force=options.force)
     bound = model.bind(options.shapes, batch=options.batch)
     target = options.target
@@ -93,19 +102,20 @@ def optimize(source: str | Model, options: OptimizeOptions, tools: AccuracyTools
             # kernels for several opset-6 ops ("Could not find an implementation for Gemm(6)"), and the
             # converted form is what the user asked to check.
             proto, reference = _opset_first(proto, bound, options, steps, Path(tmp))
-        _transform_and_gate(proto, model, bound, reference, output, options, tools, steps)
+        _transform_and_gate(proto, model, bound, reference, output, options, find_divergence, steps)
     return report
 
 
 def _transform_and_gate(proto, model: Model, bound: Model, reference: Model, output: Path,
-                        options: OptimizeOptions, tools: AccuracyTools, steps: _Steps) -> None:
+                        options: OptimizeOptions, find_divergence: DivergenceFinder | None,
+                        steps: _Steps) -> None:
     report = steps.report
     proto = _graph_steps(proto, bound, options, steps)
     calibration = _calibration(bound, options, report) if options.int8 and options.calibration else None
     gate = Gate(reference, gate_samples(bound, eval_data=options.eval_data, calibration=calibration,
                                         count=options.eval_samples, preprocess=options.preprocess,
                                         seed=options.seed),
-                options.gate, tools, candidate_target=_eval_target(options.target, report))
+                options.gate, candidate_target=_eval_target(options.target, report), find_divergence=find_divergence)
     proto = _precision_step(proto, options, calibration, gate, steps, report, source=model.source)
     if options.ir_version:
         from onnxaccel.transform.opset import set_ir_version
@@ -303,7 +313,7 @@ def _precision_step(proto, options: OptimizeOptions, calibration, gate: Gate, st
                     report.notes.append("7-bit INT8 weights (reduce_range): this x86 CPU has no VNNI, where ONNX "
                                         "Runtime's U8S8 integer products can saturate")
             proto = steps.run("int8-dynamic", lambda p: quantize_dynamic_proto(p, settings, source=source), proto)
-        from onnxaccel.transform.int8 import quantized_node_count
+        from onnxaccel.precision.int8 import quantized_node_count
 
         precision["int8"] = settings.to_dict()
         precision["quantized_nodes"] = quantized_node_count(proto)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import onnx
 
+from onnxaccel.precision.fp16 import PRECISION_KEY, weight_bytes_by_type
 from onnxaccel.transform.files import file_size
-from onnxaccel.transform.fp16 import PRECISION_KEY, weight_bytes_by_type
 
 SCHEMA = "onnxaccel.optimize/1"
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 import onnx
 
 from onnxaccel.errors import ModelNotFoundError
-from onnxaccel.zoo import bert, cnn
+from onnxaccel.zoo.bert import BERT_BASE, BERT_TINY, BertConfig, build_bert
+from onnxaccel.zoo.cnn import build_light_cnn
 from onnxaccel.zoo.finish import META_PREPROCESS, seed_for, stamp, validate
 
 ZOO_PREFIX = "zoo:"
@@ -69,8 +70,8 @@ _CNNS = [
 ]
 
 _BERTS = [
-    ("bert-base", bert.BERT_BASE, "BERT-base encoder (12 layers, hidden 768, 12 heads)"),
-    ("bert-tiny", bert.BERT_TINY, "BERT-tiny encoder (2 layers, hidden 128, 2 heads), for fast tests"),
+    ("bert-base", BERT_BASE, "BERT-base encoder (12 layers, hidden 768, 12 heads)"),
+    ("bert-tiny", BERT_TINY, "BERT-tiny encoder (2 layers, hidden 128, 2 heads), for fast tests"),
 ]
 _BERT_SOURCE = (
     "built by onnxaccel in the layout PyTorch exports Hugging Face transformers.BertModel "
@@ -84,7 +85,7 @@ _BERT_IO = (
 
 def _cnn_recipe(name: str, light: str, what: str, parameters: int) -> _Recipe:
     def build() -> tuple[onnx.ModelProto, str]:
-        result = cnn.build_light_cnn(name, light)
+        result = build_light_cnn(name, light)
         note = ""
         if result.upgrade_error:
             note = (
@@ -103,9 +104,9 @@ def _cnn_recipe(name: str, light: str, what: str, parameters: int) -> _Recipe:
     return _Recipe(entry, build, {META_PREPROCESS: "imagenet"})
 
 
-def _bert_recipe(name: str, config: bert.BertConfig, what: str) -> _Recipe:
+def _bert_recipe(name: str, config: BertConfig, what: str) -> _Recipe:
     def build() -> tuple[onnx.ModelProto, str]:
-        return bert.build_bert(config, seed_for(name)), ""
+        return build_bert(config, seed_for(name)), ""
 
     entry = ZooEntry(
         name=name,

@@ -7,11 +7,20 @@ and ONNX Runtime refuse such graphs. So :func:`sort_graph` reorders nodes (stabl
 unless a producer comes later), including the bodies of If/Loop/Scan, and :func:`validate` runs
 ``onnx.checker.check_model(full_check=True)`` (structure plus strict shape inference). A failure names the
 converter that produced the graph, so it is reported as our bug in that step, not as the user's model.
+:func:`save_model` writes a checked model atomically (every converted model, the cached precision variants of
+`run -p fp16/int8` and every file `optimize` writes). It lives with the precision conversion, below the pipeline,
+because the pipeline's converted variants are written through it; ``transform`` uses it from here.
+
+Protobuf cannot serialize a message over 2 GiB (onnx.checker / onnx.save raise "Message onnx.ModelProto
+exceeds maximum protobuf size of 2GB"), so larger models keep their weights in one external data file
+beside the .onnx (onnx.save_model(save_as_external_data=True)).
 """
 
 from __future__ import annotations
 
 import heapq
+import os
+import tempfile
 from pathlib import Path
 
 import onnx
@@ -20,6 +29,8 @@ from onnxaccel.errors import ModelError
 
 #: Protobuf cannot serialize more than 2 GiB; larger models are checked from their file (external data).
 IN_MEMORY_LIMIT = 1_800_000_000
+#: Above this, weights go to an external data file (protobuf's hard limit is 2 GiB).
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 
 
 def sort_graph(graph: onnx.GraphProto) -> None:
@@ -95,6 +106,41 @@ def validate(proto: onnx.ModelProto, converter: str, *, path: Path | None = None
     return proto
 
 
+def save_model(proto: onnx.ModelProto, path: Path, *, converter: str) -> Path:
+    """Write ``proto`` (weights loaded) to ``path`` atomically (temporary file + os.replace); external data
+    when large.
+
+    Every model goes through :func:`validate` first (topological order, full
+    ONNX check); ``converter`` names the step that produced it in the error when it fails, and then nothing
+    is written. With external data, the weights file is named ``<file>.data`` beside the model; an older one
+    of that name is replaced.
+    """
+    path = Path(path)
+    if proto.ByteSize() <= IN_MEMORY_LIMIT:
+        validate(proto, converter)
+    else:
+        sort_graph(proto.graph)  # checked below, from the file
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(path, exc) from exc
+    large = proto.ByteSize() > EXTERNAL_DATA_THRESHOLD
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as tmp:
+        tmp_model = Path(tmp) / path.name
+        try:
+            if large:
+                onnx.save_model(proto, str(tmp_model), save_as_external_data=True, all_tensors_to_one_file=True,
+                                location=path.name + ".data", size_threshold=1024)
+                validate(proto, converter, path=tmp_model)
+                os.replace(Path(tmp) / (path.name + ".data"), path.parent / (path.name + ".data"))
+            else:
+                onnx.save_model(proto, str(tmp_model))
+            os.replace(tmp_model, path)
+        except OSError as exc:
+            raise _unwritable(path, exc) from exc
+    return path
+
+
 def _original_failure(original: onnx.ModelProto | None) -> str | None:
     """The first line of the full checker's complaint about ``original``, or None when it passes (or is absent)."""
     if original is None or original.ByteSize() > IN_MEMORY_LIMIT:
@@ -132,3 +178,9 @@ def _subgraphs(attr: onnx.AttributeProto) -> list[onnx.GraphProto]:
     if attr.type == onnx.AttributeProto.GRAPHS:
         return list(attr.graphs)
     return []
+
+
+def _unwritable(path: Path, exc: OSError) -> ModelError:
+    """The error for a model file that cannot be written: where, and the system's reason."""
+    return ModelError(f"Cannot write {path}: {exc.strerror or exc}.", "Choose a writable location for -o.",
+                      details=str(exc))

@@ -1,11 +1,12 @@
 """Compare an expected ONNX value with the one a target produced, with tolerances chosen per element type.
 
-An element passes when ``|actual - expected| <= atol + rtol * |expected|``: the rule of
-``numpy.testing.assert_allclose``, which ONNX's backend test runner applies to every output
-(onnx/onnx, onnx/backend/test/runner/__init__.py ``assert_similar_outputs``, release 1.23.0). NaN equals
-NaN and an infinity equals the same infinity (assert_allclose's ``equal_nan=True``). Integers, booleans and
-strings must be equal. Sequences compare element by element, optionals by presence then value, maps by
-key then value.
+``onnxaccel check`` (the ``conformance`` feature) judges ONNX test cases with this. A float element passes
+when ``|actual - expected| <= atol + rtol * |expected|``: the rule of ``numpy.testing.assert_allclose``, which
+ONNX's backend test runner applies to every output (onnx/onnx, onnx/backend/test/runner/__init__.py
+``assert_similar_outputs``, release 1.23.0), applied by :func:`onnxaccel.compare.elementwise.elementwise`.
+NaN equals NaN and an infinity equals the same infinity (assert_allclose's ``equal_nan=True``). Integers,
+booleans and strings must be equal. Sequences compare element by element, optionals by presence then value,
+maps by key then value.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from onnxaccel.compare.elementwise import as_float64, elementwise
 
 #: ONNX's defaults for every backend test case: rtol=1e-3, atol=1e-7 (onnx/onnx, onnx/backend/test/loader/
 #: __init__.py and onnx/backend/test/case/node/__init__.py ``expect``, release 1.23.0). A case folder's
@@ -60,6 +63,7 @@ class Tolerance:
     steps: int = 0
 
     def to_dict(self) -> dict:
+        """JSON-ready form; range_rtol and steps only when they apply."""
         out = {"rtol": self.rtol, "atol": self.atol, "exact": self.exact}
         if self.range_rtol:
             out["range_rtol"] = self.range_rtol
@@ -80,10 +84,12 @@ class TolerancePolicy:
     case_atol: float = ONNX_ATOL
 
     def for_case(self, rtol: float | None, atol: float | None) -> TolerancePolicy:
+        """This policy with a case's own (data.json) rtol/atol, ONNX's defaults where the case gives none."""
         return TolerancePolicy(self.precision, self.rtol, self.atol,
                                ONNX_RTOL if rtol is None else rtol, ONNX_ATOL if atol is None else atol)
 
     def for_dtype(self, dtype: np.dtype) -> Tolerance:
+        """The tolerance for an output of element type ``dtype`` under this policy."""
         if not is_float(dtype):
             quantized = self.precision == "fp16" and dtype.kind in "iu" and dtype.itemsize == 1
             return Tolerance(0.0, 0.0, exact=True, steps=FP16_QUANT_STEP if quantized else 0)
@@ -100,6 +106,7 @@ class TolerancePolicy:
 
 
 def is_float(dtype: np.dtype) -> bool:
+    """Float or complex, including ml_dtypes' narrow floats (bfloat16, float8, float4)."""
     return dtype.kind in "fc" or dtype.name in _MANTISSA_BITS
 
 
@@ -129,6 +136,7 @@ class OutputCheck:
         return 2.0 if self.size == 0 or self.mismatched == 0 else 1.0 + self.mismatched / max(self.size, 1)
 
     def summary(self) -> str:
+        """One line for tables: the structural reason, or how many elements are off and by how much."""
         if self.reason and (self.mismatched == 0 or self.tolerance.exact):
             return f"{self.name}: {self.reason}"
         text = f"{self.name}: {self.mismatched}/{self.size} off, max abs {self.max_abs:.3g}, rel {self.max_rel:.3g}"
@@ -138,6 +146,7 @@ class OutputCheck:
         return text
 
     def to_dict(self) -> dict:
+        """JSON-ready form (NaN figures as null)."""
         return {"name": self.name, "passed": self.passed, "dtype": self.dtype, "shape": self.shape,
                 "expected_dtype": self.expected_dtype, "expected_shape": self.expected_shape, "size": self.size,
                 "mismatched": self.mismatched, "max_abs": _json_float(self.max_abs),
@@ -166,10 +175,11 @@ def compare_value(name: str, expected: Any, actual: Any, policy: TolerancePolicy
             f"expected {'no value (empty optional)' if expected is None else _kind(expected)}, got "
             f"{'no value' if actual is None else _kind(actual)}")
         return [_structural(name, expected, actual, reason)]
-    return [compare_array(name, np.asarray(expected), np.asarray(actual), policy)]
+    return [check_array(name, np.asarray(expected), np.asarray(actual), policy)]
 
 
-def compare_array(name: str, expected: np.ndarray, actual: np.ndarray, policy: TolerancePolicy) -> OutputCheck:
+def check_array(name: str, expected: np.ndarray, actual: np.ndarray, policy: TolerancePolicy) -> OutputCheck:
+    """Compare one tensor with the tolerance ``policy`` gives its element type (exact for non-floats)."""
     tol = policy.for_dtype(expected.dtype)
     base = dict(name=name, dtype=actual.dtype.name, shape=list(actual.shape), expected_dtype=expected.dtype.name,
                 expected_shape=list(expected.shape), size=int(expected.size), tolerance=tol)
@@ -190,38 +200,29 @@ def compare_array(name: str, expected: np.ndarray, actual: np.ndarray, policy: T
         diff = _int_diff(expected, actual) if expected.dtype.kind in "iub" else float("nan")
         return OutputCheck(**base, passed=bad == 0, mismatched=bad, max_abs=diff, max_rel=float("nan"),
                            reason=f"{bad} of {expected.size} element(s) {rule}" if bad else None)
-    e = _as_float64(expected)
-    a = _as_float64(actual)
+    return _check_floats(base, as_float64(expected), as_float64(actual), tol)
+
+
+def _check_floats(base: dict, e: np.ndarray, a: np.ndarray, tol: Tolerance) -> OutputCheck:
     finite = np.isfinite(e) & np.isfinite(a)
-    same_special = (np.isnan(e) & np.isnan(a)) | (~finite & (e == a))
     atol = tol.atol
     if tol.range_rtol and finite.any():
         atol = max(atol, tol.range_rtol * float(np.abs(e[finite]).max()))
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.where(finite, np.abs(a - e), 0.0)
-        allowed = atol + tol.rtol * np.abs(np.where(finite, e, 0.0))
-    bad = (finite & (diff > allowed)) | (~finite & ~same_special)
-    mismatched = int(bad.sum())
+    rule = elementwise(e, a, atol=atol, rtol=tol.rtol)
+    diff, mismatched = rule.diff, rule.mismatched
     nonzero = finite & (e != 0)
     rel = diff[nonzero] / np.abs(e[nonzero]) if nonzero.any() else np.zeros(0)
     max_abs = float(diff[finite].max()) if finite.any() else 0.0
     reason = None
     if mismatched:
-        special = int((~finite & ~same_special).sum())
+        special = int(rule.special_bad.sum())
         parts = [f"{special} NaN/Inf element(s) differ"] if special else []
         if mismatched > special:
-            parts.append(f"{mismatched - special} of {expected.size} element(s) beyond atol={atol:g} + "
+            parts.append(f"{mismatched - special} of {e.size} element(s) beyond atol={atol:g} + "
                          f"rtol={tol.rtol:g}*|expected|")
         reason = "; ".join(parts)
     return OutputCheck(**base, passed=mismatched == 0, mismatched=mismatched, max_abs=max_abs,
                        max_rel=float(rel.max()) if rel.size else 0.0, reason=reason)
-
-
-def _as_float64(value: np.ndarray) -> np.ndarray:
-    """float64 (complex128 for complex types); ml_dtypes' narrow floats go through float32, which holds them."""
-    if value.dtype.kind == "c":
-        return value.astype(np.complex128)
-    return value.astype(np.float64) if value.dtype.kind == "f" else value.astype(np.float32).astype(np.float64)
 
 
 def _exact_equal(expected: np.ndarray, actual: np.ndarray) -> np.ndarray:

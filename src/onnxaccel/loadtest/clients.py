@@ -1,9 +1,13 @@
-"""The load generator's transports: a minimal keep-alive HTTP/1.1 client on asyncio streams, and gRPC with
+"""The load generator's clients: a minimal keep-alive HTTP/1.1 client on asyncio streams, and gRPC with
 pre-serialized messages. Both send one prepared request body over and over, as perf_analyzer does with its
 default input data, so the client spends its time on the wire and not on encoding.
 
 A general-purpose client (httpx, aiohttp) costs several times more CPU per request; at thousands of requests
 per second the load generator, not the server, would be what is measured.
+
+Requests are encoded with the wire format ``onnxaccel.serve`` defines (``serve.protocol``: datatypes and the
+binary tensor extension; ``serve.grpc_messages``: the compiled Open Inference Protocol messages), so client
+and server cannot disagree on it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from onnxaccel.serve.grpc_messages import messages
 from onnxaccel.serve.protocol import HEADER_LENGTH, datatype_of, to_bytes
 
 
@@ -50,8 +55,7 @@ def http_payload(model: str, inputs: dict[str, np.ndarray], binary: bool) -> Pay
 
 
 def grpc_payload(model: str, inputs: dict[str, np.ndarray]) -> bytes:
-    from onnxaccel.serve.grpc_messages import messages
-
+    """A serialized ``ModelInferRequest`` with the inputs as raw contents (needs grpcio-tools, the serve extra)."""
     m = messages()
     request = m.ModelInferRequest(model_name=model)
     for name, value in inputs.items():
@@ -73,6 +77,7 @@ class HttpConnection:
         self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
 
     async def post(self, payload: Payload) -> tuple[int, bytes]:
+        """Send ``payload``; (status, body) of the answer. A dropped connection is closed and raised."""
         if self._writer is None:
             await self._open()
         head = [f"POST {payload.path} HTTP/1.1", f"Host: {self.host}:{self.port}",
@@ -85,6 +90,7 @@ class HttpConnection:
             raise
 
     async def get(self, path: str) -> tuple[int, bytes]:
+        """GET ``path``; (status, body)."""
         if self._writer is None:
             await self._open()
         self._writer.write(f"GET {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n\r\n".encode())
@@ -125,6 +131,7 @@ class HttpConnection:
             await self._reader.readline()
 
     async def close(self) -> None:
+        """Close the connection; the next request opens a new one."""
         if self._writer is not None:
             self._writer.close()
             try:
@@ -148,6 +155,7 @@ class GrpcCaller:
         self._infer = self.channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
 
     async def call(self, request: bytes, timeout: float) -> str:
+        """Send one serialized request; "OK" or the gRPC status code's name."""
         try:
             await self._infer(request, timeout=timeout)
             return "OK"
@@ -155,4 +163,5 @@ class GrpcCaller:
             return exc.code().name
 
     async def close(self) -> None:
+        """Close the channel."""
         await self.channel.close()

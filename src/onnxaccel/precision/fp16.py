@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 import onnx
 
 from onnxaccel.errors import MissingDependencyError, ModelError
+from onnxaccel.precision.checkpoint import validate
+from onnxaccel.precision.fp16_rules import provider_missing_kernel, runtime_limit_blocks, schema_blocks
+from onnxaccel.precision.fp16_sequences import cast_sequence_io
 
 #: Model metadata key: JSON list of node names that FP16 conversion must keep in FP32.
 KEEP_FP32_KEY = "onnxaccel.fp16.keep_fp32_nodes"
@@ -81,6 +84,7 @@ def keep_fp32_nodes(proto: onnx.ModelProto) -> list[str]:
 
 
 def set_metadata(proto: onnx.ModelProto, key: str, value: str) -> None:
+    """Set the model metadata entry ``key`` to ``value`` (replacing it, never adding a second one)."""
     for prop in proto.metadata_props:
         if prop.key == key:
             prop.value = value
@@ -89,6 +93,7 @@ def set_metadata(proto: onnx.ModelProto, key: str, value: str) -> None:
 
 
 def set_keep_fp32_nodes(proto: onnx.ModelProto, names: Iterable[str]) -> None:
+    """Record in the model's metadata the nodes every later FP16 conversion must keep in FP32 (AMP's result)."""
     set_metadata(proto, KEEP_FP32_KEY, json.dumps(sorted(set(names))))
 
 
@@ -101,6 +106,7 @@ class KeptNode:
     reason: str
 
     def to_dict(self) -> dict:
+        """The node, its op type and the reason, as the report and the model's metadata store them."""
         return {"node": self.node, "op": self.op, "reason": self.reason}
 
 
@@ -115,6 +121,7 @@ class Fp16Conversion:
 
     @property
     def converted_nodes(self) -> int:
+        """How many nodes compute in FP16 after the conversion."""
         return sum(self.converted.values())
 
     def kept_by_op(self) -> dict[str, dict]:
@@ -126,6 +133,7 @@ class Fp16Conversion:
         return out
 
     def to_dict(self) -> dict:
+        """What was converted (per op) and what was kept in FP32 with why, for the optimize report."""
         return {"converted_nodes": self.converted_nodes, "converted_by_op": dict(sorted(self.converted.items())),
                 "kept_fp32": [k.to_dict() for k in self.kept], "kept_fp32_by_op": self.kept_by_op(),
                 "provider_probed": self.provider}
@@ -167,8 +175,6 @@ def convert_fp16_detailed(
         from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
     except ImportError as exc:
         raise MissingDependencyError("onnxruntime", "cpu", "FP16 conversion") from exc
-    from onnxaccel.transform.checkpoint import validate
-    from onnxaccel.transform.fp16_rules import provider_missing_kernel, runtime_limit_blocks, schema_blocks
 
     model = onnx.ModelProto()
     model.CopyFrom(proto)
@@ -231,7 +237,7 @@ def _convert(model: onnx.ModelProto, keep_io_types: bool, ops: list[str], nodes:
             disable_shape_infer=copy.ByteSize() > 1_800_000_000,
         )
         if keep_io_types:
-            _cast_sequence_io(model, converted)
+            cast_sequence_io(model, converted)
         return converted
     except Exception as exc:  # noqa: BLE001 - the converter raises plain exceptions on odd graphs
         raise ModelError(
@@ -241,86 +247,6 @@ def _convert(model: onnx.ModelProto, keep_io_types: bool, ops: list[str], nodes:
         ) from exc
     finally:
         logger.setLevel(level)
-
-
-def _float_sequence(value: onnx.ValueInfoProto, elem_type: int) -> bool:
-    """Whether ``value`` is a sequence of ``elem_type`` tensors."""
-    seq = value.type.sequence_type if value.type.HasField("sequence_type") else None
-    return bool(seq and seq.elem_type.HasField("tensor_type") and seq.elem_type.tensor_type.elem_type == elem_type)
-
-
-def _cast_sequence_io(original: onnx.ModelProto, converted: onnx.ModelProto) -> None:
-    """Keep sequence-of-float graph inputs and outputs float32, as ``keep_io_types`` does for tensors.
-
-    The converter casts only tensor inputs/outputs and retypes a ``seq(float)`` input or output to
-    ``seq(float16)``, which changes what the caller must feed or gets back (SplitToSequence, SequenceMap
-    models). There is no Cast for sequences, so each such input/output gets a Loop that casts element by
-    element (SequenceAt -> Cast -> SequenceInsert; Loop carries sequences since opset 11, as do the sequence
-    ops themselves), and its declared type is float again.
-    """
-    before = {v.name: v for v in list(original.graph.input) + list(original.graph.output)}
-    graph = converted.graph
-    taken = {n.name for n in graph.node} | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
-    to_half, to_float = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
-
-    def fresh(base: str) -> str:
-        name, k = base, 0
-        while name in taken:
-            k += 1
-            name = f"{base}_{k}"
-        taken.add(name)
-        return name
-
-    front: list[onnx.NodeProto] = []
-    for value in graph.input:
-        if _float_sequence(value, to_half) and _float_sequence(before.get(value.name, value), to_float):
-            inner = fresh(f"{value.name}_fp16")
-            _rename_uses(graph, value.name, inner)
-            front += _sequence_cast_nodes(value.name, inner, to_half, fresh)
-            value.type.sequence_type.elem_type.tensor_type.elem_type = to_float
-    back: list[onnx.NodeProto] = []
-    for value in graph.output:
-        if _float_sequence(value, to_half) and _float_sequence(before.get(value.name, value), to_float):
-            inner = fresh(f"{value.name}_fp16")
-            for node in graph.node:
-                node.output[:] = [inner if o == value.name else o for o in node.output]
-            _rename_uses(graph, value.name, inner)
-            back += _sequence_cast_nodes(inner, value.name, to_float, fresh)
-            value.type.sequence_type.elem_type.tensor_type.elem_type = to_float
-    if front or back:
-        nodes = front + list(graph.node) + back
-        del graph.node[:]
-        graph.node.extend(nodes)
-
-
-def _rename_uses(graph: onnx.GraphProto, old: str, new: str) -> None:
-    """Make every node of ``graph`` and of its subgraphs (Loop/If/Scan bodies read outer names) read ``new``."""
-    for node in graph.node:
-        node.input[:] = [new if i == old else i for i in node.input]
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                _rename_uses(sub, old, new)
-
-
-def _sequence_cast_nodes(source: str, target: str, to: int, fresh) -> list[onnx.NodeProto]:
-    """Nodes computing ``target`` = every tensor of sequence ``source`` cast to ``to``."""
-    helper = onnx.helper
-    count, empty = fresh(f"{target}_length"), fresh(f"{target}_empty")
-    body = helper.make_graph(
-        [helper.make_node("SequenceAt", [source, "i"], ["item"]),
-         helper.make_node("Cast", ["item"], ["item_cast"], to=to),
-         helper.make_node("SequenceInsert", ["acc_in", "item_cast"], ["acc_out"]),
-         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
-        f"{target}_cast_body",
-        [helper.make_tensor_value_info("i", onnx.TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", onnx.TensorProto.BOOL, []),
-         helper.make_tensor_sequence_value_info("acc_in", to, None)],
-        [helper.make_tensor_value_info("cond_out", onnx.TensorProto.BOOL, []),
-         helper.make_tensor_sequence_value_info("acc_out", to, None)],
-    )
-    return [helper.make_node("SequenceLength", [source], [count], name=fresh(f"{target}_length_node")),
-            helper.make_node("SequenceEmpty", [], [empty], dtype=to, name=fresh(f"{target}_empty_node")),
-            helper.make_node("Loop", [count, "", empty], [target], body=body, name=fresh(f"{target}_cast_loop"))]
 
 
 #: The checker's error names the node it failed on: "(op_type:X, node name: NAME): ...".
@@ -333,10 +259,8 @@ def _repair(model, converted, keep_io_types, ops, nodes, schema) -> onnx.ModelPr
     The converter types tensors by name and misses what an op's attributes decide (Constant's value_float,
     BitCast's and the window ops' output type, function bodies with float constants, If/Loop bodies of
     optionals): the full checker names such a node, which then stays FP32 with the checker's message as the
-    reason. Sorting is part of the check (see :mod:`onnxaccel.transform.checkpoint`).
+    reason. Sorting is part of the check (see :mod:`onnxaccel.precision.checkpoint`).
     """
-    from onnxaccel.transform.checkpoint import validate
-
     names = {n.name for n in model.graph.node}
     for _ in range(32):
         _ensure_default_opset(converted)
@@ -367,6 +291,7 @@ def _ensure_default_opset(proto: onnx.ModelProto) -> None:
 
 
 def _kept(model, nodes, schema, requested_ops, provider_ops, default_ops) -> list[KeptNode]:
+    """Every main-graph node left in FP32, with the first reason that applies to it."""
     chosen = set(nodes)
     kept = []
     for node in model.graph.node:
@@ -399,6 +324,7 @@ def _converted_by_op(original: onnx.ModelProto, converted: onnx.ModelProto) -> d
 
 
 def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
+    """Element types of the main graph's tensors (sequences by their element) after shape inference."""
     try:
         inferred = onnx.shape_inference.infer_shapes(proto) if proto.ByteSize() < 1_800_000_000 else proto
     except Exception:  # noqa: BLE001 - inference is best effort; the converter's value_info is kept

@@ -13,87 +13,19 @@ Every level is bounded by its duration and, when given, ``max_requests``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnxaccel.bench.timing import LatencyStats
+from onnxaccel.bench.stats import LatencyStats
 from onnxaccel.errors import UsageError
-from onnxaccel.serve.load_client import GrpcCaller, HttpConnection, grpc_payload, http_payload
+from onnxaccel.loadtest.clients import GrpcCaller, HttpConnection, grpc_payload, http_payload
+from onnxaccel.loadtest.results import LevelResult, LoadtestConfig, LoadtestReport
 from onnxaccel.serve.protocol import DATATYPES
-
-SCHEMA = "onnxaccel.loadtest/1"
-
-
-@dataclass(frozen=True)
-class LoadtestConfig:
-    url: str
-    model: str
-    protocol: str = "http"  # or "grpc"
-    binary: bool = False
-    concurrency: tuple[int, ...] = (1, 8, 32)
-    duration_s: float = 10.0
-    warmup_s: float = 2.0
-    batch: int = 1
-    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    workers: int = 0  # 0: automatic
-    max_requests: int | None = None  # per level, across workers
-    timeout_s: float = 30.0
-    grpc_url: str | None = None  # host:port; default: the URL's host with port 8001
-    seed: int = 0
-
-    def to_dict(self) -> dict:
-        return {"url": self.url, "grpc_url": self.grpc_url, "model": self.model, "protocol": self.protocol,
-                "binary": self.binary, "concurrency": list(self.concurrency), "duration_s": self.duration_s,
-                "warmup_s": self.warmup_s, "batch": self.batch, "workers": self.workers,
-                "max_requests": self.max_requests, "shapes": {k: list(v) for k, v in self.shapes.items()}}
-
-
-@dataclass
-class LevelResult:
-    concurrency: int
-    requests: int
-    errors: dict[str, int]
-    seconds: float
-    batch: int
-    latency: LatencyStats | None
-    server_queue_ms: float | None = None
-    server_compute_ms: float | None = None
-    #: The first error message seen per code (the server's answer, or the client-side exception).
-    error_samples: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def throughput(self) -> float:
-        """Successful requests per second."""
-        return self.requests / self.seconds if self.seconds else 0.0
-
-    @property
-    def inferences_per_s(self) -> float:
-        return self.throughput * self.batch
-
-    def to_dict(self) -> dict:
-        return {"concurrency": self.concurrency, "requests": self.requests, "errors": self.errors,
-                "error_count": sum(self.errors.values()), "seconds": self.seconds,
-                "requests_per_s": self.throughput, "inferences_per_s": self.inferences_per_s,
-                "latency": self.latency.to_dict() if self.latency else None,
-                "server_queue_ms": self.server_queue_ms, "server_compute_ms": self.server_compute_ms,
-                "error_samples": self.error_samples}
-
-
-@dataclass
-class LoadtestReport:
-    config: LoadtestConfig
-    server: dict
-    input_shapes: dict[str, list[int]]
-    levels: list[LevelResult]
-
-    def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "config": self.config.to_dict(), "server": self.server,
-                "input_shapes": self.input_shapes, "levels": [lv.to_dict() for lv in self.levels]}
 
 
 # --- inputs -----------------------------------------------------------------------------------------------
@@ -216,7 +148,7 @@ def run_loadtest(config: LoadtestConfig, progress=None) -> LoadtestReport:
         raise UsageError("Concurrency levels must be positive integers.", "e.g. --concurrency 1,8,32")
     if config.protocol == "grpc" and not config.grpc_url:
         host = config.url.split("://")[-1].split("/")[0].rsplit(":", 1)[0]
-        config = _replace(config, grpc_url=f"{host}:8001")
+        config = dataclasses.replace(config, grpc_url=f"{host}:8001")
     status, server = asyncio.run(_fetch_json(config.url, "/v2"))
     status_m, metadata = asyncio.run(_fetch_json(config.url, f"/v2/models/{config.model}"))
     if status_m != 200:
@@ -248,12 +180,6 @@ def run_loadtest(config: LoadtestConfig, progress=None) -> LoadtestReport:
             pool.shutdown()
     return LoadtestReport(config, server if status == 200 else {},
                           {k: list(v.shape) for k, v in inputs.items()}, levels)
-
-
-def _replace(config: LoadtestConfig, **changes) -> LoadtestConfig:
-    import dataclasses
-
-    return dataclasses.replace(config, **changes)
 
 
 def _workers(requested: int, concurrency: int) -> int:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import onnx
 
+from onnxaccel.engines.ort import import_ort
+
 _FLOAT = "tensor(float)"
 _HALF = "tensor(float16)"
 _MISSING_KERNEL = re.compile(r"(?:Could not find an implementation|Failed to find kernel) for (\w+)\((\d+)\)")
@@ -103,8 +105,6 @@ def provider_missing_kernel(proto: onnx.ModelProto, provider: str) -> tuple[str,
     None too when the provider is not available here or the session fails for another reason (the
     writer's checks and the accuracy gate report those).
     """
-    from onnxaccel.engines.ort import import_ort
-
     ort = import_ort()
     if provider not in ort.get_available_providers():
         return None

@@ -1,0 +1,324 @@
+"""Argument groups shared by the commands: each declares its options, reads its part of a `--config`, and
+builds its object, with ONE precedence rule for every command.
+
+The rule (``pick``): an option given on the command line > the `--config` file's value > the default. An
+option given replaces the configuration's value of that option as a whole (``--shape`` replaces all of the
+configuration's shapes; ``--ep-option`` and ``--precision`` apply on top of whichever target won).
+
+Typer hands a command the default when an option is not given, so "given" cannot be told from "given with
+the default value" (``--target auto`` from no ``--target``). Options a configuration can set therefore
+default to None in the signature and the group resolves them here; their help text names the visible
+default. None keeps the rule in plain values: a group resolves the same from Python as from a command line.
+
+The groups follow Polygraphy's argument groups, where each group adds its options and builds its objects
+(NVIDIA/TensorRT, tools/Polygraphy/polygraphy/tools/args/base.py, ``BaseArgs.add_parser_args`` / ``parse``,
+commit 0290aa3a39d81e551e1ab01aeb85a67e91bb4d41). Typer takes options from the function signature, so here
+a group is its ``Annotated`` option aliases plus a ``resolve`` that takes their values and the configuration:
+
+==================  ===========================================================  ===========================
+group               options                                                      builds
+==================  ===========================================================  ===========================
+configuration       --config                                                     ``TunedConfig`` (or None)
+model and shapes    MODEL, --shape, --batch                                      ``ModelArgs``
+target              --target, --precision, --ep-option                           ``Target`` (or several)
+inputs              --input, --value-range, --seed, --iobinding                  ``InputArgs``, IO binding
+timing              --warmup, --runs, --duration, --calls-per-sample,            ``TimingArgs``; an instance
+                    --concurrency, --instances                                   count for `serve`
+accuracy gate       --max-error, --atol, --rtol                                  (``bench.AccuracyGate``)
+output              --report, --resume                                           ``ReportArgs``
+==================  ===========================================================  ===========================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from onnxaccel.bench.config import TunedConfig, load_config
+from onnxaccel.bench.report import BenchReport, check_report_paths, load_report
+from onnxaccel.cli.common import TARGET_HELP, resolve_target, warn
+from onnxaccel.errors import InputError, UsageError
+from onnxaccel.inputs import parse_value_ranges
+from onnxaccel.model import parse_shape_bindings
+from onnxaccel.target import Target, parse_target
+
+T = TypeVar("T")
+
+
+# -- the rule and the parsing helpers -------------------------------------------------------------------
+
+def pick(flag: T | None, configured: T | None, default: T) -> T:
+    """The precedence rule of every command: the option given on the command line, else the configuration's
+    value, else the default. None means "not given" (flag) and "not in the configuration" (configured)."""
+    if flag is not None:
+        return flag
+    if configured is not None:
+        return configured
+    return default
+
+
+def configured(tuned: TunedConfig | None, name: str) -> Any:
+    """The configuration's value of ``name``, or None without a configuration."""
+    return getattr(tuned, name) if tuned is not None else None
+
+
+def ints(text: str, option: str) -> list[int]:
+    """Positive integers from comma-separated ``text`` (duplicates dropped, order kept); UsageError names
+    ``option`` otherwise."""
+    values = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if not item.isdigit() or int(item) < 1:
+            raise UsageError(f"{option} takes positive integers, got '{item}'.", f"e.g. {option} 1,8,32")
+        values.append(int(item))
+    if not values:
+        raise UsageError(f"{option} is empty.", f"e.g. {option} 1,8,32")
+    return list(dict.fromkeys(values))
+
+
+def batches(items: list[str]) -> list[int]:
+    """Batch sizes from repeated and/or comma-separated ``--batch`` values, e.g. ['1,8', '32']."""
+    return list(dict.fromkeys(v for item in items for v in ints(item, "--batch")))
+
+
+def modes(text: str, option: str) -> list[bool]:
+    """An on/off/both switch as the values to sweep: on -> [True], off -> [False], both -> [True, False]."""
+    choices = {"on": [True], "off": [False], "both": [True, False]}
+    value = str(text).strip().lower()
+    if value not in choices:
+        raise UsageError(f"{option} takes on, off or both, got '{text}'.", f"e.g. {option} both")
+    return choices[value]
+
+
+def floats(text: str, option: str) -> tuple[float, ...]:
+    """Comma-separated numbers, e.g. an image mean 0.485,0.456,0.406."""
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise InputError(f"{option} must be comma-separated numbers, got '{text}'.",
+                         f"e.g. {option} 0.5,0.5,0.5") from None
+
+
+def check_positive(label: str, value: float | None) -> None:
+    """UsageError unless ``value`` (when given) is a positive number of seconds or milliseconds."""
+    if value is not None and not value > 0:
+        raise UsageError(f"{label} must be positive, got {value}.", f"e.g. {label} 1")
+
+
+# -- configuration --------------------------------------------------------------------------------------
+
+def config_option(holds: str) -> Any:
+    """The ``--config`` option of a command that reads ``holds`` from a `tune` configuration."""
+    return Annotated[Path | None, typer.Option("--config", help=f"A configuration written by `onnxaccel tune`: "
+                     f"its {holds}. An option given here wins over the configuration, which wins over the "
+                     "defaults.")]
+
+
+def load_tuned(path: str | Path | None) -> TunedConfig | None:
+    """The `tune` configuration at ``path`` (schema-checked; ConfigError with a hint), or None without one."""
+    return load_config(path) if path else None
+
+
+def warn_if_not_tuned(tuned: TunedConfig | None, path: str | Path) -> None:
+    """Warn when the model file at ``path`` is not the one the configuration was tuned on (sha256)."""
+    problem = tuned.check_model(path) if tuned is not None else None
+    if problem:
+        warn(problem)
+
+
+# -- model and shapes -----------------------------------------------------------------------------------
+
+BatchesOpt = Annotated[list[str] | None, typer.Option(
+    "--batch", "-b", help="Batch sizes, comma-separated or repeated, e.g. 1,8,32,256.")]
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """Model and shapes: the model source, its shape bindings and the batch size(s) for axis 0.
+
+    ``batches`` is ``(None,)`` when neither a flag nor the configuration sets one (the model's own axis)."""
+
+    source: str
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    batches: tuple[int | None, ...] = (None,)
+
+    @property
+    def batch(self) -> int | None:
+        """The batch size of a command that runs one (run, batch)."""
+        return self.batches[0]
+
+    @classmethod
+    def resolve(cls, model: str | None, *, shape: list[str] | None, batch: int | list[str] | None,
+                tuned: TunedConfig | None) -> ModelArgs:
+        """MODEL, --shape and --batch (one int, or `bench`'s list of texts) against the configuration."""
+        source = pick(model or None, configured(tuned, "model"), None)
+        if not source:
+            raise UsageError("No model given.", "Pass MODEL (an .onnx file or zoo:NAME), or --config FILE from `tune`.")
+        given_shapes = parse_shape_bindings(shape) if shape else None
+        tuned_shapes = dict(tuned.shapes) if tuned is not None else None
+        if isinstance(batch, int):
+            given_batches: list[int | None] | None = [batch]
+        else:
+            given_batches = list(batches(batch)) if batch else None
+        tuned_batch = configured(tuned, "batch")
+        return cls(source=source, shapes=pick(given_shapes, tuned_shapes, {}),
+                   batches=tuple(pick(given_batches, [tuned_batch] if tuned_batch is not None else None, [None])))
+
+
+# -- target ---------------------------------------------------------------------------------------------
+
+TargetOpt = Annotated[str | None, typer.Option(
+    "--target", "-t", help=TARGET_HELP + " Default: auto, or the --config's target.")]
+TargetsOpt = Annotated[list[str] | None, typer.Option(
+    "--target", "-t", help="Where to run (repeat for several): auto, cpu, cuda[:ID], migraphx[:ID], rocm, tensorrt; "
+    "optionally /PRECISION and ?KEY=VALUE options, e.g. cuda:0/fp16?prefer_nhwc=1. Default: auto, or the "
+    "--config's target.")]
+
+
+def build_target(target: str | None, precision: str | None, ep_option: list[str] | None,
+                 tuned: TunedConfig | None) -> Target:
+    """--target (or the configuration's target, or auto), with --precision and --ep-option on top."""
+    chosen: str | Target = pick(target, configured(tuned, "target"), "auto")
+    if isinstance(chosen, Target):  # the configuration's, parsed once when it was loaded
+        return parse_target(chosen, precision=precision, options=ep_option or [])
+    return resolve_target(chosen, precision, ep_option)
+
+
+def build_targets(targets: list[str] | None, ep_option: list[str] | None, tuned: TunedConfig | None) -> list[Target]:
+    """`bench`'s repeatable --target (or the configuration's, or auto), --ep-option on each."""
+    if targets:  # given: they replace the configuration's target
+        return [build_target(t, None, ep_option, None) for t in targets]
+    return [build_target(None, None, ep_option, tuned)]
+
+
+# -- inputs ---------------------------------------------------------------------------------------------
+
+SeedOpt = Annotated[int, typer.Option(help="Seed for synthesized inputs.")]
+IobindingOpt = Annotated[bool | None, typer.Option("--iobinding/--no-iobinding", help="Keep inputs and outputs on "
+                         "the device (IO binding) or pass numpy arrays. Default: on, or the --config's.")]
+IobindingModesOpt = Annotated[str | None, typer.Option("--iobinding", help="on: inputs/outputs stay on the device "
+                              "(IO binding); off: numpy in/out, as most guides measure; both. Default: on, or the "
+                              "--config's.")]
+
+
+@dataclass(frozen=True)
+class InputArgs:
+    """Inputs: the given input items (NAME=FILE, NAME=VALUE, a bare .npz), ranges and seed for the rest."""
+
+    items: tuple[str, ...] = ()
+    value_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    seed: int = 0
+
+    @classmethod
+    def resolve(cls, inputs: list[str] | None, value_range: list[str] | None = None, seed: int = 0) -> InputArgs:
+        """--input, --value-range and --seed (a configuration holds none of them)."""
+        return cls(items=tuple(inputs or ()), value_ranges=parse_value_ranges(value_range), seed=seed)
+
+
+def iobinding(flag: bool | None, tuned: TunedConfig | None) -> bool:
+    """`run`'s --iobinding/--no-iobinding, else the configuration's, else on."""
+    return pick(flag, configured(tuned, "iobinding"), True)
+
+
+def iobinding_modes(flag: str | None, no_flag: bool, tuned: TunedConfig | None) -> list[bool]:
+    """`bench`'s --iobinding on|off|both (or the hidden --no-iobinding), else the configuration's, else on."""
+    given = flag if flag is not None else ("off" if no_flag else None)
+    tuned_mode = configured(tuned, "iobinding")
+    return modes(pick(given, None if tuned_mode is None else ("on" if tuned_mode else "off"), "on"), "--iobinding")
+
+
+# -- timing ---------------------------------------------------------------------------------------------
+
+GpuOpt = Annotated[str | None, typer.Option(
+    "--gpu", help="GPU model for the peak-TFLOP/s table when the telemetry cannot tell, e.g. 'H200', 'MI300X'.")]
+InstancesOpt = Annotated[str | None, typer.Option(help="Sessions side by side, one thread each (as Triton's instance "
+                         "count or trtexec --streams), comma-separated, e.g. 1,2,4. Unlike --concurrency, each may "
+                         "replay its own CUDA graph. Default: 1, or the count in --config.")]
+
+
+@dataclass(frozen=True)
+class TimingArgs:
+    """Timing: untimed and timed runs per cell, calls per sample, concurrent requests and sessions."""
+
+    warmup: int = 10
+    runs: int | None = 100
+    duration: float | None = None
+    calls_per_sample: int | None = None
+    concurrency: tuple[int, ...] = (1,)
+    instances: tuple[int, ...] = (1,)
+
+    @classmethod
+    def resolve(cls, *, warmup: int, runs: int | None, duration: float | None, calls_per_sample: int | None,
+                concurrency: str, instances: str | None, tuned: TunedConfig | None) -> TimingArgs:
+        """`bench`'s timing options, checked; --instances else the configuration's count else 1."""
+        if runs is not None and duration is not None:
+            raise UsageError("--runs and --duration exclude each other.", "Give one: --runs 200, or --duration 5.")
+        for label, value, low in (("--warmup", warmup, 0), ("--runs", runs, 1),
+                                  ("--calls-per-sample", calls_per_sample, 1)):
+            if value is not None and value < low:
+                raise UsageError(f"{label} must be at least {low}, got {value}.", f"e.g. {label} {max(low, 10)}")
+        if duration is not None and not duration > 0:
+            raise UsageError(f"--duration must be positive, got {duration}.", "e.g. --duration 5")
+        tuned_instances = configured(tuned, "instances")
+        counts = pick(instances, str(tuned_instances) if tuned_instances is not None else None, "1")
+        return cls(warmup=warmup, runs=runs if runs is not None or duration is not None else 100, duration=duration,
+                   calls_per_sample=calls_per_sample, concurrency=tuple(ints(concurrency, "--concurrency")),
+                   instances=tuple(ints(counts, "--instances")))
+
+
+def instance_count(flag: int | None, tuned: TunedConfig | None) -> int:
+    """`serve`'s --instances, else the configuration's count, else 1."""
+    return pick(flag, configured(tuned, "instances"), 1)
+
+
+# -- accuracy gate --------------------------------------------------------------------------------------
+
+MaxErrorOpt = Annotated[float | None, typer.Option(
+    "--max-error", help="Accuracy gate: largest absolute error against the FP32 reference (replaces the "
+    "element-wise atol/rtol check).")]
+AtolOpt = Annotated[float | None, typer.Option("--atol", help="Element-wise gate: absolute tolerance (default "
+                                               "per precision: fp32 1e-4, fp16 1e-2, int8 5e-2).")]
+RtolOpt = Annotated[float | None, typer.Option("--rtol", help="Element-wise gate: relative tolerance (default per "
+                                               "precision: fp32 1e-3, fp16 5e-2, int8 1e-1).")]
+
+
+# -- output ---------------------------------------------------------------------------------------------
+
+ReportOpt = Annotated[list[str] | None, typer.Option(
+    "--report", "-r", help="Write the report to FILE.json, .csv, .md or .html (repeatable); rewritten after every "
+    "cell, so an interrupted sweep keeps what finished.")]
+
+
+@dataclass(frozen=True)
+class ReportArgs:
+    """Output: the report files (checked before any work starts) and whether to resume from the JSON one."""
+
+    paths: tuple[Path, ...] = ()
+    resume: bool = False
+
+    @property
+    def json_path(self) -> Path | None:
+        """The first JSON report: the one --resume reads."""
+        return next((p for p in self.paths if p.suffix.lower() == ".json"), None)
+
+    @classmethod
+    def resolve(cls, report: list[str] | None, *, resume: bool, default_json: Path | None = None) -> ReportArgs:
+        """--report files; ``default_json`` (tune's OUTPUT.report.json) goes first when none of them is JSON."""
+        paths = check_report_paths(report or ([str(default_json)] if default_json else []))
+        if default_json is not None and not any(p.suffix.lower() == ".json" for p in paths):
+            paths.insert(0, default_json)
+        found = cls(tuple(paths), resume)
+        if resume and found.json_path is None:
+            raise UsageError("--resume needs the JSON report of the interrupted sweep.", "Add --report FILE.json (the "
+                             "same file as before).")
+        return found
+
+    def previous(self) -> BenchReport | None:
+        """With --resume, the report written before (None when its file does not exist yet)."""
+        path = self.json_path
+        return load_report(path) if self.resume and path is not None and path.exists() else None

@@ -1,0 +1,87 @@
+"""What a load test is asked to do and what it measured: per concurrency level, throughput, client-side
+latency percentiles, errors by status and the server's own queue and compute time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from onnxaccel.bench.stats import LatencyStats
+
+SCHEMA = "onnxaccel.loadtest/1"
+
+
+@dataclass(frozen=True)
+class LoadtestConfig:
+    """The server, the model, the transport, and the concurrency levels with how long to hold each."""
+
+    url: str
+    model: str
+    protocol: str = "http"  # or "grpc"
+    binary: bool = False
+    concurrency: tuple[int, ...] = (1, 8, 32)
+    duration_s: float = 10.0
+    warmup_s: float = 2.0
+    batch: int = 1
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    workers: int = 0  # 0: automatic
+    max_requests: int | None = None  # per level, across workers
+    timeout_s: float = 30.0
+    grpc_url: str | None = None  # host:port; default: the URL's host with port 8001
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return {"url": self.url, "grpc_url": self.grpc_url, "model": self.model, "protocol": self.protocol,
+                "binary": self.binary, "concurrency": list(self.concurrency), "duration_s": self.duration_s,
+                "warmup_s": self.warmup_s, "batch": self.batch, "workers": self.workers,
+                "max_requests": self.max_requests, "shapes": {k: list(v) for k, v in self.shapes.items()}}
+
+
+@dataclass
+class LevelResult:
+    """One concurrency level: successful requests, errors by code, latency over the measured seconds."""
+
+    concurrency: int
+    requests: int
+    errors: dict[str, int]
+    seconds: float
+    batch: int
+    latency: LatencyStats | None
+    server_queue_ms: float | None = None
+    server_compute_ms: float | None = None
+    #: The first error message seen per code (the server's answer, or the client-side exception).
+    error_samples: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def throughput(self) -> float:
+        """Successful requests per second."""
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    @property
+    def inferences_per_s(self) -> float:
+        """Rows per second: successful requests per second times the batch."""
+        return self.throughput * self.batch
+
+    def to_dict(self) -> dict:
+        """JSON-ready form, with the derived rates."""
+        return {"concurrency": self.concurrency, "requests": self.requests, "errors": self.errors,
+                "error_count": sum(self.errors.values()), "seconds": self.seconds,
+                "requests_per_s": self.throughput, "inferences_per_s": self.inferences_per_s,
+                "latency": self.latency.to_dict() if self.latency else None,
+                "server_queue_ms": self.server_queue_ms, "server_compute_ms": self.server_compute_ms,
+                "error_samples": self.error_samples}
+
+
+@dataclass
+class LoadtestReport:
+    """The whole test: its config, the server's self-description, the input shapes sent, every level."""
+
+    config: LoadtestConfig
+    server: dict
+    input_shapes: dict[str, list[int]]
+    levels: list[LevelResult]
+
+    def to_dict(self) -> dict:
+        """JSON-ready form, versioned by SCHEMA."""
+        return {"schema": SCHEMA, "config": self.config.to_dict(), "server": self.server,
+                "input_shapes": self.input_shapes, "levels": [lv.to_dict() for lv in self.levels]}
