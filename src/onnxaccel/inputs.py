@@ -9,7 +9,6 @@ for optionals, dicts for maps. docs/INPUTS.md describes every form.
 from __future__ import annotations
 
 import json
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,29 +18,18 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from onnxaccel.errors import InputError, MissingDependencyError
+from onnxaccel.errors import InputError
+# The file readers live in inputs_files; IMAGE_SUFFIXES, IMAGENET_*, ImagePreprocess and load_image are
+# re-exported because calibration, the CLI, pipeline, scale and transform import them from here.
+from onnxaccel.inputs_files import (  # noqa: F401
+    IMAGE_SUFFIXES, IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess, load_image, read_npy, read_npz,
+)
 from onnxaccel.model import Model, TensorSpec
 from onnxaccel.protobuf_values import read_pb
 from onnxaccel.synthesis import synthesize, synthesize_described
 
 __all__ = ["FeedOrigin", "FeedSet", "ImagePreprocess", "load_feeds", "load_image", "parse_value_ranges",
            "prepare_feeds", "synthesize", "validate_feeds"]
-
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-@dataclass(frozen=True)
-class ImagePreprocess:
-    """How an image becomes a tensor. Defaults are torchvision's ImageNet evaluation transform."""
-
-    resize: int | None = None  # shorter side before the crop; None = crop size * 256 / 224
-    mean: tuple[float, ...] = IMAGENET_MEAN
-    std: tuple[float, ...] = IMAGENET_STD
-    scale: float = 1 / 255.0
-    layout: str = "nchw"  # or "nhwc"
-    channel_order: str = "rgb"  # or "bgr"
 
 
 @dataclass(frozen=True)
@@ -169,7 +157,7 @@ def prepare_feeds(
             continue
         suffix = path.suffix.lower()
         if suffix == ".npz":
-            content = _read_npz(path)
+            content = read_npz(path)
             if name:
                 if name not in content and len(content) == 1:
                     content = {name: next(iter(content.values()))}
@@ -185,7 +173,7 @@ def prepare_feeds(
         target = name or _target_of(model, path)
         _check_name(target, input_names)
         if suffix == ".npy":
-            values[target] = _read_npy(path)
+            values[target] = read_npy(path)
         elif suffix == ".pb":
             values[target] = read_pb(path, model.input(target).type_proto)
         elif suffix in IMAGE_SUFFIXES:
@@ -434,76 +422,6 @@ def _fits(spec: TensorSpec, value: np.ndarray) -> bool:
         return True
     return len(spec.shape) == value.ndim and all(
         not isinstance(d, int) or d == g for d, g in zip(spec.shape, value.shape))
-
-
-def load_image(
-    path: Path, spec: TensorSpec, bound: tuple[int, ...] | None, pre: ImagePreprocess
-) -> np.ndarray:
-    """Resize the shorter side, center-crop to the input's H x W, scale, normalize, HWC -> CHW, add N."""
-    try:
-        from PIL import Image
-    except ImportError as exc:
-        raise MissingDependencyError("pillow", "image", "Reading images") from exc
-    shape = bound or spec.shape
-    if shape is None or len(shape) != 4:
-        raise InputError(
-            f"Input '{spec.name}' {spec.shape_text()} is not a 4-D image tensor; cannot feed it an image.",
-            "Feed it a .npy file instead.",
-        )
-    h_axis, w_axis, c_axis = (2, 3, 1) if pre.layout == "nchw" else (1, 2, 3)
-    height, width, channels = shape[h_axis], shape[w_axis], shape[c_axis]
-    if not all(isinstance(d, int) and d > 0 for d in (height, width)):
-        raise InputError(
-            f"Input '{spec.name}' has no fixed height/width {spec.shape_text()}.",
-            f"Bind them: --shape {spec.name}=1x3x224x224.",
-        )
-    try:
-        with Image.open(path) as img:
-            img = img.convert("RGB")
-            short = pre.resize or round(min(height, width) * 256 / 224)
-            scale = short / min(img.size)
-            img = img.resize((max(width, round(img.width * scale)), max(height, round(img.height * scale))),
-                             Image.BILINEAR)
-            left, top = (img.width - width) // 2, (img.height - height) // 2
-            img = img.crop((left, top, left + width, top + height))
-            arr = np.asarray(img, dtype=np.float32)
-    except OSError as exc:
-        raise InputError(f"Cannot read image {path}: {exc}", "Check that the file is a valid image.") from exc
-    if pre.channel_order == "bgr":
-        arr = arr[..., ::-1]
-    if channels not in (3, None) and isinstance(channels, int):
-        raise InputError(f"Input '{spec.name}' has {channels} channels; images give 3.", "Feed a .npy instead.")
-    arr = (arr * pre.scale - np.asarray(pre.mean, np.float32)) / np.asarray(pre.std, np.float32)
-    if pre.layout == "nchw":
-        arr = arr.transpose(2, 0, 1)
-    batch = shape[0] if isinstance(shape[0], int) and shape[0] > 0 else 1
-    arr = np.repeat(arr[None], batch, axis=0)
-    return np.ascontiguousarray(arr.astype(np.dtype(spec.dtype)))
-
-
-def _read_npy(path: Path) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        raise InputError(
-            f"{path} holds Python objects (pickled data), which onnxaccel does not load.",
-            "Save plain numeric arrays: np.save(path, np.asarray(x, dtype=np.float32)).",
-        ) from exc
-    except OSError as exc:
-        raise InputError(f"{path} is not a valid .npy file: {exc}", "Write it with numpy.save.") from exc
-
-
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except ValueError as exc:
-        raise InputError(
-            f"{path} holds Python objects (pickled data), which onnxaccel does not load.",
-            "Save plain numeric arrays with numpy.savez.",
-        ) from exc
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{path} is not a valid .npz file: {exc}", "Write it with numpy.savez.") from exc
 
 
 def _target_of(model: Model, path: Path) -> str:

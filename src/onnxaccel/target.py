@@ -68,7 +68,8 @@ _ARENA = ("kNextPowerOfTwo", "kSameAsRequested")
 #         (a target string is portable); which keys an installed build takes, how it spells booleans and what
 #         it reads only from ORT_MIGRAPHX_* variables is per flavour in engines/ort_flavour.py, applied when a
 #         session is built (engines/ort_ep_options.py).
-#   ROCm: onnxruntime/core/providers/rocm/rocm_execution_provider_info.cc, ORT 1.17-1.22 (rocm_facts §3.1).
+#   ROCm: onnxruntime/core/providers/rocm/rocm_execution_provider_info.cc, ORT 1.17-1.22 (v1.22.1 vendored:
+#         tests/engines_migraphx/upstream/ort_rocm_info_v1.22.1.txt).
 #   TensorRT: onnxruntime/core/providers/tensorrt/tensorrt_execution_provider_info.cc (1.20-1.31).
 PROVIDER_OPTIONS: dict[str, dict[str, object]] = {
     "cpu": {},
@@ -180,7 +181,8 @@ PROVIDER_OPTIONS: dict[str, dict[str, object]] = {
 _MIGRAPHX_NEWER = {"migraphx_max_dynamic_batch": "int", "migraphx_max_compiled_models": "int"}
 
 # Options that guides recommend but that do not exist. ONNX Runtime accepts any session-config key
-# silently, so these would do nothing (rocm_facts.md §3.2).
+# silently, so these would do nothing (no such key in microsoft/onnxruntime's source, nor in the strings of the
+# onnxruntime-rocm 1.22.2 binaries: `ort.session.use_rocm_fp16` is not a real key).
 KNOWN_FAKE_OPTIONS = {
     "ort.session.use_rocm_fp16": "No such option exists in any ONNX Runtime build. For FP16 on AMD use "
     "--target migraphx/fp16 (migraphx_fp16_enable=1) or convert the model with `onnxaccel optimize --fp16`.",

@@ -240,7 +240,7 @@ def test_describe_reports_version_options_and_programs(fake_mgx, mlp):
 
 
 def test_probe_compiles_and_runs_a_one_node_program(fake_mgx, monkeypatch):
-    from onnxaccel.engines.migraphx import probe
+    from onnxaccel.engines.migraphx_probe import probe
 
     assert probe().loaded
     monkeypatch.setenv("FAKE_MIGRAPHX_NO_GPU", "1")

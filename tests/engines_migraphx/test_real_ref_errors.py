@@ -11,7 +11,7 @@ import pytest
 
 from native_helpers import native
 from onnxaccel.engines import compile_model
-from onnxaccel.engines.migraphx import probe
+from onnxaccel.engines.migraphx_probe import probe
 from onnxaccel.errors import PlacementError, ProviderUnavailableError
 
 NO_GPU_LIBRARY = ("Dynamic loading or symbol lookup failed with libmigraphx_gpu.so: cannot open shared object "

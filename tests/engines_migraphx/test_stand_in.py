@@ -1,7 +1,7 @@
 """The stand-in `migraphx` module behaves like the documented API where the engine depends on it.
 
 NOT EXECUTED ON AMD HARDWARE. These tests pin the stand-in to the facts it was written from (ROCm/AMDMIGraphX
-src/py/migraphx_py.cpp and the MIGraphX sources it cites; shared/research/rocm_facts.md §4), so that the engine
+src/py/migraphx_py.cpp at f729a52 and the MIGraphX sources it cites), so that the engine
 tests below it mean something: a wrong argument name, type or order in the engine fails against the stand-in
 as it would against pybind11.
 """

@@ -12,7 +12,8 @@ import pytest
 from mgx_upstream import read_snippet
 from native_helpers import calls, native, ort_reference
 from onnxaccel.engines import compile_model
-from onnxaccel.engines.migraphx import _compile_error, probe
+from onnxaccel.engines.migraphx_errors import compile_error
+from onnxaccel.engines.migraphx_probe import probe
 from onnxaccel.errors import ProviderUnavailableError, TargetError
 
 
@@ -50,7 +51,7 @@ def dlopen_failure(library: str) -> RuntimeError:
 
 
 def test_a_migraphx_without_the_gpu_target_says_what_to_install():
-    error = _compile_error(native(), dlopen_failure("libmigraphx_gpu.so"))
+    error = compile_error(native(), dlopen_failure("libmigraphx_gpu.so"))
     assert isinstance(error, ProviderUnavailableError)
     assert error.message == "This MIGraphX has no 'gpu' target: libmigraphx_gpu.so is not installed with it."
     assert "apt install migraphx" in error.hint and "--target migraphx" in error.hint

@@ -262,8 +262,10 @@ def graph_capture_verdict(placement: Placement, *, memcpy: int, control_flow: tu
         if requested == CPU:
             why = "graph capture is a GPU feature"
         elif requested == "MIGraphXExecutionProvider":
+            # Nor in microsoft/onnxruntime onnxruntime/core/providers/migraphx/migraphx_execution_provider_info.h
+            # at 03c1250 (tests/engines_migraphx/upstream/ort_info_h_03c1250.txt).
             why = ("the MIGraphX EP has no graph-capture option (none in the option table of onnxruntime-migraphx "
-                   "1.27.1, rocm_facts.md §2.1); it compiles each partition into one MIGraphX program instead")
+                   "1.27.1); it compiles each partition into one MIGraphX program instead")
         else:
             why = f"ONNX Runtime offers graph capture only for CUDA, TensorRT and ROCm, not {requested}"
         return GraphCapture(None, None, None, why)

@@ -1,6 +1,7 @@
 """ONNX Runtime's profiler, turned into per-op-type and per-node tables, hotspots and a Chrome trace.
 
-The profile is a Chrome-trace JSON list (rocm_facts.md §5.4). Each node run is one event with
+The profile is a Chrome-trace JSON list (as ONNX Runtime 1.31.1 writes it with
+``SessionOptions.enable_profiling``). Each node run is one event with
 ``cat == "Node"`` and ``name == "<node>_kernel_time"``; its ``args`` carry ``op_name`` and ``provider``.
 Each run ends with a ``cat == "Session"``, ``name == "model_run"`` event spanning it. A build with the
 CUDA (CUPTI) or ROCm (roctracer) profiler adds ``cat == "Kernel"`` events, one per GPU kernel, with the

@@ -9,8 +9,7 @@ published by the source.
 Devices that ROCm shows as several GPUs (MI250X/MI250: two GCDs per package) are listed per GCD, because
 one ONNX Runtime session runs on one GCD; the package figure is half of what AMD quotes for the module.
 
-Sources (vendor pages; secondary pages that quote the same numbers were used to cross-check, listed in
-/work/shared/research/perf_anchors.md §3.2 for H100/H200/MI300X):
+Sources (vendor pages; for H100/H200/MI300X, secondary pages quoting the same numbers were used to cross-check):
   NVIDIA H200: https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: FP16 1,979 TFLOPS with sparsity,
       989.4 dense; INT8 3,958 TOPS with sparsity; TF32 989 with sparsity; FP32 67; 4.8 TB/s; 141 GB; 700 W)
   NVIDIA H100: https://www.nvidia.com/en-us/data-center/h100/ (SXM 3.35 TB/s; PCIe 2.0 TB/s, FP16 756 dense)

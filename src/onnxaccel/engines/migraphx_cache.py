@@ -2,8 +2,8 @@
 
 A compiled MIGraphX program holds GPU code objects for one architecture and one set of input shapes, built
 by one MIGraphX version; ``migraphx.save(prog, path)`` writes it as msgpack (the default format) and
-``migraphx.load(path)`` gives it back ready to run, without parsing or compiling (rocm_facts.md §4;
-src/py/migraphx_py.cpp ``save``/``load``, ``format="msgpack"``). So the key covers everything that changes
+``migraphx.load(path)`` gives it back ready to run, without parsing or compiling (ROCm/AMDMIGraphX
+src/py/migraphx_py.cpp at f729a52: ``save``/``load``, ``format="msgpack"``). So the key covers everything that changes
 the program: the model's content, the target string (precision and compile options), the input shapes, the
 calibration data for INT8, the MIGraphX version and build (its files: a rebuild of one release keeps the
 version), the MIGraphX target (gpu, or ref in tests), ROCm's release and the GPU architecture(s) (KFD
@@ -128,7 +128,8 @@ def _loaded_migraphx_libraries() -> set[Path]:
 
 def host_id() -> str:
     """The GPU architectures the code objects are built for: gfx names from KFD's topology
-    (``gfx_target_version`` 90402 -> gfx942, 110000 -> gfx1100, 90010 -> gfx90a; rocm_facts.md §6.3)."""
+    (``gfx_target_version`` 90402 -> gfx942, 110000 -> gfx1100, 90010 -> gfx90a:
+    major, minor, stepping as decimal pairs)."""
     names = set()
     for props in glob.glob("/sys/class/kfd/kfd/topology/nodes/*/properties"):
         with contextlib.suppress(OSError, ValueError):

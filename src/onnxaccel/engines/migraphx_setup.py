@@ -3,7 +3,8 @@
 ``migraphx`` is a pybind11 module that ships with ROCm, not with pip: ``apt install migraphx`` from AMD's
 repositories puts ``migraphx.cpython-*.so`` in ``/opt/rocm/lib``, and the docs say to
 ``export PYTHONPATH=/opt/rocm/lib:$PYTHONPATH``. The PyPI project ``migraphx`` 0.0.1 is an empty placeholder
-("Placeholder reserving the AMD MIGraphX Python package name"), dist-info only (rocm_facts.md §1.2, §4).
+("Placeholder reserving the AMD MIGraphX Python package name"), dist-info only (its wheel, downloaded
+2026-12-02). Install steps: ROCm/AMDMIGraphX README.md at f729a52.
 
 The engine's options are arguments of ``parse_onnx``, ``program.compile`` and the engine's program cache, not
 ONNX Runtime provider options: ``migraphx@migraphx?exhaustive_tune=1&fast_math=0``. Defaults are MIGraphX's
@@ -29,8 +30,10 @@ import numpy as np
 from onnxaccel.errors import MissingDependencyError, ProviderOptionError, TargetError
 from onnxaccel.target import PROVIDER_OPTIONS, SESSION_OPTIONS, Target
 
-#: Where ROCm installs the module (MIGraphX README and docs, rocm_facts.md §4).
+#: Where ROCm installs the module (ROCm/AMDMIGraphX README.md at f729a52: PYTHONPATH=/opt/rocm/lib).
 ROCM_PYTHON_DIR = "/opt/rocm/lib"
+#: The name the native engine reports where ONNX Runtime reports execution providers.
+NATIVE = "MIGraphX"
 
 #: Native engine option keys and value kinds. target.py should carry the same table for engine=migraphx.
 NATIVE_OPTIONS: dict[str, str] = {
@@ -46,7 +49,8 @@ NATIVE_OPTIONS: dict[str, str] = {
 _DEFAULTS = {"offload_copy": "1", "fast_math": "1", "exhaustive_tune": "0", "default_dim_value": "1", "cache": "1",
              "model_cache_dir": "", "calibration": "", "calibration_samples": "128"}
 
-# ONNX Runtime MIGraphX EP keys that have a native counterpart (rocm_facts.md §2.1).
+# ONNX Runtime MIGraphX EP keys that have a native counterpart (microsoft/onnxruntime
+# onnxruntime/core/providers/migraphx/migraphx_execution_provider_info.h at 03c1250).
 _EP_EQUIVALENT = {
     "migraphx_exhaustive_tune": "exhaustive_tune=1",
     "migraphx_fp16_enable": "the /fp16 precision (migraphx/fp16@migraphx)",

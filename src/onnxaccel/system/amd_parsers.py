@@ -3,12 +3,14 @@
 Each is tested on real outputs quoted in public issues (tests/system/fixtures, each file cites its source).
 Formats drift between ROCm releases, so keys are matched by pattern, not spelled out:
 
-* rocminfo prints one block per HSA agent (CPUs first); a GPU agent has ``Device Type: GPU`` and
-  ``Name: gfxNNNN`` (rocm_facts.md §6.3). Its VRAM is the size of its ``GLOBAL; FLAGS: COARSE GRAINED`` pool.
-* rocm-smi's JSON is ``{"card0": {...}, ...}`` with string values; the power key is ``Average Graphics
-  Package Power (W)`` or ``Current Socket Graphics Package Power (W)`` depending on the GPU, and older
-  releases wrote temperatures as ``(c)`` (rocm_facts.md §6.2; RainbowMiner/RainbowMiner#749).
-  Its ``GFX Version`` is computed arithmetically and wrong for gfx90a (rocm_facts.md §6.2): not used here.
+* rocminfo prints one block per HSA agent (CPUs first); a GPU agent has ``Device Type: GPU`` and ``Name: gfxNNNN``
+  (rocminfo's output, e.g. ``Name: gfx942`` for an MI300X). Its VRAM is the size of its ``GLOBAL; FLAGS: COARSE
+  GRAINED`` pool.
+* rocm-smi's JSON is ``{"card0": {...}, ...}`` with string values; the power key is ``Average Graphics Package
+  Power (W)`` or ``Current Socket Graphics Package Power (W)`` depending on the GPU, and older releases wrote
+  temperatures as ``(c)`` (ROCm/rocm_smi_lib python_smi_tools/rocm_smi.py at a1295714;
+  RainbowMiner/RainbowMiner#749). Its ``GFX Version`` is computed arithmetically and wrong for gfx90a
+  (rocm_smi_utils.cc rsmi_get_gfx_target_version at a1295714: KFD 90010 gives "gfx9010"): not used here.
 * amd-smi's JSON is a list of GPUs (ROCm 6.x) or ``{"gpu_data": [...]}`` (ROCm 7.x, amd-smi 26.x), each
   value either a scalar, ``"N/A"``, or ``{"value": V, "unit": U}`` (henrygd/beszel#737, ROCm/ROCm#5706).
 """
@@ -144,7 +146,8 @@ _KEYS = {
     "utilization_pct": re.compile(r"^GPU use \(%\)$", re.I),
     "memory_total_bytes": re.compile(r"^VRAM Total Memory \(B\)$", re.I),
     "memory_used_bytes": re.compile(r"^VRAM Total Used Memory \(B\)$", re.I),
-    # "Average ..." or "Current Socket ..." (rocm_facts.md §6.2); never "Max Graphics Package Power (W)".
+    # "Average ..." or "Current Socket ..." (rocm_smi.py at a1295714: the prefix is its power_type);
+    # never "Max Graphics Package Power (W)".
     "power_w": re.compile(r"^(?!Max\b).*Graphics Package Power \(W\)$", re.I),
     "gfx_clock_mhz": re.compile(r"^sclk clock speed:?$", re.I),
     "mem_clock_mhz": re.compile(r"^mclk clock speed:?$", re.I),

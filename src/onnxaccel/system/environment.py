@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from onnxaccel.system.findings import INFO, WARN, Finding
 from onnxaccel.system.gfx import gfx_from_override
 
-# What each variable does. Sources: ROCm docs (HIP/ROCR visible devices, HSA override: rocm_facts.md §6.3);
-# ORT_MIGRAPHX_* from the strings of libonnxruntime_providers_migraphx.so 1.27.1 (rocm_facts.md §2.3),
+# What each variable does. Sources: ROCm docs (HIP/ROCR visible devices, HSA override);
+# ORT_MIGRAPHX_* from the strings of libonnxruntime_providers_migraphx.so 1.27.1 and microsoft/onnxruntime
+# onnxruntime/core/providers/migraphx/migraphx_execution_provider.cc at 03c1250 (GET_ENV_* after the options),
 # where environment variables take precedence over provider options.
 _EFFECTS = {
     "HIP_VISIBLE_DEVICES": "HIP (MIGraphX, the ROCm EP) sees only these AMD GPUs, renumbered from 0",
@@ -36,7 +37,8 @@ _EFFECTS = {
     "ROCM_PATH": "where ROCm is installed (default /opt/rocm)",
     "OMP_NUM_THREADS": "thread count of OpenMP-based CPU kernels",
 }
-#: Removed in ROCm 6.4 (ORT MIGraphX EP docs, rocm_facts.md §2.3): setting them does nothing any more.
+#: Removed in ROCm 6.4 (microsoft/onnxruntime gh-pages docs/execution-providers/MIGraphX-ExecutionProvider.md):
+#: setting them does nothing any more.
 _REMOVED = ("ORT_MIGRAPHX_SAVE_COMPILED_MODEL", "ORT_MIGRAPHX_SAVE_COMPILED_PATH",
             "ORT_MIGRAPHX_LOAD_COMPILED_MODEL", "ORT_MIGRAPHX_LOAD_COMPILED_PATH")
 

@@ -1,11 +1,13 @@
 """Which AMD GPU architectures (gfx targets) MIGraphX and the onnxruntime-rocm wheel have code for.
 
-Sources (shared/research/rocm_facts.md):
-* MIGraphX 2.18/2.19 and AMD's ORT 1.29 list gfx950, gfx942, gfx90a, gfx1200, gfx1201, gfx1100, gfx1101,
-  gfx1102 (2.19 adds gfx1103) and gfx1150-gfx1153 (§6.3; rocm.docs.amd.com AMDMIGraphX docs-2.19.0
-  install-migraphx.html). Other targets may work but AMD does not build or test for them.
+Sources:
+* MIGraphX 2.18/2.19 and AMD's ORT 1.29 list gfx950, gfx942, gfx90a, gfx1200, gfx1201, gfx1100, gfx1101, gfx1102
+  (2.19 adds gfx1103) and gfx1150-gfx1153
+  (https://rocm.docs.amd.com/projects/AMDMIGraphX/en/docs-2.19.0/install/install-migraphx.html).
+  Other targets may work but AMD does not build or test for them.
 * onnxruntime-rocm 1.22.2.post3 (PyPI) embeds HIP code objects for gfx908, gfx90a, gfx942, gfx1030, gfx1100,
-  gfx1101, gfx1200, gfx1201 only; no gfx950, gfx1102 or gfx115x (§1.3, read from the .hip_fatbin section).
+  gfx1101, gfx1200, gfx1201 only; no gfx950, gfx1102 or gfx115x (read from the .hip_fatbin section of its
+  libonnxruntime_providers_rocm.so: its hipv4-amdgcn-amd-amdhsa--gfxNNN code objects).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def gfx_from_override(value: str) -> str | None:
     """HSA_OVERRIDE_GFX_VERSION=MAJOR.MINOR.STEPPING names gfx{MAJOR}{MINOR}{STEPPING as hex}.
 
     11.0.0 -> gfx1100, 10.3.0 -> gfx1030, 9.4.2 -> gfx942, 9.0.10 -> gfx90a (the stepping is one hex digit,
-    as in the KFD's gfx_target_version, rocm_facts.md §6.3). None when the value is malformed.
+    as in the KFD's gfx_target_version: 90010 is gfx90a). None when the value is malformed.
     """
     found = _OVERRIDE.match(value or "")
     if not found:

@@ -1,9 +1,9 @@
 """AMD GPUs: through the amdsmi library when ROCm's libamd_smi is there, else ``amd-smi``, else ``rocminfo``
 with ``rocm-smi --json`` for memory in use.
 
-``import amdsmi`` without ROCm prints to stdout and raises ``KeyError: 'libamd_smi.so'`` (rocm_facts.md
-§6.1), so the import is guarded with ``except Exception`` and its printing is swallowed (it would corrupt
-``--json`` output).
+``import amdsmi`` without ROCm prints to stdout and raises ``KeyError: 'libamd_smi.so'`` (seen with the PyPI
+amdsmi 7.0.2 on a host without ROCm), so the import is guarded with ``except Exception`` and its printing is
+swallowed (it would corrupt ``--json`` output).
 
 When a tool refuses because the amdgpu driver is missing or out of reach, its message is translated
 (system/amd_diagnosis.py) and kept as ``AmdInventory.problem``, so the doctor can say why and what to do.
@@ -72,7 +72,7 @@ def import_amdsmi():
             import amdsmi
         except ModuleNotFoundError:
             return None, "the amdsmi Python package is not installed"
-        except Exception as exc:  # noqa: BLE001 - KeyError('libamd_smi.so') without ROCm (rocm_facts.md §6.1)
+        except Exception as exc:  # noqa: BLE001 - KeyError('libamd_smi.so') without ROCm (amdsmi 7.0.2)
             said = " ".join((printed.getvalue() + native.text()).split())
             return None, f"amdsmi cannot load ROCm's libamd_smi.so ({type(exc).__name__}: {exc}) {said}".strip()
     return amdsmi, None

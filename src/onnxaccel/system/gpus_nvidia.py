@@ -1,8 +1,9 @@
 """NVIDIA GPUs: through NVML (the nvidia-ml-py package, module ``pynvml``), else ``nvidia-smi``.
 
-Without a driver ``nvmlInit()`` raises ``NVMLError_LibraryNotFound`` ("NVML Shared Library Not Found",
-rocm_facts.md §6.4); that is the normal state of a machine without an NVIDIA GPU and becomes the note
-"no NVIDIA driver", never an error. The PyPI package ``pynvml`` is a deprecated shim over nvidia-ml-py.
+Without a driver ``nvmlInit()`` raises ``NVMLError_LibraryNotFound`` ("NVML Shared Library Not Found", seen with
+nvidia-ml-py 13.615.71 on a host without a driver); that is the normal state of a machine without an NVIDIA GPU
+and becomes the note "no NVIDIA driver", never an error. The PyPI package ``pynvml`` is a deprecated shim over
+nvidia-ml-py.
 """
 
 from __future__ import annotations
@@ -179,8 +180,8 @@ def _mib(value: str | None) -> int | None:
         return None
 
 
-#: pip wheels that bring CUDA and cuDNN for onnxruntime-gpu (rocm_facts.md §7: 1.27+ use CUDA 13 names,
-#: 1.22-1.26 the -cu12 ones); onnxruntime.preload_dlls() loads them.
+#: pip wheels that bring CUDA and cuDNN for onnxruntime-gpu (its PyPI metadata, `pip install --dry-run
+#: --report`: 1.27+ use CUDA 13 names, 1.22-1.26 the -cu12 ones); onnxruntime.preload_dlls() loads them.
 CUDA_PIP_PACKAGES = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
                      "nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cublas", "nvidia-cublas-cu12")
 

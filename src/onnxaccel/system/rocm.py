@@ -1,9 +1,10 @@
 """The ROCm installation: its release, the HIP runtime and MIGraphX libraries it has, other releases beside it.
 
-onnxruntime-migraphx >= 1.23 and onnxruntime-rocm 1.22 link ``libamdhip64.so.7`` (ROCm 7.x) and, for
-MIGraphX, ``libmigraphx_c.so.3``; their RUNPATH is ``/opt/rocm-7.2.4/lib:/opt/rocm/lib`` (rocm_facts.md §1.3,
-read with readelf). A ROCm 6 install (HIP soname 6) cannot satisfy them, and two releases on one search
-path mix libraries, the usual cause of ``HSA_STATUS_ERROR_INCOMPATIBLE_ARGUMENT``.
+onnxruntime-migraphx >= 1.23 and onnxruntime-rocm 1.22 link ``libamdhip64.so.7`` (ROCm 7.x) and, for MIGraphX,
+``libmigraphx_c.so.3``; their RUNPATH is ``/opt/rocm-7.2.4/lib:/opt/rocm/lib`` (read with readelf -d from
+libonnxruntime_providers_migraphx.so 1.27.1 and libonnxruntime_providers_rocm.so 1.22.2). A ROCm 6 install (HIP
+soname 6) cannot satisfy them, and two releases on one search path mix libraries, the usual cause of
+``HSA_STATUS_ERROR_INCOMPATIBLE_ARGUMENT``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 from onnxaccel.system.findings import ERROR, INFO, OK, WARN, Finding
 from onnxaccel.system.tools import rocm_root
 
-#: The HIP soname major the PyPI AMD wheels link against (rocm_facts.md §1.3).
+#: The HIP soname major the PyPI AMD wheels link against (NEEDED libamdhip64.so.7 in their provider libraries).
 WHEEL_HIP_SONAME = "7"
 
 

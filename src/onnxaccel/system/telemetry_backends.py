@@ -1,8 +1,10 @@
 """Where GPU readings come from: NVML (NVIDIA), the amdsmi library (AMD), or ``rocm-smi --json`` (AMD, when
 ROCm's libamd_smi is missing). Each backend opens once and then ``read()``s every GPU it sees.
 
-Units: NVML gives power in milliwatts and memory in bytes (rocm_facts.md §6.4); amdsmi gives memory in
-bytes from ``amdsmi_get_gpu_memory_usage`` and power in watts (§6.1); rocm-smi prints watts and bytes (§6.2).
+Units: NVML gives power in milliwatts and memory in bytes (NVML's nvmlDeviceGetPowerUsage and
+nvmlDeviceGetMemoryInfo docs); amdsmi gives memory in bytes from ``amdsmi_get_gpu_memory_usage`` and power in
+watts (amdsmi 7.0.2 amdsmi_interface.py); rocm-smi prints watts and bytes (ROCm/rocm_smi_lib
+python_smi_tools/rocm_smi.py at a1295714).
 
 Without the amdgpu driver, rocm-smi logs why on stderr and exits 0 with nothing on stdout (run here with
 Debian's rocm-smi 5.2.3); that message, not the empty JSON, is what the backend reports

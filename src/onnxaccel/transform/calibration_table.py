@@ -1,7 +1,7 @@
 """INT8 calibration tables for providers that quantize by themselves (MIGraphX EP, TensorRT EP).
 
 Both providers read a table through ``ReadDynamicRange`` (onnxruntime, migraphx_execution_provider_utils.h
-and tensorrt_execution_provider_utils.h; rocm_facts.md §2.1), in one of two formats:
+and tensorrt_execution_provider_utils.h, microsoft/onnxruntime at 03c1250), in one of two formats:
 
 * ``*_use_native_calibration_table=0``: "ORT generated calibration table ... pre-serialized by flatbuffers.
   Each entry in the table is a key-value pair, key: tensor name, value: maximum absolute value in floating

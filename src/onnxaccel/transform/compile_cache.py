@@ -7,7 +7,8 @@ What is cached, per kind of target:
   session creation skips the optimizer (ORT docs, "Graph Optimizations": online vs offline mode).
 * ``migraphx`` (MIGraphX EP): the directory given as ``migraphx_model_cache_dir``, where the provider saves
   one compiled program per input shape as ``<hash>.mxr`` (msgpack) and loads it on the next session
-  instead of compiling (rocm_facts.md §2.1, §2.4; "Model Compile: Begin"... "load model : Success").
+  instead of compiling (microsoft/onnxruntime onnxruntime/core/providers/migraphx/
+  migraphx_execution_provider.cc at 03c1250; its log: "Model Compile: Begin"... "load model : Success").
 * ``tensorrt`` (TensorRT EP): ``trt_engine_cache_path`` and ``trt_timing_cache_path``.
 
 Each entry is a folder ``<cache_root>/compile/<kind>-<digest>`` with ``key.json`` (what it is keyed by,

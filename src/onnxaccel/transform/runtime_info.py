@@ -6,7 +6,7 @@ Read cheaply from files and package metadata (no GPU library is loaded):
   ``onnxruntime-migraphx``... each ships its own build of the providers).
 * ROCm / MIGraphX: ``/opt/rocm/.info/version`` and the versioned ``libmigraphx_c.so.*`` file name; the AMD
   GPU architecture from KFD's topology (``/sys/class/kfd/kfd/topology/nodes/*/properties``,
-  ``gfx_target_version``; rocm_facts.md §6.3).
+  ``gfx_target_version``, e.g. 90402 for gfx942).
 * NVIDIA: the driver from ``/proc/driver/nvidia/version``, GPU models from ``/proc/driver/nvidia/gpus/*/
   information``, TensorRT and the CUDA runtime from package metadata or ``libnvinfer.so.*``.
 * CPU: machine type and ``model name`` from ``/proc/cpuinfo`` (an ORT graph optimized at level ``all`` is

@@ -1,10 +1,11 @@
 """Fix symbolic dimensions to static values (``--fix-shape``).
 
-Compiling providers build one program per input shape: MIGraphX recompiles (or loads another .mxr) for every
-new shape and its compile time grows with the maximum dynamic dimension (rocm_facts.md §2.4;
-ROCm/AMDMIGraphX#4846), so a model served at one shape should say so. This uses ONNX Runtime's own helpers
-(``onnxruntime.tools.onnx_model_utils.make_input_shape_fixed``, which replaces a dim_param everywhere it
-occurs, and ``fix_output_shapes``), then re-infers intermediate shapes.
+Compiling providers build one program per input shape: MIGraphX recompiles (or loads another .mxr) for every new
+shape and its compile time grows with the maximum dynamic dimension (microsoft/onnxruntime
+onnxruntime/core/providers/migraphx/migraphx_execution_provider.cc at 03c1250; ROCm/AMDMIGraphX#4846), so a model
+served at one shape should say so. This uses ONNX Runtime's own helpers
+(``onnxruntime.tools.onnx_model_utils.make_input_shape_fixed``, which replaces a dim_param everywhere it occurs,
+and ``fix_output_shapes``), then re-infers intermediate shapes.
 """
 
 from __future__ import annotations
