@@ -65,13 +65,13 @@ def main() -> None:
     def in_thread(pool, fn):
         return lambda: pool.submit(fn).result()
 
-    results["main thread, same buffer, b8"] = timed(lambda: instance._execute(0, fixed8), args.runs)
+    results["main thread, same buffer, b8"] = timed(lambda: instance.pool._execute(0, fixed8), args.runs)
     results["main thread, joined (fresh buffer), b8"] = timed(lambda: instance.execute_joined(0, parts8), args.runs)
     results["load thread, joined, b8"] = timed(in_thread(loader, lambda: instance.execute_joined(0, parts8)), args.runs)
     runner_pool = ThreadPoolExecutor(1, thread_name_prefix="run")
     results["new run thread, joined, b8"] = timed(in_thread(runner_pool, lambda: instance.execute_joined(0, parts8)),
                                                   args.runs)
-    results["new run thread, same buffer, b8"] = timed(in_thread(runner_pool, lambda: instance._execute(0, fixed8)),
+    results["new run thread, same buffer, b8"] = timed(in_thread(runner_pool, lambda: instance.pool._execute(0, fixed8)),
                                                        args.runs)
     stop = threading.Event()
 
@@ -94,16 +94,16 @@ def main() -> None:
 
     # 5. batch 64: joins and host memory, with the server's switch interval.
     sys.setswitchinterval(0.0005)
-    results["host memory"] = instance.host[0].describe()
+    results["host memory"] = instance.pool.hosts[0].describe()
     parts64 = [{spec.name: row.copy()} for _ in range(64)]
     pageable64 = {spec.name: np.repeat(row, 64, axis=0)}
-    staged64 = {spec.name: instance._buffer(0, spec.name, (64, *row.shape[1:]), row.dtype)}
+    staged64 = {spec.name: instance.pool.buffer(0, spec.name, (64, *row.shape[1:]), row.dtype)}
     staged64[spec.name][...] = pageable64[spec.name]
 
     def numpy_join() -> None:  # the first session's join: a fresh array, numpy copies
         fresh = np.empty((64, *row.shape[1:]), dtype=row.dtype)
         np.concatenate([p[spec.name] for p in parts64], axis=0, out=fresh)
-        instance._execute(0, {spec.name: fresh})
+        instance.pool._execute(0, {spec.name: fresh})
 
     busy = threading.Event()
 
@@ -119,9 +119,9 @@ def main() -> None:
             spinner = threading.Thread(target=python_loop, daemon=True)
             spinner.start()
         results[f"b64, {label}: run, pinned input"] = timed(
-            in_thread(runner_pool, lambda: instance._execute(0, staged64)), args.runs)
+            in_thread(runner_pool, lambda: instance.pool._execute(0, staged64)), args.runs)
         results[f"b64, {label}: run, pageable input"] = timed(
-            in_thread(runner_pool, lambda: instance._execute(0, pageable64)), args.runs)
+            in_thread(runner_pool, lambda: instance.pool._execute(0, pageable64)), args.runs)
         results[f"b64, {label}: join (reused buffer, GIL-holding copies) + run"] = timed(
             in_thread(runner_pool, lambda: instance.execute_joined(0, parts64)), args.runs)
         results[f"b64, {label}: join (fresh array, numpy copies) + run"] = timed(

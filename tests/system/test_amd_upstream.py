@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from onnxaccel.cli.main import app
-from onnxaccel.engines.hostmem import _PORTABLE, GPU_WAIT, GPU_WAIT_EFFECT, HIP_ERRORS
+from onnxaccel.engines.gpu_runtime import HIP_ERRORS, PORTABLE as _PORTABLE
+from onnxaccel.engines.hostmem import GPU_WAIT, GPU_WAIT_EFFECT
 from onnxaccel.system.amd_diagnosis import ROCM_SMI_MESSAGES, ROCMINFO_MESSAGES, explain_rocm_smi, explain_rocminfo
 from tests.system.tool_outputs import upstream
 

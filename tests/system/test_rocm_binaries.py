@@ -28,7 +28,8 @@ import sys
 import numpy as np
 import pytest
 
-from onnxaccel.engines.hostmem import HIP_ERRORS, DeviceCopier, HostMemory, is_pinned, pin, set_gpu_wait
+from onnxaccel.engines.gpu_runtime import HIP_ERRORS
+from onnxaccel.engines.hostmem import DeviceCopier, HostMemory, is_pinned, pin, set_gpu_wait
 from onnxaccel.system.amd_diagnosis import DRIVER_FIX, explain_rocm_smi, explain_rocminfo, plain
 from onnxaccel.system.gpus_amd import discover_amd
 from onnxaccel.system.telemetry_backends import BackendUnavailable, RocmSmiBackend, open_backends

@@ -159,7 +159,7 @@ def serve_command(
 
 
 def _gpu_wait(mode: str) -> str:
-    from onnxaccel.engines.hostmem import GPU_WAIT
+    from onnxaccel.engines.pool import GPU_WAIT_MODES as GPU_WAIT
 
     mode = mode.lower()
     if mode not in GPU_WAIT:

@@ -1,13 +1,15 @@
-"""Engines compile a Model for a Target into a Runner: ONNX Runtime (``ort``) and native MIGraphX."""
+"""Engines compile a Model for a Target into a Runner: ONNX Runtime (``ort``) and native MIGraphX. Several
+runners of one model run side by side through a :class:`RunnerPool` (engines/pool.py)."""
 
 from __future__ import annotations
 
 from onnxaccel.engines.base import BoundRun, PlacedNode, Placement, Runner
+from onnxaccel.engines.pool import RunnerPool
 from onnxaccel.errors import TargetError
 from onnxaccel.model import Model
 from onnxaccel.target import Target, parse_target
 
-__all__ = ["BoundRun", "PlacedNode", "Placement", "Runner", "best_target", "compile_model"]
+__all__ = ["BoundRun", "PlacedNode", "Placement", "Runner", "RunnerPool", "best_target", "compile_model"]
 
 #: Devices tried by ``best_target``, fastest first.
 _PREFERENCE = ("migraphx", "cuda", "cpu")

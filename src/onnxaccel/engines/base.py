@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from onnxaccel.engines.feed_check import FeedCheck
 from onnxaccel.model import Model
 from onnxaccel.target import Target
 
@@ -22,11 +23,14 @@ CPU = "CPUExecutionProvider"
 
 @dataclass(frozen=True)
 class PlacedNode:
+    """One node of the graph as a provider got it: its op type, name and domain."""
+
     op_type: str
     name: str
     domain: str = ""
 
     def to_dict(self) -> dict:
+        """The node as JSON-ready values."""
         return {"op_type": self.op_type, "name": self.name, "domain": self.domain}
 
 
@@ -45,13 +49,16 @@ class Placement:
 
     @property
     def known(self) -> bool:
+        """Whether the runtime could tell the placement at all."""
         return self.method != "unknown"
 
     @property
     def total(self) -> int:
+        """Nodes placed on any provider (Memcpy nodes included)."""
         return sum(len(v) for v in self.nodes.values())
 
     def count(self, provider: str) -> int:
+        """Nodes ``provider`` got."""
         return len(self.nodes.get(provider, ()))
 
     @property
@@ -64,9 +71,11 @@ class Placement:
 
     @property
     def memcpy_nodes(self) -> int:
+        """Copy nodes the runtime inserted between providers."""
         return sum(1 for nodes in self.nodes.values() for n in nodes if n.op_type.startswith("Memcpy"))
 
     def fallback_ops(self) -> Counter:
+        """How many fallback nodes of each op type."""
         return Counter(n.op_type for n in self.fallback)
 
     def summary(self) -> str:
@@ -89,6 +98,7 @@ class Placement:
         return sum(1 for n in self.nodes.get(provider, ()) if n.op_type.startswith("Memcpy"))
 
     def to_dict(self) -> dict:
+        """The placement as JSON-ready values, its summary line included."""
         return {
             "requested": self.requested,
             "method": self.method,
@@ -122,7 +132,13 @@ class BoundRun(abc.ABC):
 
 
 class Runner(abc.ABC):
-    """A model compiled for a target."""
+    """A model compiled for a target.
+
+    Feeds are checked here, so callers need not repeat the check (:meth:`check_feeds`: names, element types
+    and ranks against the model's inputs, remembered per signature; an engine may check only when its runtime
+    refuses a run, as ONNX Runtime checks every feed itself). Several runners of one model run side by side
+    through :class:`onnxaccel.engines.pool.RunnerPool`.
+    """
 
     model: Model
     target: Target
@@ -145,6 +161,19 @@ class Runner(abc.ABC):
     def providers(self) -> list[str]:
         """The providers the session actually has, in priority order."""
 
+    def check_feeds(self, feeds: Mapping[str, object]) -> None:
+        """Raise InputError where ``feeds`` do not fit the model's inputs (names, element types, ranks); a
+        signature that passed once costs one lookup afterwards (engines/feed_check.py)."""
+        check = self.__dict__.get("_feed_check")
+        if check is None:
+            check = self._feed_check = FeedCheck(self.model.inputs)
+        check(feeds)
+
+    def shrink_arenas(self) -> bool:
+        """Return the unused chunks of the runtime's memory arenas after every run, where the engine can (a
+        server's setting, paid for in allocation time). False where it cannot."""
+        return False
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the session."""
 
@@ -155,6 +184,7 @@ class Runner(abc.ABC):
         self.close()
 
     def describe(self) -> dict:
+        """Target, providers, compile time, placement and warnings as JSON-ready values."""
         return {
             "target": self.target.to_dict(),
             "providers": self.providers,

@@ -25,167 +25,16 @@ like that is reported with the reason found on the machine (the amdgpu driver, /
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import weakref
 from collections import OrderedDict
 
 import numpy as np
 
+from onnxaccel.engines.gpu_runtime import clear_error, load_runtime, refusal, register, set_device, unregister
+
 _PAGE = 4096
-_PORTABLE = 0x01  # cudaHostRegisterPortable == hipHostRegisterPortable
-
-#: Runtime library per vendor: the name stem searched in the process's loaded libraries, then sonames to load.
-#: HIP's soname follows the ROCm major: .so.7 (ROCm 7.x, the PyPI AMD wheels), .so.6 (ROCm 6.x), .so.5 (ROCm
-#: 5.x; Debian 12's libamdhip64-5 package installs /usr/lib/x86_64-linux-gnu/libamdhip64.so.5, HIP 5.2).
-_LIBRARIES = {
-    "cuda": ("libcudart", ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so")),
-    "hip": ("libamdhip64", ("libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so")),
-}
-_API = {"cuda": ("cudaHostRegister", "cudaHostUnregister", "cudaGetErrorString", "cudaGetLastError",
-                 "cudaSetDevice"),
-        "hip": ("hipHostRegister", "hipHostUnregister", "hipGetErrorString", "hipGetLastError", "hipSetDevice")}
-
 _lock = threading.Lock()
-_runtimes: dict[str, tuple[ctypes.CDLL | None, str]] = {}
-
-
-def runtime_for(device: str) -> str | None:
-    """The GPU runtime that owns ``device``'s memory: 'cuda', 'hip', or None for the CPU."""
-    if device in ("cuda", "tensorrt"):
-        return "cuda"
-    if device in ("rocm", "migraphx"):
-        return "hip"
-    return None
-
-
-def _loaded_path(stem: str) -> str | None:
-    """The path of an already loaded library whose file name starts with ``stem`` (the one the GPU provider
-    uses), from /proc/self/maps; None where there is none or no /proc."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                path = line.rsplit(None, 1)[-1] if "/" in line else ""
-                if path.rsplit("/", 1)[-1].startswith(stem + "."):
-                    return path
-    except OSError:
-        return None
-    return None
-
-
-def _runtime(kind: str) -> tuple[ctypes.CDLL | None, str]:
-    """The runtime library (loaded once per process) and, when it cannot be used, why."""
-    with _lock:
-        if kind in _runtimes:
-            return _runtimes[kind]
-        stem, names = _LIBRARIES[kind]
-        candidates = [p for p in (_loaded_path(stem),) if p] + list(names)
-        lib, reason = None, f"{stem} is not loaded and none of {', '.join(names)} could be opened"
-        for name in candidates:
-            try:
-                lib = ctypes.CDLL(name)
-            except OSError:
-                continue
-            register, unregister, error_string = (getattr(lib, n, None) for n in _API[kind][:3])
-            if register is None or unregister is None:
-                lib, reason = None, f"{name} has no {_API[kind][0]}"
-                continue
-            register.argtypes, register.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint], ctypes.c_int
-            unregister.argtypes, unregister.restype = [ctypes.c_void_p], ctypes.c_int
-            if error_string is not None:
-                error_string.argtypes, error_string.restype = [ctypes.c_int], ctypes.c_char_p
-            last_error, set_device = (getattr(lib, n, None) for n in _API[kind][3:])
-            if last_error is not None:
-                last_error.argtypes, last_error.restype = [], ctypes.c_int
-            if set_device is not None:
-                set_device.argtypes, set_device.restype = [ctypes.c_int], ctypes.c_int
-            reason = ""
-            break
-        _runtimes[kind] = (lib, reason)
-        return lib, reason
-
-
-#: hipError_t codes that a machine whose AMD GPU is out of reach answers, and what each means.
-#: include/hip/hip_runtime_api.h, enum hipError_t: ROCm/HIP@50ec90c65cc383f676c099ecb0546e183851f6b1 (rocm-6.2.0),
-#: the same values at ROCm/HIP@206b6de40698e20b2310c6dd22241ac9cad574ae (rocm-5.2.3); vendored in
-#: tests/system/upstream/hip_runtime_api_rocm-*.txt. hipGetErrorName of the HIP 5.2 runtime here
-#: returns these names.
-HIP_ERRORS = {
-    35: ("hipErrorInsufficientDriver", "the amdgpu kernel driver is older than this HIP runtime needs"),
-    100: ("hipErrorNoDevice", "the HIP runtime sees no AMD GPU"),
-    101: ("hipErrorInvalidDevice", "the GPU index is not one that the HIP runtime sees"),
-}
-HIP_NO_GPU_FIX = ("install and load the amdgpu kernel driver (amdgpu-dkms, or sudo modprobe amdgpu), and give this "
-                  "user /dev/kfd and /dev/dri/renderD* (render and video groups; in a container "
-                  "--device=/dev/kfd --device=/dev/dri). onnxaccel doctor --target migraphx says which is missing.")
-
-
-def _amdgpu_state() -> str:
-    """Why the kernel side of an AMD GPU is missing, read where rocminfo reads it (/sys/module/amdgpu, then
-    /dev/kfd: rocminfo.cc CheckInitialState, ROCm/rocminfo@c6f7a17c85e0cdd75bf062e7a3490e831c87eb94); '' when
-    both are there and usable."""
-    if not os.path.isdir("/sys/module/amdgpu"):
-        return "the amdgpu kernel driver is not loaded (/sys/module/amdgpu is absent)"
-    if not os.path.exists("/dev/kfd"):
-        return "/dev/kfd does not exist"
-    if not os.access("/dev/kfd", os.R_OK | os.W_OK):
-        return "/dev/kfd is not readable and writable by this user"
-    return ""
-
-
-def _hip_diagnosis(lib, status: int, device_id: int) -> str:
-    """For a HIP refusal, what stands behind it: the device count HIP sees and the driver's state."""
-    if status == 35:
-        return f": {HIP_ERRORS[35][1]}. Fix: install the amdgpu driver of the same ROCm release as {lib._name}"
-    if status not in (100, 101) or getattr(lib, "hipGetDeviceCount", None) is None:
-        return ""
-    count = ctypes.c_int(0)
-    counted = lib.hipGetDeviceCount(ctypes.byref(count))
-    _clear_error(lib, "hip")
-    if counted == 0 and count.value > 0:
-        return (f": GPU {device_id} is not one of the {count.value} that {lib._name} sees. Fix: use a device id "
-                f"from 0 to {count.value - 1} (migraphx:N), or check HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES")
-    name = HIP_ERRORS.get(counted, ("hipError_t",))[0]
-    why = _amdgpu_state() or "the driver is loaded and /dev/kfd is usable, yet the runtime found no GPU"
-    return (f": no AMD GPU visible to {lib._name} (hipGetDeviceCount: error {counted} {name}): {why}. "
-            f"Fix: {HIP_NO_GPU_FIX}")
-
-
-def _refusal(lib, runtime: str, call: str, status: int, device_id: int) -> str:
-    """'CALL failed: error N (name)' and, for HIP, what stands behind it and the fix."""
-    text = getattr(lib, _API[runtime][2], None)
-    try:
-        message = text(status).decode() if text is not None else ""
-    except Exception:  # noqa: BLE001 - the code alone still says what failed
-        message = ""
-    _clear_error(lib, runtime)
-    said = f"{call} failed: error {status}" + (f" ({message})" if message else "")
-    return said + (_hip_diagnosis(lib, status, device_id) if runtime == "hip" else "")
-
-
-def _clear_error(lib, runtime: str) -> None:
-    """Reset the runtime's per-thread last error after a refused call: ONNX Runtime's CUDA kernels check
-    cudaGetLastError after every launch and would report ours as theirs on the next run."""
-    last_error = getattr(lib, _API[runtime][3], None)
-    if last_error is not None:
-        last_error()
-
-
-def _register(lib, runtime: str, address: int, nbytes: int, device_id: int) -> str:
-    """Page-lock [address, address + nbytes) on ``device_id`` (portable to every context): '' or why not."""
-    api = _API[runtime]
-    set_device = getattr(lib, api[4], None)
-    if set_device is not None:  # register on the model's device: no context appears on GPU 0
-        set_device(int(device_id))
-    status = getattr(lib, api[0])(address, nbytes, _PORTABLE)
-    if status == 0:
-        return ""
-    return _refusal(lib, runtime, api[0], status, device_id)
-
-
-def _unregister(lib, runtime: str, address: int) -> None:
-    if getattr(lib, _API[runtime][1])(address) != 0:
-        _clear_error(lib, runtime)
 
 
 class HostMemory:
@@ -207,7 +56,7 @@ class HostMemory:
         self._lib = None
         self._refused = False
         if runtime is not None:
-            self._lib, self.reason = _runtime(runtime)
+            self._lib, self.reason = load_runtime(runtime)
         # Registered memory must be unregistered before it is freed, also when close() is never called.
         self._finalizer = weakref.finalize(self, HostMemory._release_all, self._buffers, self._lib, runtime)
 
@@ -238,7 +87,7 @@ class HostMemory:
         array = raw[:nbytes].view(dtype).reshape(shape)
         pinned = False
         if self._lib is not None and not self._refused and dtype != np.dtype(object):
-            refused = _register(self._lib, self.runtime, raw.ctypes.data, size, self.device_id)
+            refused = register(self._lib, self.runtime, raw.ctypes.data, size, self.device_id)
             if not refused:
                 pinned = True
                 self.pinned = True
@@ -251,7 +100,7 @@ class HostMemory:
     def _release(self, held: tuple[np.ndarray, np.ndarray, bool]) -> None:
         _, raw, pinned = held
         if pinned and self._lib is not None:
-            _unregister(self._lib, self.runtime, raw.ctypes.data)
+            unregister(self._lib, self.runtime, raw.ctypes.data)
             self.pinned_bytes -= raw.nbytes
 
     def close(self) -> None:
@@ -264,10 +113,11 @@ class HostMemory:
         """The finalizer: unregister what is still held when the object goes away without close()."""
         for _, raw, pinned in buffers.values():
             if pinned and lib is not None:
-                _unregister(lib, runtime, raw.ctypes.data)
+                unregister(lib, runtime, raw.ctypes.data)
         buffers.clear()
 
     def describe(self) -> dict:
+        """Runtime, whether pinned (and how many bytes), buffers held, and why not pinned where not."""
         return {"runtime": self.runtime, "pinned": self.pinned, "pinned_bytes": self.pinned_bytes,
                 "buffers": len(self._buffers), "reason": self.reason}
 
@@ -328,13 +178,13 @@ def set_gpu_wait(runtime: str | None, device_id: int, mode: str) -> str:
                 setter = getattr(lib, "cuDevicePrimaryCtxSetFlags_v2", None) or lib.cuDevicePrimaryCtxSetFlags
                 status = setter(device, ctypes.c_uint(flags))
             return "" if status == 0 else f"the CUDA driver refused (CUresult {status})"
-        lib, reason = _runtime("hip")
+        lib, reason = load_runtime("hip")
         if lib is None:
             return reason
         for call, argument in (("hipSetDevice", int(device_id)), ("hipSetDeviceFlags", ctypes.c_uint(flags))):
             status = getattr(lib, call)(argument)
             if status != 0:
-                return "the HIP runtime refused: " + _refusal(lib, "hip", call, status, device_id)
+                return "the HIP runtime refused: " + refusal(lib, "hip", call, status, device_id)
         return ""
     except (OSError, AttributeError) as exc:
         return f"no {'CUDA driver (libcuda.so.1)' if runtime == 'cuda' else 'HIP runtime'}: {exc}"
@@ -356,10 +206,10 @@ def pin(runtime: str | None, address: int, nbytes: int, device_id: int = 0) -> s
     portable to every context. '' when pinned, else why not. Undo with :func:`unpin` before the memory goes."""
     if runtime is None:
         return "no GPU runtime (CPU target)"
-    lib, reason = _runtime(runtime)
+    lib, reason = load_runtime(runtime)
     if lib is None:
         return reason
-    refused = _register(lib, runtime, address, nbytes, device_id)
+    refused = register(lib, runtime, address, nbytes, device_id)
     if refused:
         return refused
     with _lock:
@@ -371,13 +221,11 @@ def unpin(runtime: str, address: int, device_id: int = 0) -> None:
     """Undo :func:`pin` for the range starting at ``address``."""
     with _lock:
         _pinned_ranges[:] = [r for r in _pinned_ranges if r[0] != address]
-    lib, _ = _runtime(runtime)
+    lib, _ = load_runtime(runtime)
     if lib is None:
         return
-    set_device = getattr(lib, _API[runtime][4], None)
-    if set_device is not None:  # on the pinning device: no context appears on GPU 0
-        set_device(int(device_id))
-    _unregister(lib, runtime, address)
+    set_device(lib, runtime, device_id)  # on the pinning device
+    unregister(lib, runtime, address)
 
 
 def is_pinned(address: int, nbytes: int) -> bool:
@@ -403,7 +251,7 @@ class DeviceCopier:
 
     def __init__(self, runtime: str, device_id: int = 0):
         self.runtime, self.device_id = runtime, device_id
-        self._lib, self.reason = _runtime(runtime)
+        self._lib, self.reason = load_runtime(runtime)
         self._stream: ctypes.c_void_p | None = None
         self._copy = self._wait = None
 
@@ -414,9 +262,7 @@ class DeviceCopier:
         create, copy, wait = (getattr(lib, n, None) for n in names[:3])
         if create is None or copy is None or wait is None:
             raise RuntimeError(f"the {self.runtime} runtime lacks {', '.join(names[:3])}")
-        set_device = getattr(lib, _API[self.runtime][4], None)
-        if set_device is not None:
-            set_device(int(self.device_id))
+        set_device(lib, self.runtime, self.device_id)
         stream = ctypes.c_void_p()
         create.argtypes, create.restype = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint], ctypes.c_int
         self._check(create(ctypes.byref(stream), _NON_BLOCKING), names[0])
@@ -428,7 +274,7 @@ class DeviceCopier:
 
     def _check(self, status: int, call: str) -> None:
         if status != 0:
-            raise RuntimeError(_refusal(self._lib, self.runtime, call, status, self.device_id))
+            raise RuntimeError(refusal(self._lib, self.runtime, call, status, self.device_id))
 
     def copy(self, jobs: list[tuple[int, list[tuple[int, int]]]]) -> None:
         """For each (device destination, pieces) job, copy its (host address, bytes) pieces to the destination
@@ -449,11 +295,12 @@ class DeviceCopier:
         except RuntimeError:
             if queued:
                 self._wait(self._stream)
-                _clear_error(self._lib, self.runtime)
+                clear_error(self._lib, self.runtime)
             raise
         self._check(self._wait(self._stream), _COPY_API[self.runtime][2])
 
     def close(self) -> None:
+        """Destroy the copy stream (the next copy makes a new one)."""
         if self._stream is not None and self._lib is not None:
             destroy = getattr(self._lib, _COPY_API[self.runtime][3], None)
             if destroy is not None:

@@ -1,6 +1,6 @@
 """Translate ONNX Runtime's provider-load errors into what to do about them.
 
-Each pattern is a real message (rocm_facts.md §1.4 and §7 record where each was seen). ``doctor`` uses the
+Each pattern is a real message (each seen with onnxruntime 1.32.0, onnxruntime-migraphx 1.27.1 or onnxruntime-gpu 1.31.1 on a host without ROCm or CUDA). ``doctor`` uses the
 same table, so a finding reads the same everywhere.
 """
 
@@ -69,7 +69,7 @@ _PATTERNS: tuple[tuple[re.Pattern, str, str], ...] = (
      "the TensorRT libraries are not installed",
      "Install TensorRT 10 and put its libraries on LD_LIBRARY_PATH, or use --target cuda."),
     # Added by the doctor (issue 3). The Python wrapper's warning when a provider is not in the build
-    # (onnxruntime_inference_collection.py, seen on 1.32.0 and 1.27.1: rocm_facts.md §1.4).
+    # (onnxruntime_inference_collection.py, seen on 1.32.0 and 1.27.1).
     (re.compile(r"Specified provider '(\w+)' is not in available provider names"),
      "this onnxruntime build does not include {0}",
      "Install the onnxruntime distribution that provides it (`onnxaccel doctor` names it) instead of this one."),

@@ -15,7 +15,7 @@ import numpy as np
 
 from onnxaccel import __version__
 from onnxaccel.serve.config import ServerConfig
-from onnxaccel.serve.instance import VERSION
+from onnxaccel.serve.signature import VERSION
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.protocol import InferRequest, ProtocolError
 from onnxaccel.serve.repository import READY, ModelRepository

@@ -32,12 +32,14 @@ import weakref
 
 import numpy as np
 
+from onnxaccel.engines.pool import pin_for_copies, unpin_for_copies
 from onnxaccel.errors import OnnxAccelError
 from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.model_link import FRAME, HELLO, pack
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import ModelRepository
+from onnxaccel.target import Target
 
 logger = logging.getLogger(__name__)
 
@@ -128,10 +130,8 @@ class ModelHost:
 
     async def run(self, on_ready) -> bool:
         """Load, serve the workers until stopped; True when every worker disconnected in time."""
-        from onnxaccel.serve import instance
         from onnxaccel.serve.server import _set_gpu_wait
 
-        instance.JOIN_HOLDS_GIL = False  # this loop only passes messages (see instance.JOIN_HOLDS_GIL)
         self._stop, self._no_workers = asyncio.Event(), asyncio.Event()
         self._no_workers.set()
         metrics = ServerMetrics(multiprocess_dir=self.multiprocess_dir)
@@ -139,6 +139,7 @@ class ModelHost:
         self.repository.require_models()
         _set_gpu_wait(self.model_defaults.get("target"), self.config.gpu_wait)
         await self.repository.load_all()
+        self._release_gil_in_joins()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -169,7 +170,16 @@ class ModelHost:
             await self.repository.close()
         return clean
 
+    def _release_gil_in_joins(self) -> None:
+        """This process's event loop only passes messages, so the pools of the models loaded here join batches
+        without holding the GIL: several instances' joins and the loop run at once (engines/pool_io.py
+        join_rows). A setting of each pool; a model loaded later gets it in ``_change``."""
+        for entry in self.repository.entries.values():
+            if entry.instance is not None:
+                entry.instance.pool.join_holds_gil = False
+
     def stop(self) -> None:
+        """Begin the drain (SIGTERM does the same)."""
         if self._stop is not None:
             self._stop.set()
 
@@ -196,27 +206,19 @@ class ModelHost:
 
     async def _pin(self, flat: np.ndarray) -> None:
         """Page-lock a worker's arena with the GPU runtime of the graph-captured models, so that their batches
-        are copied from it straight to the GPU (ModelInstance._execute_direct). Undone when the last view of the
-        arena goes (the worker left and its requests' batches finished). Where it fails, batches are joined on
-        the host as before; the reason is logged once. Only for models loaded when the worker connects."""
-        from onnxaccel.engines.hostmem import pin, runtime_for
-        from onnxaccel.serve.instance import GPU_GATE
-
+        are copied from it straight to the GPU (engines/pool.py, the pool's direct copies). Undone when the last
+        view of the arena goes (the worker left and its requests' batches finished). Where it fails, batches are
+        joined on the host as before; the reason is logged once. Only for models loaded when the worker
+        connects."""
         if not self.config.direct_copy:
             return
         graphs = [e.instance for e in list(self.repository.entries.values())
                   if e.instance is not None and e.instance.graph]
         if not graphs:
             return
-        target = graphs[0].runners[0].target
-        runtime, device_id, address = runtime_for(target.device), target.device_id or 0, flat.ctypes.data
-
-        def pin_gated() -> str:
-            with GPU_GATE.shared():  # no CUDA call of ours during a graph capture (see CaptureGate)
-                return pin(runtime, address, flat.nbytes, device_id)
-
-        try:
-            reason = await asyncio.to_thread(pin_gated)
+        target, address = graphs[0].pool.target, flat.ctypes.data
+        try:  # in a thread: it waits for a running graph capture (no CUDA call of ours during one)
+            reason = await asyncio.to_thread(pin_for_copies, target, address, flat.nbytes)
         except Exception as exc:  # noqa: BLE001 - the host join still works
             reason = f"{type(exc).__name__}: {exc}"
         if reason:
@@ -227,10 +229,11 @@ class ModelHost:
             return
         # Unpinned from a thread of its own (it waits for a running capture, and takes a while for 128 MiB), not
         # at interpreter exit: the process's end releases everything.
-        finalizer = weakref.finalize(flat, _unpin_later, runtime, address, device_id, flat.base)
+        finalizer = weakref.finalize(flat, _unpin_later, target, address, flat.base)
         finalizer.atexit = False
 
     def joined(self, worker: _Worker) -> None:
+        """A worker connected: it gets every model's state and signature."""
         self.workers.add(worker)
         self._no_workers.clear()
         worker.send(("models", None, self.describe()))
@@ -242,6 +245,7 @@ class ModelHost:
             self._no_workers.set()
 
     def dispatch(self, worker: _Worker, message: tuple) -> None:
+        """Route one message of a worker: an inference request, or a load or unload."""
         kind = message[0]
         if kind == "infer":
             self._infer(worker, *message[1:])
@@ -285,6 +289,7 @@ class ModelHost:
                 raise ProtocolError(503, "The server is shutting down.")
             if kind == "load":
                 await self.repository.load(name)
+                self._release_gil_in_joins()
             else:
                 await self.repository.unload(name)
             described = self.describe()
@@ -315,17 +320,13 @@ class ModelHost:
         return arena
 
 
-def _unpin_later(runtime: str, address: int, device_id: int, mapping) -> None:
+def _unpin_later(target: Target, address: int, mapping) -> None:
     """Unpin an arena whose last view went, off the thread that dropped it (usually the event loop). ``mapping``
     (the arena's mmap) stays referenced until then: memory must be unpinned before it is unmapped."""
     import threading
 
-    from onnxaccel.engines.hostmem import unpin
-    from onnxaccel.serve.instance import GPU_GATE
-
     def work(mapping=mapping) -> None:
-        with GPU_GATE.shared():
-            unpin(runtime, address, device_id)
+        unpin_for_copies(target, address)  # waits for a running capture
         del mapping  # now it may be unmapped
 
     threading.Thread(target=work, name="onnxaccel-unpin", daemon=True).start()

@@ -1,7 +1,7 @@
 """A decoding worker's side of ``serve --workers N --shared-models``: the link to the model process.
 
 The worker parses and validates requests as any server does (its repository holds each model's
-:class:`~onnxaccel.serve.instance.ModelSignature`, not its sessions), then hands the tensors to the one model
+:class:`~onnxaccel.serve.signature.ModelSignature`, not its sessions), then hands the tensors to the one model
 process (serve/model_host.py), which batches the requests of every worker together and runs them.
 
 Tensors do not travel through the socket: each worker owns an *arena*, anonymous shared memory

@@ -9,7 +9,7 @@ Facts from the protocol texts:
   order; an output is returned binary when it asks ``parameters.binary_data: true`` or the request asks
   ``parameters.binary_data_output: true``; the response then carries the same header, and each binary output
   ``parameters.binary_data_size``. BYTES elements are 4-byte little-endian length prefixes + bytes.
-Shapes and dtypes are checked against the model elsewhere (``instance.py``); here only the request's own
+Shapes and dtypes are checked against the model elsewhere (``signature.py``, with the runner's feed check); here only the request's own
 consistency (element counts, byte sizes, datatypes) is checked.
 """
 

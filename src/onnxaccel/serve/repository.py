@@ -21,7 +21,8 @@ from pathlib import Path
 
 from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.model import ZOO_PREFIX, load_model
-from onnxaccel.pipeline import compile_only
+from onnxaccel.engines import Runner
+from onnxaccel.pipeline import BoundModel, ConvertedModel, RunnerFromVariant
 from onnxaccel.target import GRAPH_OPTION
 from onnxaccel.serve.batcher import DynamicBatcher
 from onnxaccel.serve.config import ModelConfig, model_config_from
@@ -52,37 +53,22 @@ class ModelEntry:
 
 
 def load_instance(config: ModelConfig) -> ModelInstance:
-    """Compile ``config.instances`` runners of the model (blocking; call it in a thread)."""
+    """Compile ``config.instances`` runners of the model, each in the thread that will run it, from one bound and
+    converted model (blocking; call it in a thread)."""
     start = time.perf_counter()
     model = load_model(config.source)
     target, notes = config.resolved_target(
         graph_ok=graph_capture_possible(model) and config.max_batch > 1 and config.session_per_batch_size)
-    runners, warnings = [], list(notes)
-    shapes = _compile_shapes(model, config.shape_bindings())
-    try:
-        for _ in range(max(1, config.instances)):
-            bound, runner, notes = _compile(model, target, shapes)
-            runners.append(runner)
-            warnings.extend(w for w in notes if w not in warnings)
-    except BaseException:
-        for runner in runners:
-            runner.close()
-        raise
-    instance = ModelInstance(config, bound, runners, warnings, time.perf_counter() - start)
-    if instance.buckets and config.session_per_batch_size:
-        # ONNX Runtime's CUDA convolutions keep the cuDNN plan of the last input shape only (MIGraphX likewise
-        # recompiles on a new shape): a session that sees batches of 8 and 16 in turn rebuilds its plans on
-        # every run (~220 ms per ResNet-50 run on an H200, benchmarks/serve_session_probe.py). One session
-        # per padded size keeps every session on one shape, at the cost of one copy of the weights per size.
-        try:
-            for runner in runners:
-                sizes = {instance.buckets[0]: runner}
-                instance.size_runners.append(sizes)
-                for size in instance.buckets[1:]:
-                    sizes[size] = _compile(model, target, shapes)[1]
-        except BaseException:
-            instance.close()
-            raise
+    warnings = list(notes)
+    bound = BoundModel(model, _compile_shapes(model, config.shape_bindings()) or None, batch=1)
+    compile_runner = RunnerFromVariant(ConvertedModel(bound, target))
+
+    def make() -> Runner:  # in an instance's run thread (engines.pool.RunnerPool.build)
+        runner = compile_runner()
+        warnings.extend(w for w in runner.warnings if w not in warnings)
+        return runner
+
+    instance = ModelInstance.start(config, bound(), target, make, warnings)
     try:
         instance.warm_up()
     except Exception as exc:  # noqa: BLE001 - a model that cannot run at a padded size serves unpadded
@@ -95,13 +81,6 @@ def load_instance(config: ModelConfig) -> ModelInstance:
         instance.warnings.append(f"batch padding disabled: warm-up failed ({exc})")
     instance.load_seconds = time.perf_counter() - start
     return instance
-
-
-def _compile(model, target, shapes: dict):
-    """The bind, convert and compile steps alone (pipeline.compile_only): a server needs no feeds of its own,
-    so inputs no feed could be drawn for (strings) do not stop it."""
-    compiled = compile_only(model, target, shapes=shapes or None, batch=1)
-    return compiled.model, compiled.runner, compiled.warnings
 
 
 def _compile_shapes(model, given: dict) -> dict:

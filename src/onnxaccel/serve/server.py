@@ -17,6 +17,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from onnxaccel.engines.pool import set_gpu_wait
 from onnxaccel.errors import MissingDependencyError, UsageError
 from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.core import InferenceService
@@ -53,18 +54,13 @@ BODY_HIGH_WATER = 8 * 2**20
 def _set_gpu_wait(target_text: str | None, mode: str) -> str:
     """Apply --gpu-wait for the default target's GPU before any model is loaded (the setting is per process
     and device, and takes effect only before the device's context is first used). '' or why not."""
-    from onnxaccel.engines.hostmem import runtime_for, set_gpu_wait
-
     if not target_text or mode == "auto":
         return ""
     try:
         target = parse_target(target_text)
     except Exception:  # noqa: BLE001 - the model load reports a bad target properly
         return ""
-    runtime = runtime_for(target.device) if target.is_gpu else None
-    if runtime is None:
-        return ""
-    note = set_gpu_wait(runtime, target.device_id or 0, mode)
+    note = set_gpu_wait(target, mode)  # '' for a CPU target
     if note:
         logger.warning("--gpu-wait %s not applied: %s", mode, note)
     return note

@@ -1,0 +1,382 @@
+"""Several instances of one model side by side: the one way onnxaccel runs more than one session of a model.
+
+A :class:`RunnerPool` holds N instances. Each has a thread of its own that builds, warms and runs it (ONNX
+Runtime's CUDA EP keeps a captured graph per thread: cuda_execution_provider.h PerThreadContext holds
+cuda_graph_, so runs from another thread would capture again), optionally a session per shape bucket (padded
+batch size), inputs and outputs bound on the device once per bucket for graph replay, reused page-locked host
+buffers that batches are joined into, and direct copies from page-locked memory into the bound inputs. Graph
+captures take the process's one :data:`CAPTURE_GATE` exclusively; padded GPU runs hold it shared.
+
+Built as Polygraphy builds runners: construction (``RunnerPool.build``: a factory called in each instance's
+thread) apart from activation (``warm_up``). ``run(index, feeds)`` and ``run_rows(index, parts)`` are called
+in instance ``index``'s thread (``submit`` puts work there): serve's batcher runs batches through them, and
+bench's ``--instances``/``--concurrency`` loops take ``call(index, feeds)`` for their timed calls.
+
+GPU parts (pinning, direct copies, graph replay) were measured on an H200 with CUDA (benchmarks/
+serve_session_probe.py); the HIP paths are written to the HIP runtime API and never ran on AMD hardware.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+from onnxaccel.engines.base import Runner
+from onnxaccel.engines.gpu_runtime import runtime_for
+from onnxaccel.engines.hostmem import GPU_WAIT, DeviceCopier, HostMemory, is_pinned, pin, unpin
+from onnxaccel.engines.hostmem import set_gpu_wait as _set_gpu_wait
+from onnxaccel.engines.pool_io import CAPTURE_GATE, CaptureGate, join_rows, real_rows
+from onnxaccel.model import Model
+from onnxaccel.target import Target
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CAPTURE_GATE", "GPU_WAIT_MODES", "GRAPH_WARM_RUNS", "CaptureGate", "RunnerPool", "pin_for_copies",
+           "set_gpu_wait", "unpin_for_copies"]
+
+#: Runs of a newly bound session at warm-up, so that ONNX Runtime has captured its graph before real work (it
+#: captures after its first regular runs: cuda_execution_provider.cc kMinNumRunsBeforeCudaGraphCapture, 2).
+GRAPH_WARM_RUNS = 3
+
+#: How a run thread may wait for the GPU (engines/hostmem.py GPU_WAIT_EFFECT says what each does per runtime).
+GPU_WAIT_MODES = tuple(GPU_WAIT)
+
+
+class RunnerPool:
+    """N instances of one model on one target, each run by a thread of its own.
+
+    ``runners``: one per instance (the same runner several times for threads sharing one session, as bench's
+    ``--concurrency`` does). ``sessions``: per instance, a runner per bucket size (the instance's runner serves
+    the sizes without one); the list may be filled after construction, before ``warm_up``. ``buckets``: the
+    padded sizes of the first axis (empty: feeds run as given). ``graph``: per (instance, size) inputs and
+    outputs bound once and replayed (the target captures a graph); needs buckets. ``owns``: ``close`` closes
+    the runners too. ``one_capture_at_a_time``: warm-ups hold the capture gate exclusively (default: with
+    ``graph``). ``join_holds_gil``: see :func:`engines.pool_io.join_rows`; False where no event loop of the
+    process decodes requests (serve's model process).
+    """
+
+    def __init__(self, runners: Sequence[Runner], *, model: Model | None = None,
+                 sessions: list[dict[int, Runner]] | None = None, buckets: Sequence[int] = (), graph: bool = False,
+                 arena_shrinkage: bool = False, join_holds_gil: bool = True, direct_copy: bool = True,
+                 one_capture_at_a_time: bool | None = None, owns: bool = True, name: str = "pool",
+                 threads: list[ThreadPoolExecutor] | None = None, gate: CaptureGate = CAPTURE_GATE) -> None:
+        if not runners:
+            raise ValueError("a RunnerPool needs at least one runner")
+        self.runners = list(runners)
+        self.model = model if model is not None else self.runners[0].model
+        self.sessions = sessions if sessions is not None else []
+        self.buckets = tuple(buckets)
+        self.graph = graph
+        self.arena_shrinkage = arena_shrinkage
+        self.join_holds_gil = join_holds_gil
+        self.one_capture_at_a_time = graph if one_capture_at_a_time is None else one_capture_at_a_time
+        self.owns = owns
+        self.name = name
+        self.gate = gate
+        self.target: Target = self.runners[0].target
+        count = len(self.runners)
+        self.threads = threads or [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"run-{name}-{i}")
+                                   for i in range(count)]
+        gpu = self.target.is_gpu
+        self._runtime = runtime_for(self.target.device) if gpu else None
+        self._device_id = (self.target.device_id or 0) if gpu else 0
+        #: Per instance, the reused host buffers batches are joined into (made at first use): page-locked on GPUs
+        #: (one DMA per batch instead of the driver's chunked copy from pageable memory) and never freshly
+        #: allocated (no page faults in the run thread). One per instance: each is used by its thread only.
+        self.hosts: list[HostMemory | None] = [None] * count
+        #: Per (instance, size) with ``graph``: the bound run, made at warm-up.
+        self.bound: dict[tuple[int, int], object] = {}
+        #: Per instance, with ``graph``: copies of requests straight from page-locked memory (pinned by the
+        #: caller, e.g. the arenas of serve --shared-models) into the bound device inputs, without a host join;
+        #: None once a copy failed (the reason in ``direct_copy_note``; batches are then joined on the host).
+        self.copiers: list[DeviceCopier | None] = [
+            DeviceCopier(self._runtime, self._device_id) if graph and direct_copy and self._runtime else None
+            for _ in range(count)]
+        self.direct_copy_note = ""
+        #: Per instance, the seconds of each phase of its last run (join and run, or copy_in, replay and
+        #: copy_out with graphs); read after the run (serve's batch-phase metric).
+        self.phases: list[dict[str, float]] = [{} for _ in range(count)]
+        self._shrunk: set[int] = set()
+        self._shrink_arenas(self.runners)
+
+    @classmethod
+    def build(cls, make: Callable[[], Runner], count: int, *, buckets: Sequence[int] = (),
+              session_per_bucket: bool = False, name: str = "pool", **settings) -> RunnerPool:
+        """``count`` instances, each runner made by ``make()`` in the thread that will run it, one instance after
+        the other (and with ``session_per_bucket`` one runner per bucket size, the first being the instance's).
+        Everything built so far is closed again if one fails. Warm up with :meth:`warm_up`."""
+        threads = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"run-{name}-{i}") for i in range(count)]
+        sizes = tuple(buckets) if session_per_bucket else ()
+        built: list[dict[int | None, Runner]] = []
+        try:
+            for thread in threads:
+                built.append(thread.submit(_make_instance, make, sizes).result())
+        except BaseException:
+            for instance in built:
+                for runner in instance.values():
+                    runner.close()
+            for thread in threads:
+                thread.shutdown(wait=True)
+            raise
+        runners = [instance.pop(None) for instance in built]
+        sessions = [{sizes[0]: runner, **instance} for runner, instance in zip(runners, built)] if sizes else []
+        return cls(runners, sessions=sessions, buckets=buckets, name=name, threads=threads, **settings)
+
+    def __len__(self) -> int:
+        return len(self.runners)
+
+    # -- policy helpers -----------------------------------------------------------------------------------
+
+    def bucket(self, rows: int) -> int:
+        """The padded size ``rows`` run at: the smallest bucket that holds them (``rows`` without buckets, or
+        past the largest). The one place this is computed."""
+        return next((b for b in self.buckets if b >= rows), rows)
+
+    # -- threads ------------------------------------------------------------------------------------------
+
+    def submit(self, index: int, fn: Callable, *args) -> Future:
+        """Run ``fn(*args)`` in instance ``index``'s thread."""
+        return self.threads[index].submit(fn, *args)
+
+    def call(self, index: int, feeds: Mapping[str, np.ndarray], *, iobinding: bool = True) -> Callable[[], object]:
+        """The plain call a timing loop repeats on instance ``index`` (call it in that thread): its bound run
+        (inputs bound on the device, in this thread) or its runner's ``run`` on ``feeds``. Nothing else is
+        added to the call: the loop measures the model."""
+        runner = self.runners[index]
+        if iobinding:
+            bound = self.bound[(index, -1)] = runner.bind(feeds)
+            return bound.run
+        return functools.partial(runner.run, dict(feeds))
+
+    def bound_outputs(self, index: int) -> Callable[[], dict] | None:
+        """The ``outputs`` of instance ``index``'s bound run made by :meth:`call`, if any."""
+        bound = self.bound.get((index, -1))
+        return bound.outputs if bound is not None else None
+
+    def warm_turn(self):
+        """The context a warm-up runs in: the capture gate held exclusively when captures must not overlap
+        (graphs, or separate sessions warming one after the other), else nothing."""
+        return self.gate.exclusive() if self.one_capture_at_a_time else contextlib.nullcontext()
+
+    # -- running ------------------------------------------------------------------------------------------
+
+    def run(self, index: int, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+        """Run ``feeds`` on instance ``index`` (padded to a bucket where there are buckets): the outputs of the
+        real rows and the seconds of the run. Call it in that instance's thread."""
+        return self.run_rows(index, [feeds])
+
+    def run_rows(self, index: int, parts: list[Mapping[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], float]:
+        """Join ``parts`` along axis 0 straight into one buffer of the padded size (one copy per part, not a
+        concatenate and then a padding copy) and run on instance ``index``: the outputs of the real rows and
+        the seconds of the run. Padded (GPU) runs hold the capture gate shared."""
+        if not self.buckets:  # CPU: no graphs, no gate
+            return self._run_rows(index, parts)
+        with self.gate.shared():
+            return self._run_rows(index, parts)
+
+    def _run_rows(self, index: int, parts: list[Mapping[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], float]:
+        host = self.hosts[index]
+        pinned = host.pinned if host is not None else False
+        if len(parts) == 1 and not self.buckets:
+            return self._execute(index, parts[0])
+        names = list(parts[0])
+        rows = sum(next(iter(p.values())).shape[0] for p in parts) if names else 0
+        size = self.bucket(rows)
+        if self.graph and self.copiers[index] is not None:
+            direct = self._run_direct(index, parts, rows, size)
+            if direct is not None:
+                return direct
+        if len(parts) == 1 and size == rows and not pinned:
+            return self._execute(index, parts[0])
+        joined = {}
+        start = time.perf_counter()
+        for name in names:
+            first = parts[0][name]
+            buffer = self.buffer(index, name, (size, *first.shape[1:]), first.dtype)
+            join_rows(buffer, [part[name] for part in parts], hold_gil=self.join_holds_gil)
+            joined[name] = buffer
+        join_s = time.perf_counter() - start
+        outputs, seconds = self._execute(index, joined)
+        self.phases[index]["join"] = join_s
+        return real_rows(outputs, rows, size), seconds
+
+    def _run_direct(self, index: int, parts: list[Mapping[str, np.ndarray]], rows: int, size: int
+                    ) -> tuple[dict[str, np.ndarray], float] | None:
+        """With graphs, where every part lies in page-locked memory: copy each part straight into its rows of
+        the bound device inputs (the rows past ``rows`` keep an earlier run's values: padding, whose results are
+        dropped), replay, and return the real rows' outputs. None where it does not apply."""
+        bound = self.bound.get((index, size))
+        addresses = bound.input_addresses() if bound is not None else None
+        if not addresses or set(addresses) != set(parts[0]):
+            return None
+        pieces = {}
+        for name in addresses:
+            values = [part[name] for part in parts]
+            if not all(v.flags.c_contiguous and v.dtype != np.dtype(object) and is_pinned(v.ctypes.data, v.nbytes)
+                       for v in values):
+                return None
+            pieces[name] = [(v.ctypes.data, v.nbytes) for v in values]
+        start = time.perf_counter()
+        try:
+            self.copiers[index].copy([(address, pieces[name]) for name, address in addresses.items()])
+        except RuntimeError as exc:  # the host join still works: use it from now on, and say why
+            self.copiers[index].close()
+            self.copiers[index] = None
+            self.direct_copy_note = f"direct copies to the GPU failed ({exc}); batches are joined on the host"
+            logger.warning("'%s', instance %d: %s", self.name, index, self.direct_copy_note)
+            return None
+        outputs, seconds = self._replay(index, bound, start)
+        return real_rows(outputs, rows, size), seconds
+
+    def _execute(self, index: int, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+        runner = self.runners[index]
+        size = next(iter(feeds.values())).shape[0] if feeds else 0
+        if self.sessions and feeds:
+            runner = self.sessions[index].get(size, runner)
+        start = time.perf_counter()
+        if self.graph:
+            bound = self.bound.get((index, size))
+            if bound is None:  # at warm-up: bind, and run until ONNX Runtime has captured the graph
+                bound = self.bound[(index, size)] = runner.bind(feeds, fixed_outputs=self._output_shapes(size))
+                for _ in range(GRAPH_WARM_RUNS):
+                    bound.run()
+            bound.update(feeds)
+            return self._replay(index, bound, start)
+        outputs = runner.run(feeds)
+        seconds = time.perf_counter() - start
+        self.phases[index] = {"run": seconds}
+        return outputs, seconds
+
+    def _replay(self, index: int, bound, start: float) -> tuple[dict[str, np.ndarray], float]:
+        """Replay ``bound`` once its inputs were copied in (since ``start``): the outputs and the seconds since
+        ``start``, with the phases (copy_in, replay, copy_out) recorded."""
+        copied = time.perf_counter()
+        bound.run()
+        replayed = time.perf_counter()
+        outputs = bound.outputs()
+        end = time.perf_counter()
+        self.phases[index] = {"copy_in": copied - start, "replay": replayed - copied, "copy_out": end - replayed}
+        return outputs, end - start
+
+    def _output_shapes(self, size: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Each output's shape and dtype at batch ``size``: a captured graph has fixed shapes, so every axis but
+        the batch axis must be fixed in the model."""
+        shapes = {}
+        for spec in self.model.outputs:
+            rest = spec.shape[1:] if spec.shape else None
+            if rest is None or not all(isinstance(d, int) for d in rest):
+                raise ValueError(f"output '{spec.name}' has shape {spec.shape_text()}: graph capture needs every axis "
+                                 "but the batch axis fixed")
+            shapes[spec.name] = ((size, *rest), np.dtype(spec.dtype))
+        return shapes
+
+    def buffer(self, index: int, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """Instance ``index``'s reused (page-locked where possible) buffer for input ``name``; strings get a
+        fresh array (object arrays hold references, not bytes a device can copy)."""
+        if np.dtype(dtype) == np.dtype(object):
+            return np.empty(shape, dtype=dtype)
+        host = self.hosts[index]
+        if host is None:
+            keep = max(16, 2 * len(self.model.inputs))
+            host = self.hosts[index] = HostMemory(self._runtime, keep=keep, device_id=self._device_id)
+        return host.buffer(name, shape, dtype)
+
+    # -- activation ---------------------------------------------------------------------------------------
+
+    def warm_up(self) -> list[int]:
+        """Run every bucket size once on every instance, in the instance's thread, one at a time (graph
+        captures holding the gate exclusively), so no real run pays for a kernel search or a capture. The
+        sizes warmed."""
+        self._shrink_arenas([r for sizes in self.sessions for r in sizes.values()])
+        for size in sorted(self.buckets, reverse=True):  # largest first: one buffer, then views of it
+            for index in range(len(self.runners)):
+                feeds = {}
+                for spec in self.model.inputs:
+                    trailing = self.model.input_shapes.get(spec.name, ())[1:]
+                    # From the instance's own buffers, so they are allocated (and pinned) before real work.
+                    feeds[spec.name] = self.buffer(index, spec.name, (size, *trailing), np.dtype(spec.dtype))
+                    feeds[spec.name][...] = 0
+                self.submit(index, self._warm, index, feeds).result()
+        return sorted(self.buckets)
+
+    def _warm(self, index: int, feeds: Mapping[str, np.ndarray]) -> None:
+        with self.warm_turn():
+            self._execute(index, feeds)
+
+    def _shrink_arenas(self, runners: Sequence[Runner]) -> None:
+        """With ``arena_shrinkage`` (not under graphs: a captured graph keeps its memory), each runner once."""
+        if not self.arena_shrinkage or self.graph:
+            return
+        for runner in runners:
+            if id(runner) not in self._shrunk:
+                self._shrunk.add(id(runner))
+                runner.shrink_arenas()
+
+    def close(self) -> None:
+        """Wait for every instance's thread, release copiers, bindings and host buffers, and (``owns``) the
+        runners."""
+        for thread in self.threads:
+            thread.shutdown(wait=True)
+        for copier in self.copiers:
+            if copier is not None:
+                copier.close()
+        self.bound.clear()
+        for host in self.hosts:  # before the sessions: nothing runs on the buffers any more
+            if host is not None:
+                host.close()
+        if not self.owns:
+            return
+        closed = set()
+        for runner in [*self.runners, *(r for sizes in self.sessions for r in sizes.values())]:
+            if id(runner) not in closed:
+                closed.add(id(runner))
+                runner.close()
+
+
+def _make_instance(make: Callable[[], Runner], sizes: tuple[int, ...]) -> dict[int | None, Runner]:
+    """In an instance's thread: its runner (key None) and, per further bucket size, a runner of its own."""
+    made: dict[int | None, Runner] = {}
+    try:
+        made[None] = make()
+        for size in sizes[1:]:
+            made[size] = make()
+    except BaseException:
+        for runner in made.values():
+            runner.close()
+        raise
+    return made
+
+
+# -- the process's GPU runtime, for callers outside engines ------------------------------------------------
+
+def set_gpu_wait(target: Target, mode: str) -> str:
+    """Make this process's threads wait for ``target``'s GPU by spinning, yielding or blocking (before the
+    device is first used; engines/hostmem.py ``set_gpu_wait``). '' when set or not a GPU target, else why not."""
+    runtime = runtime_for(target.device) if target.is_gpu else None
+    if runtime is None:
+        return ""
+    return _set_gpu_wait(runtime, target.device_id or 0, mode)
+
+
+def pin_for_copies(target: Target, address: int, nbytes: int) -> str:
+    """Page-lock memory the caller owns (e.g. a shared-memory arena) with ``target``'s GPU runtime, so pools
+    with graphs copy parts from it straight into their bound inputs. '' when pinned, else why not. Holds the
+    capture gate shared: no CUDA call of ours during a capture. Undo with :func:`unpin_for_copies`."""
+    runtime = runtime_for(target.device) if target.is_gpu else None
+    with CAPTURE_GATE.shared():
+        return pin(runtime, address, nbytes, target.device_id or 0)
+
+
+def unpin_for_copies(target: Target, address: int) -> None:
+    """Undo :func:`pin_for_copies` for the range starting at ``address`` (holding the capture gate shared)."""
+    runtime = runtime_for(target.device)
+    if runtime is None:
+        return
+    with CAPTURE_GATE.shared():
+        unpin(runtime, address, target.device_id or 0)

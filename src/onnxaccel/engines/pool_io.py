@@ -1,0 +1,103 @@
+"""The host side of a RunnerPool: the capture gate, and joining batch parts into one reused buffer.
+
+Split from engines/pool.py (the pool itself), which uses and re-exports these names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+
+import numpy as np
+
+class CaptureGate:
+    """Graph captures exclusive against every GPU run of the process (a readers-writer lock, writers first).
+
+    ONNX Runtime begins a capture with cudaStreamCaptureModeGlobal (onnxruntime cuda_graph.cc): while it lasts,
+    CUDA calls from any other thread of the process fail, and so does the capture. Loading a graph-captured model
+    while others serve (the repository API) would hit that; batches hold the gate shared, captures exclusive.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+        self._writers_waiting = 0
+
+    @contextlib.contextmanager
+    def shared(self):
+        """Held by a run (or a CUDA call of ours) that may go alongside others but not during a capture."""
+        with self._cond:
+            while self._writing or self._writers_waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        """Held by a capture: waits for the runs holding the gate, and holds new ones back until it is done."""
+        with self._cond:
+            self._writers_waiting += 1
+            while self._writing or self._readers:
+                self._cond.wait()
+            self._writers_waiting -= 1
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+
+#: The process's gate: serve's GPU batches and every pool's warm-ups (bench's too) go through this one.
+CAPTURE_GATE = CaptureGate()
+
+#: memmove that keeps the GIL (ctypes.memmove releases it, as numpy's copies do). See join_rows.
+_memmove_holding_gil = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(
+    ctypes.cast(ctypes.memmove, ctypes.c_void_p).value)
+
+
+def join_rows(buffer: np.ndarray, values: list[np.ndarray], *, hold_gil: bool = True) -> None:
+    """Copy ``values`` one after another into the first rows of ``buffer``; fill the rest with copies
+    of the last row (padding: rows are independent, so the real rows' results are unchanged).
+
+    In the server this runs in a run thread while the event loop thread holds the GIL most of the time.
+    numpy releases the GIL for each large copy and must then wait to get it back (up to the switch interval
+    each time): joining 64 rows of 600 kB that way took 52 ms instead of 8 ms while another thread ran
+    Python (2-core development machine, switch interval 0.5 ms; benchmarks/serve_session_probe.py measures
+    it on the GPU machine). memmove calls that keep the GIL (``hold_gil``) wait once per switch interval of
+    copying instead of once per row. A pool's setting: where no event loop of the process decodes requests
+    (serve's model process, whose loop only passes messages), releasing it lets several instances' joins and
+    the loop run at the same time.
+    """
+    contiguous = buffer.flags.c_contiguous and buffer.dtype != np.dtype(object)
+    copy = _memmove_holding_gil if hold_gil else ctypes.memmove
+    at = 0
+    for value in values:
+        n = value.shape[0]
+        if at + n > buffer.shape[0]:
+            raise ValueError(f"the parts hold more than the buffer's {buffer.shape[0]} rows")
+        if (contiguous and value.flags.c_contiguous and value.dtype == buffer.dtype
+                and value.shape[1:] == buffer.shape[1:]):
+            step = value.nbytes // n if n else 0
+            copy(buffer.ctypes.data + at * step, value.ctypes.data, value.nbytes)
+        else:
+            buffer[at:at + n] = value
+        at += n
+    if at < buffer.shape[0]:
+        buffer[at:] = buffer[at - 1]
+
+
+def real_rows(outputs: dict[str, np.ndarray], rows: int, size: int) -> dict[str, np.ndarray]:
+    """The outputs of a batch padded from ``rows`` to ``size``, without the padding rows (views)."""
+    if size == rows:
+        return outputs
+    return {n: (v[:rows] if v.ndim and v.shape[0] == size else v) for n, v in outputs.items()}

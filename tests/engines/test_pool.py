@@ -1,0 +1,347 @@
+"""The RunnerPool on real ONNX Runtime CPU sessions: instances built and warmed in their own threads, one
+capture gate, a session per bucket, bound sessions replayed, direct copies, the row join and its GIL setting,
+arena shrinkage, and the process-level helpers (GPU wait, pinning) that callers outside engines use.
+
+ONNX Runtime's CPU provider binds inputs and outputs the same way a GPU provider does but captures nothing;
+the graph path here is therefore the bind/update/replay logic, not a CUDA graph (measured on the H200)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import onnxaccel.engines.pool as pool_module
+import onnxaccel.engines.pool_io as pool_io
+from onnxaccel.engines.pool import (CaptureGate, RunnerPool, pin_for_copies, set_gpu_wait, unpin_for_copies)
+from onnxaccel.engines.pool_io import join_rows
+from onnxaccel.errors import InputError
+from onnxaccel.pipeline import compile_only
+from onnxaccel.target import parse_target
+
+
+@pytest.fixture()
+def compiled(mlp_path):
+    """The mlp bound at batch 1 and compiled for the CPU; ``new_runner()`` makes further sessions."""
+    made = compile_only(str(mlp_path), parse_target("cpu"), batch=1)
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="module")
+def reference(mlp_path):
+    session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+    return lambda x: session.run(None, {"x": x})[0]
+
+
+def rows(*counts: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.random((n, 4), dtype=np.float32)} for n in counts]
+
+
+# -- the row join ---------------------------------------------------------------------------------------
+
+def reference_join(values, size):
+    joined = np.concatenate(values, axis=0)
+    pad = size - joined.shape[0]
+    return np.concatenate([joined, np.repeat(joined[-1:], pad, axis=0)]) if pad else joined
+
+
+@pytest.mark.parametrize("size", [6, 8])
+def test_join_rows_copies_parts_in_order_and_pads_with_the_last_row(size):
+    rng = np.random.default_rng(3)
+    values = [rng.random((n, 3, 4), dtype=np.float32) for n in (1, 2, 3)]
+    buffer = np.full((size, 3, 4), -1.0, dtype=np.float32)
+    join_rows(buffer, values)
+    assert np.array_equal(buffer, reference_join(values, size))
+
+
+def test_join_rows_refuses_more_rows_than_the_buffer_holds():
+    buffer = np.zeros((3, 2), dtype=np.float32)
+    with pytest.raises(ValueError, match="more than the buffer's 3 rows"):
+        join_rows(buffer, [np.ones((2, 2), np.float32), np.ones((2, 2), np.float32)])
+
+
+def test_join_rows_handles_strided_and_other_dtype_parts():
+    rng = np.random.default_rng(4)
+    base = rng.random((4, 6), dtype=np.float32)
+    strided = base[:, ::2]  # not C-contiguous: copied by numpy, not memmove
+    other = rng.random((1, 3)).astype(np.float64)  # cast on assignment
+    buffer = np.zeros((5, 3), dtype=np.float32)
+    join_rows(buffer, [strided, other])
+    assert np.array_equal(buffer[:4], strided)
+    assert np.array_equal(buffer[4], other[0].astype(np.float32))
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_joins_keep_the_gil_only_where_the_pool_says(compiled, reference, monkeypatch, holds):
+    """``join_holds_gil`` is a setting of each pool (serve's model process turns it off on its pools): the
+    join copies with the GIL-holding memmove, or with ctypes.memmove, which releases it."""
+    used = []
+    holding, releasing = pool_io._memmove_holding_gil, ctypes.memmove
+    monkeypatch.setattr(pool_io, "_memmove_holding_gil", lambda *a: (used.append("holds"), holding(*a))[1])
+    monkeypatch.setattr(ctypes, "memmove", lambda *a: (used.append("releases"), releasing(*a))[1])
+    pool = RunnerPool([compiled.runner], owns=False, join_holds_gil=holds)
+    try:
+        parts = rows(2, 3)
+        outputs, _ = pool.submit(0, pool.run_rows, 0, parts).result()
+        np.testing.assert_array_equal(outputs["probs"], reference(np.concatenate([p["x"] for p in parts])))
+        assert used == ["holds" if holds else "releases"] * 2 and "join" in pool.phases[0]
+    finally:
+        pool.close()
+
+
+# -- the capture gate -------------------------------------------------------------------------------------
+
+def test_a_capture_waits_for_running_batches_and_holds_new_ones_back():
+    gate, events = CaptureGate(), []
+    batch_running, release_batch = threading.Event(), threading.Event()
+
+    def batch(name, hold=None):
+        with gate.shared():
+            events.append(f"{name} start")
+            if hold is not None:
+                batch_running.set()
+                hold.wait(5)
+            events.append(f"{name} end")
+
+    def capture():
+        with gate.exclusive():
+            events.append("capture start")
+            time.sleep(0.1)
+            events.append("capture end")
+
+    first = threading.Thread(target=batch, args=("a", release_batch))
+    first.start()
+    batch_running.wait(5)
+    capturing = threading.Thread(target=capture)
+    capturing.start()
+    time.sleep(0.1)
+    later = threading.Thread(target=batch, args=("b",))  # arrives while the capture waits: goes after it
+    later.start()
+    time.sleep(0.1)
+    assert events == ["a start"]
+    release_batch.set()
+    for thread in (first, capturing, later):
+        thread.join(5)
+    assert events == ["a start", "a end", "capture start", "capture end", "b start", "b end"]
+
+
+def test_warm_ups_hold_the_gate_exclusively_and_padded_runs_share_it(compiled):
+    gate = CaptureGate()
+    pool = RunnerPool([compiled.runner, compiled.new_runner()], buckets=(1, 2, 4), one_capture_at_a_time=True,
+                      gate=gate, name="gated")
+    seen = []
+    real = pool._execute
+
+    def spy(index, feeds):
+        seen.append((index, threading.current_thread().name, gate._writing, gate._readers))
+        return real(index, feeds)
+
+    pool._execute = spy
+    try:
+        assert pool.warm_up() == [1, 2, 4]
+        assert {s[2:] for s in seen} == {(True, 0)}  # every warm-up alone, under the exclusive gate
+        assert {(i, name.rsplit("_", 1)[0]) for i, name, *_ in seen} == {(0, "run-gated-0"), (1, "run-gated-1")}
+        seen.clear()
+        pool.submit(1, pool.run_rows, 1, rows(1, 2)).result()
+        assert seen[0][2:] == (False, 1)  # a padded run holds it shared
+    finally:
+        pool.close()
+
+
+# -- building and running ------------------------------------------------------------------------------------
+
+def test_build_makes_each_runner_in_the_thread_that_runs_it(compiled, reference):
+    made = []
+
+    def make():
+        made.append(threading.current_thread().name)
+        return compiled.new_runner()
+
+    pool = RunnerPool.build(make, 2, buckets=(1, 2, 4), session_per_bucket=True, name="built")
+    try:
+        assert made == ["run-built-0_0"] * 3 + ["run-built-1_0"] * 3
+        assert [sorted(s) for s in pool.sessions] == [[1, 2, 4], [1, 2, 4]]
+        assert all(s[1] is r for s, r in zip(pool.sessions, pool.runners))
+        parts = rows(1, 2)
+        outputs, _ = pool.submit(1, pool.run_rows, 1, parts).result()
+        assert outputs["probs"].shape == (3, 3)  # the padding row is dropped
+        np.testing.assert_array_equal(outputs["probs"], reference(np.concatenate([p["x"] for p in parts])))
+    finally:
+        pool.close()
+    assert all(r.session is None for r in pool.runners)  # the pool owned them
+
+
+def test_build_closes_what_it_built_when_an_instance_fails(compiled):
+    made = []
+
+    def make():
+        if len(made) == 3:
+            raise RuntimeError("out of device memory")
+        made.append(compiled.new_runner())
+        return made[-1]
+
+    with pytest.raises(RuntimeError, match="out of device memory"):
+        RunnerPool.build(make, 2, buckets=(1, 2), session_per_bucket=True)
+    assert len(made) == 3 and all(r.session is None for r in made)
+
+
+def test_the_padded_size_is_the_smallest_bucket_that_holds_the_rows(compiled):
+    pool = RunnerPool([compiled.runner], owns=False, buckets=(1, 2, 4, 8))
+    try:
+        assert [pool.bucket(n) for n in (1, 2, 3, 5, 8, 9)] == [1, 2, 4, 8, 8, 9]
+        pool.buckets = ()
+        assert pool.bucket(7) == 7
+    finally:
+        pool.close()
+
+
+def test_bound_sessions_per_size_answer_like_a_plain_session(compiled, reference):
+    """The graph path (inputs and outputs bound once per instance and size, new values copied in before each
+    run), on ONNX Runtime's CPU provider, which binds the same way but captures nothing."""
+    sizes = {size: compiled.new_runner() for size in (1, 2, 4, 8)}
+    pool = RunnerPool([sizes[1]], model=compiled.model, sessions=[sizes], buckets=(1, 2, 4, 8), graph=True)
+    try:
+        assert pool.warm_up() == [1, 2, 4, 8]
+        assert sorted(pool.bound) == [(0, 1), (0, 2), (0, 4), (0, 8)]
+        for counts in ((1, 2), (3,), (2, 2, 1), (8,)):  # padded to 4, 4, 8, 8: each size's binding is reused
+            parts = rows(*counts, seed=sum(counts))
+            outputs, _ = pool.submit(0, pool.run_rows, 0, parts).result()
+            want = reference(np.concatenate([p["x"] for p in parts]))
+            np.testing.assert_array_equal(outputs["probs"], want)  # new inputs every time: no stale values
+            assert set(pool.phases[0]) >= {"copy_in", "replay", "copy_out"}
+    finally:
+        pool.close()
+    assert not pool.bound
+
+
+class HostCopier:
+    """Stand-in for DeviceCopier where no GPU exists: the same ``copy(jobs)``/``close()`` API, with host memory as
+    the "device" and the runtime's error text when told to fail at a given piece."""
+
+    def __init__(self, fail_at: int | None = None):
+        self.fail_at, self.pieces = fail_at, 0
+
+    def copy(self, jobs):
+        for destination, pieces in jobs:
+            at = destination
+            for address, nbytes in pieces:
+                self.pieces += 1
+                if self.pieces == self.fail_at:
+                    raise RuntimeError("cudaMemcpyAsync failed: error 1")
+                ctypes.memmove(at, address, nbytes)
+                at += nbytes
+
+    def close(self):
+        pass
+
+
+class HostAddressed:
+    """A CPU IO binding that tells its input addresses, as a GPU binding does (input_addresses)."""
+
+    def __init__(self, bound):
+        self.bound = bound
+
+    def input_addresses(self):
+        return {name: value.data_ptr() for name, value in self.bound.values.items()}
+
+    def __getattr__(self, name):
+        return getattr(self.bound, name)
+
+
+def test_direct_copies_place_each_part_in_its_rows_and_fall_back_to_the_host_join(compiled, reference,
+                                                                                   monkeypatch):
+    """The --shared-models graph path copies each request from page-locked memory into its rows of the bound
+    input. Here the "device" is host memory (a CPU binding and the HostCopier stand-in; page-locking is
+    assumed): every batch shape gives exactly the unbatched rows, no host join happens, and a copy that fails
+    part-way falls back to the host join with the reason kept."""
+    sizes = {size: compiled.new_runner() for size in (1, 2, 4, 8)}
+    pool = RunnerPool([sizes[1]], model=compiled.model, sessions=[sizes], buckets=(1, 2, 4, 8), graph=True)
+    try:
+        pool.warm_up()
+        pool.bound = {k: HostAddressed(v) for k, v in pool.bound.items()}
+        pool.copiers = [HostCopier()]
+        monkeypatch.setattr(pool_module, "is_pinned", lambda address, nbytes: True)
+        for counts in ((1, 2), (3,), (2, 2, 1), (8,), (1,), (5, 3), (1, 1, 1)):
+            parts = rows(*counts, seed=len(counts))
+            out, _ = pool.run_rows(0, parts)
+            np.testing.assert_array_equal(out["probs"], reference(np.concatenate([p["x"] for p in parts])))
+            assert "copy_in" in pool.phases[0] and "join" not in pool.phases[0]
+        pool.copiers = [HostCopier(fail_at=2)]
+        parts = rows(2, 1, seed=9)
+        out, _ = pool.run_rows(0, parts)
+        np.testing.assert_array_equal(out["probs"], reference(np.concatenate([p["x"] for p in parts])))
+        assert pool.copiers[0] is None and "cudaMemcpyAsync failed" in pool.direct_copy_note
+        assert "join" in pool.phases[0]
+    finally:
+        pool.close()
+
+
+def test_a_timing_loop_gets_the_bare_bound_call_made_in_its_thread(compiled, reference):
+    pool = RunnerPool([compiled.runner] * 2, owns=False)
+    feeds = {"x": np.ones((1, 4), np.float32)}
+    try:
+        call = pool.submit(1, pool.call, 1, feeds).result()
+        assert call.__self__ is pool.bound[(1, -1)] and call.__name__ == "run"  # nothing wrapped around it
+        pool.submit(1, call).result()
+        np.testing.assert_array_equal(pool.bound_outputs(1)()["probs"], reference(feeds["x"]))
+        assert pool.bound_outputs(0) is None
+        plain = pool.call(0, feeds, iobinding=False)
+        np.testing.assert_array_equal(plain()["probs"], reference(feeds["x"]))
+        with pytest.raises(InputError, match="expects float32"):  # checked once, when bound
+            pool.call(0, {"x": np.ones((1, 4), np.float64)})
+    finally:
+        pool.close()
+    assert compiled.runner.session is not None  # not the pool's to close
+
+
+def test_arena_shrinkage_is_set_on_every_session_but_not_under_graphs(compiled):
+    sizes = {size: compiled.new_runner() for size in (1, 2)}
+    pool = RunnerPool([sizes[1]], sessions=[sizes], buckets=(1, 2), arena_shrinkage=True)
+    try:
+        pool.warm_up()
+        for runner in sizes.values():
+            assert runner._run_options.get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"
+    finally:
+        pool.close()
+    graphed = RunnerPool([compiled.new_runner()], buckets=(1,), graph=True, arena_shrinkage=True)
+    try:
+        assert graphed.runners[0]._run_options is None
+    finally:
+        graphed.close()
+
+
+# -- the process's GPU runtime for callers outside engines ---------------------------------------------------
+
+def _loads(name: str) -> bool:
+    try:
+        ctypes.CDLL(name)
+    except OSError:
+        return False
+    return True
+
+
+def test_gpu_wait_and_pinning_of_a_cpu_target_do_nothing():
+    cpu = parse_target("cpu")
+    assert set_gpu_wait(cpu, "block") == ""
+    buffer = np.zeros(4096, np.uint8)
+    assert pin_for_copies(cpu, buffer.ctypes.data, buffer.nbytes) == "no GPU runtime (CPU target)"
+    unpin_for_copies(cpu, buffer.ctypes.data)
+
+
+@pytest.mark.skipif(_loads("libcuda.so.1"), reason="an NVIDIA driver is present")
+def test_gpu_wait_of_a_cuda_target_says_why_it_was_not_set():
+    assert "libcuda.so.1" in set_gpu_wait(parse_target("cuda"), "block")
+
+
+@pytest.mark.skipif(os.path.isdir("/sys/module/amdgpu"), reason="the amdgpu driver is loaded")
+def test_pinning_for_a_migraphx_target_says_why_not_and_holds_the_gate_shared():
+    buffer = np.zeros(4096, np.uint8)
+    reason = pin_for_copies(parse_target("migraphx"), buffer.ctypes.data, buffer.nbytes)
+    assert "libamdhip64" in reason

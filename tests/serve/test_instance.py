@@ -1,0 +1,190 @@
+"""A served model: its signature (the runner's feed check worded for the protocol), its padding policy and
+graph-capture rules, its pool built and warmed in the pool's own threads, the model process's pool settings,
+and uvicorn's body high-water mark. The pool itself is tested in tests/engines/test_pool.py."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from onnxaccel.model import load_model
+from onnxaccel.serve.config import ModelConfig, ServerConfig
+from onnxaccel.serve.instance import ModelInstance, graph_capture_possible
+from onnxaccel.serve.protocol import InferRequest, ProtocolError
+from onnxaccel.target import parse_target
+
+
+def test_body_high_water_is_raised_for_httptools():
+    httptools_impl = pytest.importorskip("uvicorn.protocols.http.httptools_impl")
+    from onnxaccel.serve.server import BODY_HIGH_WATER, _raise_body_high_water
+
+    before = httptools_impl.HIGH_WATER_LIMIT
+    try:
+        _raise_body_high_water(64 * 2**20)
+        assert httptools_impl.HIGH_WATER_LIMIT == max(before, BODY_HIGH_WATER)
+        _raise_body_high_water(1024)  # never lowered below what is set
+        assert httptools_impl.HIGH_WATER_LIMIT == max(before, BODY_HIGH_WATER)
+    finally:
+        httptools_impl.HIGH_WATER_LIMIT = before
+
+
+@pytest.mark.parametrize("target,key", [("cuda:0?enable_cuda_graph=1&prefer_nhwc=1", "enable_cuda_graph"),
+                                        ("rocm?enable_hip_graph=1", "enable_hip_graph"),
+                                        ("tensorrt?trt_cuda_graph_enable=True", "trt_cuda_graph_enable")])
+def test_graph_capture_from_a_tuned_target_is_dropped_when_serving_with_a_note(target, key):
+    assert parse_target(target).graph_capture
+    resolved, notes = ModelConfig(name="m", source="zoo:resnet50", target=target, precision="fp16").resolved_target()
+    assert key not in resolved.option_dict and not resolved.graph_capture
+    assert resolved.precision == "fp16"
+    if "prefer_nhwc" in target:
+        assert resolved.option_dict["prefer_nhwc"] == "1"  # the other tuned options stay
+    assert any(key in n and "served without it" in n for n in notes)
+    plain, plain_notes = ModelConfig(name="m", source="zoo:resnet50", target="cuda:0?prefer_nhwc=1").resolved_target()
+    assert not any("graph capture" in n for n in plain_notes)
+
+
+def test_graph_capture_is_kept_for_models_served_in_padded_sizes():
+    config = ModelConfig(name="m", source="zoo:resnet50", target="cuda:0?enable_cuda_graph=1", precision="fp16")
+    resolved, notes = config.resolved_target(graph_ok=True)
+    assert resolved.graph_capture and not any("graph capture" in n for n in notes)
+
+
+def test_graph_capture_needs_every_axis_but_the_batch_fixed(tmp_path, mlp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    assert graph_capture_possible(load_model(str(mlp_path)))
+    graph = helper.make_graph([helper.make_node("Identity", ["tokens"], ["same"])], "seq",
+                              [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, ["N", "L"])],
+                              [helper.make_tensor_value_info("same", TensorProto.FLOAT, ["N", "L"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "seq.onnx"))
+    assert not graph_capture_possible(load_model(str(tmp_path / "seq.onnx")))
+
+
+def _request(**inputs) -> InferRequest:
+    return InferRequest(model_name="mlp", inputs=inputs,
+                        datatypes={k: {"float32": "FP32", "int64": "INT64"}[str(v.dtype)] for k, v in inputs.items()})
+
+
+@pytest.fixture()
+def mlp_instance(mlp_path):
+    from onnxaccel.serve.repository import load_instance
+
+    instance = load_instance(ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=16))
+    yield instance
+    instance.close()
+
+
+@pytest.mark.parametrize("inputs,message", [
+    ({"y": np.zeros((1, 4), np.float32)}, "Model 'mlp' has no input named 'y'; its inputs are: x."),
+    ({}, "The request has no value for input(s) x of model 'mlp'."),
+    ({"x": np.zeros((1, 4), np.int64)}, "Input 'x' of model 'mlp' is FP32; the request sends INT64."),
+    ({"x": np.zeros((4,), np.float32)}, "Input 'x' of model 'mlp' has rank 2 [-1, 4]; the request sends shape [4]."),
+    ({"x": np.zeros((1, 5), np.float32)},
+     "Input 'x' of model 'mlp' must have 4 on axis 1 (shape [-1, 4]); the request sends shape [1, 5]."),
+    ({"x": np.zeros((17, 4), np.float32)},
+     "Input 'x' has batch 17, above the model's max_batch 16; split the request."),
+])
+def test_requests_are_checked_by_the_runners_rules_in_the_protocols_words(mlp_instance, inputs, message):
+    with pytest.raises(ProtocolError) as err:
+        mlp_instance.validate(_request(**inputs))
+    assert err.value.status == 400 and err.value.message == message
+
+
+def test_a_valid_request_gives_its_feeds_and_rows(mlp_instance):
+    x = np.ones((3, 4), np.float32)
+    feeds, rows = mlp_instance.validate(_request(x=x))
+    assert rows == 3 and feeds["x"] is x
+
+
+def test_the_padded_size_comes_from_the_pool(mlp_instance):
+    mlp_instance.buckets = (1, 2, 4, 8, 16)
+    assert mlp_instance.pool.buckets == (1, 2, 4, 8, 16)
+    assert [mlp_instance.pool.bucket(n) for n in (1, 3, 5, 9, 16, 20)] == [1, 4, 8, 16, 16, 20]
+    assert mlp_instance.padding_share(5) == pytest.approx(3 / 8)
+
+
+def test_start_builds_each_instance_and_its_size_sessions_in_the_thread_that_runs_it(mlp_path):
+    """ModelInstance.start: the factory runs in each instance's own run thread (the one batches go to), one
+    session per padded size there; warm-up runs in that thread too."""
+    from onnxaccel.pipeline import compile_only
+
+    model, target = load_model(str(mlp_path)), parse_target("cpu")
+    compiled = compile_only(model, target, batch=1)
+    made = []
+
+    def make():
+        made.append(threading.current_thread().name)
+        return compiled.new_runner()
+
+    config = ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=4, instances=2)
+    instance = ModelInstance.start(config, compiled.model, target, make, ["a note"])
+    try:
+        assert made == ["run-mlp-0_0", "run-mlp-1_0"]  # one runner each: no padded sizes on a CPU
+        assert instance.warnings == ["a note"] and len(instance.runners) == 2 and instance.size_runners == []
+        instance.buckets = (1, 2, 4)  # as on a GPU; the warm-up runs in each instance's thread
+        seen = []
+        real = instance.pool._execute
+
+        def spy(index, feeds):
+            seen.append((index, threading.current_thread().name, next(iter(feeds.values())).shape[0]))
+            return real(index, feeds)
+
+        instance.pool._execute = spy
+        assert instance.warm_up() == [1, 2, 4]
+        assert sorted(seen) == sorted((i, f"run-mlp-{i}_0", size) for i in (0, 1) for size in (1, 2, 4))
+    finally:
+        instance.close()
+        compiled.close()
+
+
+def test_start_with_a_session_per_size_builds_them_in_the_instance_thread(mlp_path, monkeypatch):
+    """On a GPU target (here: the CPU runner standing in, buckets from a GPU target's policy)."""
+    from onnxaccel.pipeline import compile_only
+
+    model, target = load_model(str(mlp_path)), parse_target("cpu")
+    compiled = compile_only(model, target, batch=1)
+    made = []
+
+    def make():
+        made.append(threading.current_thread().name)
+        return compiled.new_runner()
+
+    monkeypatch.setattr(ModelInstance, "_pool_settings", staticmethod(
+        lambda config, model, target: {"model": model, "buckets": (1, 2, 4), "graph": False,
+                                       "arena_shrinkage": False, "name": config.name}))
+    config = ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=4, instances=1)
+    instance = ModelInstance.start(config, compiled.model, target, make)
+    try:
+        assert made == ["run-mlp-0_0"] * 3 and sorted(instance.size_runners[0]) == [1, 2, 4]
+        assert instance.size_runners[0][1] is instance.runners[0]
+        outputs, _ = instance.execute_joined(0, [{"x": np.ones((1, 4), np.float32)}] * 3)  # the size-4 session
+        assert outputs["probs"].shape[0] == 3
+    finally:
+        instance.close()
+        compiled.close()
+
+
+def test_the_model_process_joins_batches_without_holding_the_gil(mlp_path, tmp_path):
+    """A pool setting, set on the pools of the models the model process loads (no global changed from
+    outside); a server of its own keeps the GIL-holding join."""
+    from onnxaccel.serve.model_host import ModelHost
+    from onnxaccel.serve.repository import ModelRepository
+
+    async def scenario():
+        host = ModelHost(str(mlp_path), {"target": "cpu"}, ServerConfig(), str(tmp_path / "sock"), None)
+        host.repository = ModelRepository(str(mlp_path), {"target": "cpu", "max_batch": 4})
+        await host.repository.load_all()
+        (entry,) = host.repository.entries.values()
+        before = entry.instance.pool.join_holds_gil
+        host._release_gil_in_joins()
+        after = entry.instance.pool.join_holds_gil
+        await host.repository.close()
+        return before, after
+
+    assert asyncio.run(scenario()) == (True, False)
