@@ -45,9 +45,11 @@ class CalibrationData:
 
     @property
     def synthetic(self) -> bool:
+        """True when the samples were synthesized (INT8 scales from them are not representative)."""
         return self.kind == SYNTHETIC
 
     def to_dict(self) -> dict:
+        """JSON-ready summary (source, kind, sample count) with the synthetic-data warning when it applies."""
         return {"source": self.source, "kind": self.kind, "samples": len(self.samples),
                 "synthetic": self.synthetic, "warning": SYNTHETIC_WARNING if self.synthetic else None}
 

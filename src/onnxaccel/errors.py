@@ -25,6 +25,7 @@ class OnnxAccelError(Exception):
         return text
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the error (type, message, hint), as ``--json`` commands print it."""
         return {
             "error": type(self).__name__,
             "message": self.message,
@@ -56,6 +57,7 @@ class ModelError(OnnxAccelError):
 
 
 class ModelNotFoundError(ModelError):
+    """The model file or zoo name does not exist."""
     pass
 
 

@@ -45,14 +45,17 @@ class FeedOrigin:
 
     @property
     def synthesized(self) -> bool:
+        """True when the feed was generated rather than given."""
         return self.source == "synthesized"
 
     def describe(self) -> str:
+        """One line saying where the feed came from and its type and shape."""
         shape = "x".join(map(str, self.shape)) if self.shape else ("scalar" if self.shape == () else "")
         what = f"{self.type} {shape}".strip()
         return f"{self.name}: {what}, {self.source} ({self.detail})"
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the origin."""
         return {"name": self.name, "source": self.source, "detail": self.detail,
                 "shape": list(self.shape) if self.shape is not None else None, "type": self.type}
 
@@ -67,6 +70,7 @@ class FeedSet:
 
     @property
     def synthesized(self) -> list[FeedOrigin]:
+        """Origins of the feeds that were generated, for the synthetic-input warning."""
         return [o for o in self.origins if o.synthesized]
 
 

@@ -21,6 +21,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import helper
 
+from onnxaccel import zoo
 from onnxaccel.errors import (
     ModelFormatError,
     ModelNotFoundError,
@@ -63,10 +64,12 @@ class TensorSpec:
 
     @property
     def is_tensor(self) -> bool:
+        """True for a tensor (not a sequence, map or optional)."""
         return self.kind == "tensor"
 
     @property
     def is_static(self) -> bool:
+        """True when every dimension is a known integer."""
         return self.shape is not None and all(isinstance(d, int) for d in self.shape)
 
     @property
@@ -85,6 +88,7 @@ class TensorSpec:
         return _type_text(self.type_proto) if self.type_proto is not None else f"tensor({self.dtype})"
 
     def shape_text(self) -> str:
+        """The shape as text, symbolic dimensions by name (the type for non-tensors)."""
         if not self.is_tensor:
             return self.type_text
         if self.shape is None:
@@ -92,6 +96,7 @@ class TensorSpec:
         return "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the spec."""
         out = {"name": self.name, "dtype": self.dtype,
                "shape": list(self.shape) if self.shape is not None else None}
         if not self.is_tensor:
@@ -118,29 +123,36 @@ class Model:
 
     @property
     def name(self) -> str:
+        """Short name: the zoo name, or the file name without its suffix."""
         return self.source[len(ZOO_PREFIX):] if self.source.startswith(ZOO_PREFIX) else self.path.stem
 
     @property
     def ir_version(self) -> int:
+        """The model's ONNX IR version."""
         return self.proto.ir_version
 
     @property
     def opsets(self) -> dict[str, int]:
+        """Opset version per domain (the default domain as ``ai.onnx``)."""
         return {(o.domain or "ai.onnx"): o.version for o in self.proto.opset_import}
 
     @property
     def default_opset(self) -> int:
+        """The default-domain opset version (0 when the model imports none)."""
         return self.opsets.get("ai.onnx", 0)
 
     @property
     def metadata(self) -> dict[str, str]:
+        """The model's metadata properties as a dict."""
         return {p.key: p.value for p in self.proto.metadata_props}
 
     @property
     def is_bound(self) -> bool:
+        """True when every input has a concrete shape (bound or static)."""
         return self.bound or len(self.input_shapes) == len(self.inputs)
 
     def input(self, name: str) -> TensorSpec:
+        """The spec of the input named ``name``; a ShapeError listing the inputs when there is none."""
         for spec in self.inputs:
             if spec.name == name:
                 return spec
@@ -211,6 +223,7 @@ class Model:
         )
 
     def to_dict(self) -> dict:
+        """JSON-ready description of the model: source, opsets, inputs, outputs and bound shapes."""
         return {
             "source": self.source,
             "path": str(self.path),
@@ -228,8 +241,6 @@ def load_model(source: str | os.PathLike, *, check: bool = True) -> Model:
     """Load a model from a path (external data beside it is fine) or a built-in ``zoo:NAME``."""
     text = str(source)
     if text.startswith(ZOO_PREFIX):
-        from onnxaccel import zoo  # the zoo builds its models on first use
-
         path = zoo.get_model_path(text[len(ZOO_PREFIX):])
     else:
         path = Path(text).expanduser()

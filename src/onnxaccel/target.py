@@ -5,7 +5,7 @@ Grammar: ``DEVICE[:ID][/PRECISION][@ENGINE][?KEY=VALUE&KEY=VALUE...]``
     cpu                       ONNX Runtime, CPUExecutionProvider, fp32
     cuda:1/fp16               CUDAExecutionProvider on GPU 1, an FP16 model
     migraphx:0/int8           MIGraphXExecutionProvider running a quantized (QDQ) model in INT8
-    migraphx@native           the native MIGraphX engine instead of ONNX Runtime
+    migraphx@migraphx         the native MIGraphX engine instead of ONNX Runtime
     cuda?prefer_nhwc=1&enable_cuda_graph=1
 
 The same string appears on the command line, in a ``tune`` result, in benchmark reports and in serving
@@ -212,14 +212,17 @@ class Target:
 
     @property
     def provider(self) -> str:
+        """The ONNX Runtime execution provider name for the device."""
         return PROVIDER[self.device]
 
     @property
     def is_gpu(self) -> bool:
+        """True for every device but the CPU."""
         return self.device != "cpu"
 
     @property
     def option_dict(self) -> dict[str, str]:
+        """The options as a dict."""
         return dict(self.options)
 
     def provider_options(self) -> dict[str, str]:
@@ -232,6 +235,7 @@ class Target:
         return opts
 
     def session_options(self) -> dict[str, str]:
+        """The options meant for the session rather than the execution provider."""
         return {k: v for k, v in self.options if k in SESSION_OPTIONS}
 
     @property
@@ -240,11 +244,13 @@ class Target:
         return self.precision == "fp32" or (self.device, self.precision) in NATIVE_PRECISION
 
     def with_options(self, extra: Mapping[str, str]) -> Target:
+        """A copy with ``extra`` options added or replacing existing ones (validated)."""
         merged = dict(self.options)
         merged.update({k: str(v) for k, v in extra.items()})
         return validated(replace(self, options=tuple(sorted(merged.items()))))
 
     def without_options(self, *keys: str) -> Target:
+        """A copy without the named options."""
         return replace(self, options=tuple(kv for kv in self.options if kv[0] not in keys))
 
     @property
@@ -254,6 +260,7 @@ class Target:
         return key is not None and self.option_dict.get(key, "0").lower() in ("1", "true")
 
     def with_precision(self, precision: str) -> Target:
+        """A copy at ``precision`` (validated against the device)."""
         return validated(replace(self, precision=precision))
 
     def __str__(self) -> str:
@@ -269,6 +276,7 @@ class Target:
         return text
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the target: its string and parsed parts."""
         return {
             "target": str(self),
             "engine": self.engine,

@@ -49,7 +49,7 @@ class FakeGpu:
         self.reads = 0
 
     def read(self):
-        from onnxaccel.system.telemetry_backends import GpuSample
+        from onnxaccel.system.gpu_sample import GpuSample
 
         self.reads += 1
         return [GpuSample(gpu=0, name="Fake GPU", vendor="amd", utilization_pct=75.0,

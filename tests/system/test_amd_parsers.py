@@ -34,7 +34,7 @@ def test_rocminfo_parser_rejects_text_that_is_not_rocminfo():
 
 def test_rocm_smi_json_of_a_7900xtx_gives_use_memory_average_power_and_edge_temperature():
     [card] = parse_rocm_smi_json(fixture_text("rocm_smi_7900xtx.json"))
-    assert card.index == 0
+    assert card.gpu == 0
     assert (card.utilization_pct, card.power_w, card.temperature_c) == (0.0, 19.0, 49.0)
     assert (card.memory_used_bytes, card.memory_total_bytes) == (794341376, 25753026560)
 
@@ -57,7 +57,7 @@ def test_rocm_smi_power_key_matches_average_and_current_socket_but_never_max():
             ' "card1": {"Average Graphics Package Power (W)": "N/A (Secondary die)"}, "system": {"Driver version": "6.7.0"}}')
     first, second = parse_rocm_smi_json(text)
     assert first.power_w == 4.0 and second.power_w is None
-    assert [c.index for c in (first, second)] == [0, 1]  # "system" is not a card
+    assert [c.gpu for c in (first, second)] == [0, 1]  # "system" is not a card
 
 
 def test_truncated_amd_smi_output_is_a_clear_error_not_a_traceback():
@@ -74,7 +74,7 @@ def test_truncated_amd_smi_output_is_a_clear_error_not_a_traceback():
 ])
 def test_amd_smi_json_is_read_in_both_the_list_and_the_gpu_data_layouts(text, expected):
     [gpu] = parse_amd_smi_json(text)
-    assert gpu.index == 0 and gpu.utilization_pct == expected
+    assert gpu.gpu == 0 and gpu.utilization_pct == expected
 
 
 def test_amd_smi_mb_are_mebibytes_and_na_is_none():

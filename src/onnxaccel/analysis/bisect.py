@@ -55,6 +55,7 @@ _FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorPro
 
 @dataclass(frozen=True)
 class TensorCheck:
+    """One tensor compared between the two targets during bisection, with the tolerances it was judged by."""
     tensor: str
     node: str
     op_type: str
@@ -66,9 +67,11 @@ class TensorCheck:
 
     @property
     def passed(self) -> bool:
+        """True when the two targets agree on this tensor within atol/rtol."""
         return not diverges(self.comparison, atol=self.atol, rtol=self.rtol)
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the check, as written under ``checked``/``inputs`` in the bisect report."""
         c = self.comparison
         return {"tensor": self.tensor, "node": self.node, "op_type": self.op_type, "position": self.position,
                 "passed": self.passed, "rel_l2": c.rel_l2, "max_abs": c.max_abs, "max_rel": c.max_rel,
@@ -86,6 +89,7 @@ def diverges(c: OutputComparison, *, atol: float, rtol: float) -> bool:
 
 @dataclass(frozen=True)
 class DivergenceResult:
+    """Outcome of a bisection: the first node whose output diverges between two targets, or why none was found."""
     found: bool
     target_a: str
     target_b: str
@@ -107,6 +111,7 @@ class DivergenceResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict:
+        """JSON-ready report (schema ``SCHEMA``) for ``compare --bisect --json``."""
         return {
             "schema": SCHEMA, "found": self.found, "target_a": self.target_a, "target_b": self.target_b,
             "atol": self.atol, "rtol": self.rtol, "message": self.message, "node": self.node,

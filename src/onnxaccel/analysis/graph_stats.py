@@ -28,6 +28,7 @@ _SUB_BYTE_BITS = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2}
 
 @dataclass(frozen=True)
 class NodeStats:
+    """Static cost of one node for the bound shapes: output shapes, MACs, FLOPs and parameters."""
     index: int
     name: str
     op_type: str
@@ -42,6 +43,7 @@ class NodeStats:
     uncounted_reason: str | None = None
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the node's statistics."""
         return {
             "index": self.index, "name": self.name, "op_type": self.op_type, "domain": self.domain,
             "output_shapes": [list(s) if s is not None else None for s in self.output_shapes],
@@ -52,12 +54,14 @@ class NodeStats:
 
 @dataclass(frozen=True)
 class DtypeTotal:
+    """Number of parameter elements of one data type and the bytes they take."""
     count: int
     bytes: int
 
 
 @dataclass(frozen=True)
 class GraphStats:
+    """Whole-graph statistics for the bound shapes: per-node costs, op histogram, parameters, activations."""
     input_shapes: dict[str, list[int]]
     nodes: tuple[NodeStats, ...]
     op_histogram: dict[str, int]
@@ -87,14 +91,17 @@ class GraphStats:
 
     @property
     def param_count(self) -> int:
+        """Parameter elements over every data type."""
         return sum(t.count for t in self.parameters.values())
 
     @property
     def param_bytes(self) -> int:
+        """Bytes of every parameter (initializer), all data types together."""
         return sum(t.bytes for t in self.parameters.values())
 
     @property
     def uncounted(self) -> tuple[NodeStats, ...]:
+        """Nodes whose arithmetic could not be counted (the totals are lower bounds when any exist)."""
         return tuple(n for n in self.nodes if not n.counted)
 
     def uncounted_by_op(self) -> dict[str, int]:
@@ -102,15 +109,18 @@ class GraphStats:
         return dict(Counter(_op_key(n.domain, n.op_type) for n in self.uncounted).most_common())
 
     def flops_by_op(self) -> dict[str, int]:
+        """FLOPs summed per op type (``domain.Op`` outside the default domain), largest first."""
         totals: Counter = Counter()
         for n in self.nodes:
             totals[_op_key(n.domain, n.op_type)] += n.flops
         return dict(totals.most_common())
 
     def top_nodes(self, k: int = 10) -> list[NodeStats]:
+        """The ``k`` nodes with the most FLOPs, largest first."""
         return sorted(self.nodes, key=lambda n: n.flops, reverse=True)[:k]
 
     def to_dict(self, *, nodes: bool = True) -> dict:
+        """JSON-ready statistics; ``nodes=False`` leaves out the per-node list to keep reports small."""
         out = {
             "input_shapes": self.input_shapes,
             "node_count": len(self.nodes),
@@ -310,6 +320,7 @@ def _parameters(graph: onnx.GraphProto) -> tuple[dict[str, DtypeTotal], dict[str
 
 
 def tensor_bytes(elem_type: int, count: int) -> int:
+    """Bytes taken by ``count`` elements of ONNX type ``elem_type`` (sub-byte types packed, rounded up)."""
     name = onnx.TensorProto.DataType.Name(elem_type)
     if name in _SUB_BYTE_BITS:
         return (count * _SUB_BYTE_BITS[name] + 7) // 8

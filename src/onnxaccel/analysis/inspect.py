@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from onnxaccel.analysis.graph_stats import GraphStats, graph_stats
 from onnxaccel.analysis.placement import CAPTURE_OPTIONS, PlacementReport, analyze_placement
 from onnxaccel.model import Model, load_model
+from onnxaccel.pipeline import prepare
 from onnxaccel.target import Target
 
 SCHEMA = "onnxaccel.inspect/1"
@@ -16,6 +17,7 @@ SCHEMA = "onnxaccel.inspect/1"
 
 @dataclass
 class InspectResult:
+    """What ``onnxaccel inspect`` found: the model, its graph statistics and, with a target, node placement."""
     model: Model
     stats: GraphStats
     target: Target | None = None
@@ -30,6 +32,7 @@ class InspectResult:
         return bool(self.placement and self.target and self.target.is_gpu and self.placement.placement.fallback)
 
     def to_dict(self, *, nodes: bool = True) -> dict:
+        """JSON-ready report (schema ``SCHEMA``) for ``inspect --json``."""
         return {
             "schema": SCHEMA,
             "model": self.model.to_dict(),
@@ -59,7 +62,6 @@ def inspect_model(
     stats = graph_stats(bound)
     if target is None:
         return InspectResult(bound, stats, warnings=list(bound.notes))
-    from onnxaccel.pipeline import prepare
 
     # With graph capture switched on, ONNX Runtime refuses to build a session it cannot capture, and there
     # would be no placement to show: analyze without the switch and let the verdict say what would happen.

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from onnxaccel.analysis.profile import KernelTime
 from onnxaccel.errors import InferenceError, UsageError
-from onnxaccel.target import Target
+from onnxaccel.pipeline import prepare
+from onnxaccel.target import Target, parse_target
 
 TOOLS = ("rocprofv3", "rocprof", "nsys")
 _INSTALL_HINT = ("Install ROCm's rocprofiler-sdk (rocprofv3) for AMD GPUs or Nsight Systems (nsys) for NVIDIA, "
@@ -44,6 +45,7 @@ _FOR_DEVICE = {"migraphx": ("rocprofv3", "rocprof"), "rocm": ("rocprofv3", "rocp
 
 @dataclass(frozen=True)
 class KernelReport:
+    """GPU kernel times collected by an external profiler (nsys, rocprofv3, rocprof) over a profiled run."""
     tool: str
     command: list[str]
     kernels: tuple[KernelTime, ...]
@@ -51,9 +53,11 @@ class KernelReport:
 
     @property
     def total_us(self) -> float:
+        """Summed time of every kernel over all runs, in microseconds."""
         return sum(k.total_us for k in self.kernels)
 
     def to_dict(self) -> dict:
+        """JSON-ready report with per-run kernel time and launches, for ``profile --kernels``."""
         return {"tool": self.tool, "command": self.command, "total_runs": self.total_runs,
                 "kernel_ms_per_run": self.total_us / max(1, self.total_runs) / 1e3,
                 "kernel_launches_per_run": sum(k.calls for k in self.kernels) / max(1, self.total_runs),
@@ -61,6 +65,7 @@ class KernelReport:
 
 
 def available_tools() -> dict[str, str]:
+    """Kernel profilers found on PATH, by name, with their paths."""
     return {name: path for name in TOOLS if (path := shutil.which(name))}
 
 
@@ -85,6 +90,9 @@ def choose_tool(requested: str, target: Target) -> str:
 
 def run_kernel_profile(tool: str, source: str, target: Target, *, runs: int, warmup: int,
                        inputs=(), shapes=None, batch: int | None = None, timeout: float = 600) -> KernelReport:
+    """Run the model under ``tool`` in a child process and parse the profiler's kernel summary.
+
+    The workload runs in a separate interpreter (this module's ``__main__``) because the profiler must launch it."""
     spec = json.dumps({"source": source, "target": str(target), "runs": runs, "warmup": warmup,
                        "inputs": list(inputs), "shapes": {k: list(v) for k, v in (shapes or {}).items()},
                        "batch": batch})
@@ -179,9 +187,6 @@ def _call(command: list[str], timeout: float) -> None:
 
 def _workload(spec_text: str) -> None:
     """The profiled process: prepare like `onnxaccel run`, then run with IO binding. Prints nothing."""
-    from onnxaccel.pipeline import prepare
-    from onnxaccel.target import parse_target
-
     spec = json.loads(spec_text)
     prepared = prepare(spec["source"], parse_target(spec["target"]), inputs=spec["inputs"],
                        shapes={k: tuple(v) for k, v in spec["shapes"].items()}, batch=spec["batch"])

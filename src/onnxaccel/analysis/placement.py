@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import onnx
 
 from onnxaccel.engines.base import CPU, PlacedNode, Placement, Runner
+from onnxaccel.engines.ort import capture_native_stderr, import_ort
+from onnxaccel.engines.ort_ep_options import ep_environment
 
 MEMCPY_OPS = ("MemcpyFromHost", "MemcpyToHost")
 CONTROL_FLOW_OPS = ("If", "Loop", "Scan")
@@ -47,6 +49,7 @@ class Partition:
     first: str
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the partition."""
         return {"provider": self.provider, "nodes": self.nodes, "first_node": self.first}
 
 
@@ -61,6 +64,7 @@ class Copy:
     consumers: tuple[str, ...]
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the copy node."""
         return {"name": self.name, "op_type": self.op_type, "tensor": self.tensor, "producer": self.producer,
                 "consumers": list(self.consumers)}
 
@@ -76,12 +80,14 @@ class GraphCapture:
     blocking: tuple[PlacedNode, ...] = ()
 
     def to_dict(self) -> dict:
+        """JSON-ready verdict on graph capture, with the nodes that block it."""
         return {"feature": self.feature, "option": self.option, "possible": self.possible, "reason": self.reason,
                 "blocking_nodes": [n.to_dict() for n in self.blocking]}
 
 
 @dataclass(frozen=True)
 class PlacementReport:
+    """Where a session placed each node: providers, partitions (graph breaks), copies and graph-capture verdict."""
     placement: Placement
     partitions: tuple[Partition, ...]
     #: Where the edges came from: "single-provider", "optimized-graph" or "original-graph" (approximate).
@@ -92,26 +98,32 @@ class PlacementReport:
 
     @property
     def requested(self) -> str:
+        """The execution provider that was asked for."""
         return self.placement.requested
 
     @property
     def compute_nodes(self) -> int:
+        """Nodes that compute (every placed node except Memcpy nodes)."""
         return self.placement.total - self.placement.memcpy_nodes
 
     @property
     def memcpy_nodes(self) -> int:
+        """Host/device copy nodes, from the placement count or the graph, whichever saw more."""
         return max(self.placement.memcpy_nodes, len(self.copies))
 
     @property
     def graph_breaks(self) -> int:
+        """Provider changes along the graph: partitions minus one."""
         return max(0, len(self.partitions) - 1)
 
     def per_provider(self) -> dict[str, int]:
+        """Compute nodes per provider, most first (providers with none left out)."""
         counts = {ep: sum(1 for n in nodes if not n.op_type.startswith("Memcpy"))
                   for ep, nodes in self.placement.nodes.items()}
         return dict(sorted(((k, v) for k, v in counts.items() if v), key=lambda kv: -kv[1]))
 
     def to_dict(self) -> dict:
+        """JSON-ready placement report (per-provider shares, fallback nodes, copies, partitions)."""
         total = self.compute_nodes or 1
         fallback = self.placement.fallback if self.requested != CPU else ()
         return {
@@ -169,8 +181,6 @@ def optimized_graph(runner: Runner) -> tuple[onnx.GraphProto | None, str]:
     providers = getattr(runner, "_providers", None)
     if session_options is None or providers is None:
         return None, "the runner is not an ONNX Runtime session"
-    from onnxaccel.engines.ort import capture_native_stderr, import_ort
-    from onnxaccel.engines.ort_ep_options import ep_environment
 
     ort = import_ort()
 
@@ -238,6 +248,7 @@ def find_partitions(graph: onnx.GraphProto, placement: Placement) -> tuple[Parti
 
 
 def find_copies(graph: onnx.GraphProto) -> tuple[Copy, ...]:
+    """Every MemcpyToHost/MemcpyFromHost node of ``graph`` with the tensor it copies and its neighbours."""
     producer = {out: (n.name or n.op_type) for n in graph.node for out in n.output}
     consumers: dict[str, list[str]] = {}
     for n in graph.node:

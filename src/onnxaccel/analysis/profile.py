@@ -23,7 +23,10 @@ from types import SimpleNamespace
 import numpy as np
 
 from onnxaccel.engines.base import CPU, Runner
+from onnxaccel.engines.ort import OrtBoundRun, capture_native_stderr, import_ort
+from onnxaccel.engines.ort_ep_options import ep_environment
 from onnxaccel.errors import InferenceError, InputError
+from onnxaccel.pipeline import explain_failure, prepare
 
 SCHEMA = "onnxaccel.profile/1"
 
@@ -39,6 +42,7 @@ HOST_TIME_NOTE = ("Node times on {provider} are measured on the host: GPU kernel
 
 @dataclass(frozen=True)
 class NodeTime:
+    """Time of one node across the profiled runs, from ONNX Runtime's profiler."""
     name: str
     op_type: str
     provider: str
@@ -50,15 +54,18 @@ class NodeTime:
 
     @property
     def mean_us(self) -> float:
+        """Mean time per call in microseconds (0 when never called)."""
         return self.total_us / self.calls if self.calls else 0.0
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the node's timing."""
         return {"name": self.name, "op_type": self.op_type, "provider": self.provider, "calls": self.calls,
                 "total_us": self.total_us, "mean_us": self.mean_us, "percent": self.percent, "fused": self.fused}
 
 
 @dataclass(frozen=True)
 class OpTime:
+    """Time of every node of one op type on one provider, summed."""
     op_type: str
     provider: str
     nodes: int
@@ -68,9 +75,11 @@ class OpTime:
 
     @property
     def mean_us(self) -> float:
+        """Mean time per call in microseconds (0 when never called)."""
         return self.total_us / self.calls if self.calls else 0.0
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the op type's timing."""
         return {"op_type": self.op_type, "provider": self.provider, "nodes": self.nodes, "calls": self.calls,
                 "total_us": self.total_us, "mean_us": self.mean_us, "percent": self.percent}
 
@@ -87,15 +96,18 @@ class KernelTime:
 
     @property
     def mean_us(self) -> float:
+        """Mean time per launch in microseconds (0 when never launched)."""
         return self.total_us / self.calls if self.calls else 0.0
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the kernel's timing."""
         return {"name": self.name, "op_type": self.op_type, "calls": self.calls, "total_us": self.total_us,
                 "mean_us": self.mean_us, "percent": self.percent}
 
 
 @dataclass(frozen=True)
 class ParsedProfile:
+    """An ONNX Runtime profile file reduced to run times and per-node, per-op and per-kernel totals."""
     runs_us: tuple[float, ...]
     nodes: tuple[NodeTime, ...]
     ops: tuple[OpTime, ...]
@@ -103,11 +115,13 @@ class ParsedProfile:
 
     @property
     def node_total_us(self) -> float:
+        """Sum of every node's time over all runs, in microseconds."""
         return sum(n.total_us for n in self.nodes)
 
 
 @dataclass
 class ProfileResult:
+    """What ``onnxaccel profile`` measured: the parsed profile plus the model, target and run settings."""
     model: str
     target: str
     providers: list[str]
@@ -122,12 +136,15 @@ class ProfileResult:
 
     @property
     def node_count(self) -> int:
+        """Number of nodes that appear in the profile."""
         return len(self.profile.nodes)
 
     def hotspots(self, k: int = 10) -> tuple[NodeTime, ...]:
+        """The ``k`` slowest nodes (the profile keeps nodes sorted by total time)."""
         return self.profile.nodes[:k]
 
     def to_dict(self) -> dict:
+        """JSON-ready report (schema ``SCHEMA``) for ``profile --json``."""
         runs = np.asarray(self.profile.runs_us or [0.0]) / 1e3
         return {
             "schema": SCHEMA, "model": self.model, "target": self.target, "providers": self.providers,
@@ -161,8 +178,6 @@ def profile_runner(
     if session_options is None or providers is None:
         raise InferenceError(f"Profiling needs an ONNX Runtime target; {runner.target} is not one.",
                              "Use an ort target (cpu, cuda, migraphx, ...).")
-    from onnxaccel.engines.ort import OrtBoundRun, capture_native_stderr, import_ort
-    from onnxaccel.engines.ort_ep_options import ep_environment
 
     ort = import_ort()
 
@@ -277,9 +292,6 @@ def profile_model(
     value_ranges=None,
 ) -> ProfileResult:
     """Prepare the model for the target (as ``run`` does) and profile it."""
-    from onnxaccel.errors import InferenceError
-    from onnxaccel.pipeline import explain_failure, prepare
-
     prepared = prepare(source, target, inputs=inputs, shapes=shapes, batch=batch, strict=strict,
                        value_ranges=value_ranges)
     try:

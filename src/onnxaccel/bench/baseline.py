@@ -26,6 +26,7 @@ DEFAULT_SIGMAS = 3.0
 
 @dataclass(frozen=True)
 class CellChange:
+    """How one benchmark cell moved against the baseline report, with the figures compared."""
     id: str
     verdict: str  # regression | gain | same | new | missing | now-failing | now-passing | both-failed
     old_p50_ms: float | None = None
@@ -38,28 +39,34 @@ class CellChange:
     note: str = ""
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the change."""
         return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
 class BaselineComparison:
+    """Every cell of a new report compared with a baseline report (``bench --baseline``)."""
     baseline: str
     threshold: float
     sigmas: float
     changes: tuple[CellChange, ...]
 
     def count(self, verdict: str) -> int:
+        """Number of cells with the given verdict."""
         return sum(1 for c in self.changes if c.verdict == verdict)
 
     @property
     def regressions(self) -> list[CellChange]:
+        """Cells that got slower beyond the threshold or started failing."""
         return [c for c in self.changes if c.verdict in ("regression", "now-failing")]
 
     @property
     def gains(self) -> list[CellChange]:
+        """Cells that got faster beyond the threshold or started passing."""
         return [c for c in self.changes if c.verdict in ("gain", "now-passing")]
 
     def to_dict(self) -> dict:
+        """JSON-ready comparison, stored in the report's ``baseline`` field."""
         return {"baseline": self.baseline, "threshold": self.threshold, "sigmas": self.sigmas,
                 "regressions": len(self.regressions), "gains": len(self.gains),
                 "changes": [c.to_dict() for c in self.changes]}
@@ -67,6 +74,10 @@ class BaselineComparison:
 
 def compare_reports(new: BenchReport, old: BenchReport, *, baseline_name: str = "baseline",
                     threshold: float = DEFAULT_THRESHOLD, sigmas: float = DEFAULT_SIGMAS) -> BaselineComparison:
+    """Compare every cell of ``new`` with the cell of the same id in ``old``.
+
+    ``threshold`` (relative) and ``sigmas`` (standard deviations) decide when a change is beyond noise;
+    cells only in ``old`` are listed as missing."""
     old_by_id = {c.id: c for c in old.cells}
     changes = [_change(cell, old_by_id.get(cell.id), threshold, sigmas) for cell in new.cells]
     new_ids = {c.id for c in new.cells}

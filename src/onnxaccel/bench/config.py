@@ -33,6 +33,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onnxaccel.bench.report import clean, write_atomic
 from onnxaccel.errors import OnnxAccelError, TargetError
 from onnxaccel.target import Target, parse_target
 
@@ -47,6 +48,7 @@ class ConfigError(OnnxAccelError):
 
 @dataclass(frozen=True)
 class TunedConfig:
+    """The configuration ``tune`` chose, saved as JSON so bench, run and serve can reuse it (``--config``)."""
     model: str
     target: Target
     batch: int | None = None
@@ -89,6 +91,7 @@ class TunedConfig:
         return None
 
     def to_dict(self) -> dict:
+        """JSON-ready form (schema ``SCHEMA``), the target written as its string form."""
         return {
             "schema": SCHEMA, "model": self.model, "model_sha256": self.model_sha256, "target": str(self.target),
             "batch": self.batch, "shapes": {k: list(v) for k, v in self.shapes.items()},
@@ -99,6 +102,7 @@ class TunedConfig:
 
 
 def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks (models can be gigabytes)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -107,8 +111,7 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 def save_config(config: TunedConfig, path: str | os.PathLike) -> Path:
-    from onnxaccel.bench.report import clean, write_atomic
-
+    """Write ``config`` as JSON to ``path`` atomically and return the expanded path."""
     path = Path(path).expanduser()
     write_atomic(path, json.dumps(clean(config.to_dict()), indent=2) + "\n")
     return path

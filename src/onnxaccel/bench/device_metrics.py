@@ -62,6 +62,7 @@ class DeviceMonitor:
             return None
 
     def start(self) -> None:
+        """Start sampling the target's GPU; nothing for a CPU target or when no backend opens."""
         if self.vendor is None:
             return
         try:
@@ -70,6 +71,7 @@ class DeviceMonitor:
             self._sampler = None
 
     def stop(self) -> dict | None:
+        """Stop sampling and return the target GPU's figures (mean/peak), or None when nothing was sampled."""
         if self._sampler is None:
             return None
         try:

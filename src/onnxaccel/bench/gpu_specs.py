@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class GpuSpec:
+    """Published peak figures of one GPU model, used for roofline percentages; ``source`` says where from."""
     name: str
     vendor: str
     #: Peak dense TFLOP/s (TOPS for int8) by precision key: fp32, tf32, fp16, int8.
@@ -55,9 +56,11 @@ class GpuSpec:
     patterns: tuple[str, ...] = field(default=(), repr=False)
 
     def peak(self, key: str) -> float | None:
+        """Peak TFLOP/s for a precision key (fp32, tf32, fp16, int8), or None when not published."""
         return self.peak_tflops.get(key)
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the spec (without the name patterns)."""
         return {"name": self.name, "vendor": self.vendor, "peak_tflops": dict(self.peak_tflops),
                 "bandwidth_gbps": self.bandwidth_gbps, "memory_gb": self.memory_gb, "power_w": self.power_w,
                 "source": self.source, "note": self.note}
@@ -115,6 +118,7 @@ def lookup(device_name: str | None) -> GpuSpec | None:
 
 
 def names() -> list[str]:
+    """Names of every known GPU spec, for help texts and errors."""
     return [s.name for s in SPECS]
 
 

@@ -12,8 +12,12 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from onnxaccel import __version__
+from onnxaccel.engines.ort import import_ort, installed_distributions
+
 
 def utc_now() -> str:
+    """The current UTC time as ISO 8601 text to the second, for report timestamps."""
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
@@ -37,6 +41,7 @@ def host_memory() -> dict:
 
 
 def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what ``platform`` knows."""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         for line in cpuinfo.read_text(errors="replace").splitlines():
@@ -47,8 +52,6 @@ def cpu_model() -> str:
 
 def environment() -> dict:
     """Versions and hardware that decide what a figure means."""
-    from onnxaccel import __version__
-
     info = {
         "onnxaccel": __version__,
         "python": platform.python_version(),
@@ -59,8 +62,6 @@ def environment() -> dict:
         "onnxruntime_distributions": {},
     }
     try:
-        from onnxaccel.engines.ort import import_ort, installed_distributions
-
         info["onnxruntime"] = import_ort().__version__
         info["onnxruntime_distributions"] = installed_distributions()
     except Exception as exc:  # noqa: BLE001 - a missing runtime is reported by the cells themselves

@@ -32,6 +32,7 @@ class ReportError(OnnxAccelError):
 
 @dataclass
 class BenchReport:
+    """A benchmark report: the model, environment and settings, and one result per cell (resumable)."""
     model: dict
     environment: dict
     settings: dict
@@ -45,6 +46,7 @@ class BenchReport:
     tune: dict | None = None
 
     def cell(self, cell_id: str) -> CellResult | None:
+        """The result of the cell with this id, or None when it has not run."""
         return next((c for c in self.cells if c.id == cell_id), None)
 
     def add(self, result: CellResult) -> None:
@@ -59,13 +61,16 @@ class BenchReport:
 
     @property
     def ok_cells(self) -> list[CellResult]:
+        """Cells that ran to the end."""
         return [c for c in self.cells if c.ok]
 
     @property
     def failed_cells(self) -> list[CellResult]:
+        """Cells that failed, each with its error."""
         return [c for c in self.cells if not c.ok]
 
     def to_dict(self) -> dict:
+        """JSON-ready report (schema ``SCHEMA``) with a summary of cell counts."""
         return {
             "schema": SCHEMA, "created": self.created, "updated": self.updated, "complete": self.complete,
             "model": self.model, "environment": self.environment, "settings": self.settings,
@@ -77,6 +82,7 @@ class BenchReport:
 
     @classmethod
     def from_dict(cls, data: dict, *, where: str = "the report") -> BenchReport:
+        """Read a report back from its JSON form; a ReportError names ``where`` when it is not one."""
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema != SCHEMA:
             hint = ("It was written by an older `onnxaccel bench` (single run, no cells); run the benchmark again."
@@ -112,6 +118,7 @@ def clean(value):
 
 
 def report_format(path: Path) -> str:
+    """The report format for a file's suffix (json, csv, markdown, html); a UsageError for any other."""
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise UsageError(f"Cannot write a report to '{path}': unknown file type '{path.suffix}'.",
@@ -132,10 +139,11 @@ def check_report_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
 
 
 def render(report: BenchReport, fmt: str) -> str:
+    """The report as text in ``fmt``."""
     if fmt == "json":
         return json.dumps(clean(report.to_dict()), indent=1) + "\n"
     if fmt == "csv":
-        from onnxaccel.bench.report_text import to_csv
+        from onnxaccel.bench.report_text import to_csv  # cycle: report_text and report_html import BenchReport
 
         return to_csv(report)
     if fmt == "markdown":
@@ -148,6 +156,7 @@ def render(report: BenchReport, fmt: str) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename, so a crash never leaves half a report."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     with open(tmp, "w", encoding="utf-8") as handle:
@@ -158,11 +167,13 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_reports(report: BenchReport, paths: Sequence[Path]) -> None:
+    """Write the report to every path, each in the format its suffix names."""
     for path in paths:
         write_atomic(path, render(report, report_format(path)))
 
 
 def load_report(path: str | os.PathLike) -> BenchReport:
+    """Read a JSON benchmark report; a ReportError with a hint when it is missing or not one."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise ReportError(f"Report file not found: {path}", "Check the path; reports are written by "

@@ -25,6 +25,7 @@ th{background:#f3f3f3} td.l,th.l{text-align:left} .meta{color:#555;font-size:13p
 
 
 def to_html(report: BenchReport) -> str:
+    """The report as one self-contained HTML page (inline CSS and SVG charts, no scripts)."""
     model = report.model
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

@@ -36,6 +36,7 @@ def series_name(cell: CellResult) -> str:
 
 
 def cell_row(cell: CellResult) -> tuple:
+    """One cell as a row of the text/Markdown table (``ROW_HEADERS``); failed cells show their message."""
     if not cell.ok:
         message = (cell.error or {}).get("message", "")
         return (cell.id, "FAILED", cell.batch or "-", *(["-"] * (len(ROW_HEADERS) - 4)), message[:80])
@@ -53,6 +54,7 @@ def cell_row(cell: CellResult) -> tuple:
 
 
 def accuracy_text(cell: CellResult, *, short: bool = False) -> str:
+    """The cell's accuracy verdict as short text (``short`` for narrow tables)."""
     accuracy = cell.accuracy or {}
     if not accuracy:
         return "-"
@@ -70,6 +72,7 @@ def _f(value, digits: int) -> str:
 
 
 def csv_row(cell: CellResult) -> dict:
+    """One cell as a flat CSV row keyed by ``CSV_COLUMNS``."""
     lat = cell.latency.to_dict() if cell.latency else {}
     session, tel, roof = cell.session or {}, cell.telemetry or {}, cell.roofline or {}
     transfer, memory, accuracy, error = cell.transfer or {}, cell.memory or {}, cell.accuracy or {}, cell.error or {}
@@ -101,6 +104,7 @@ def csv_row(cell: CellResult) -> dict:
 
 
 def to_csv(report: BenchReport) -> str:
+    """The report as CSV, one row per cell."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -110,6 +114,7 @@ def to_csv(report: BenchReport) -> str:
 
 
 def to_markdown(report: BenchReport) -> str:
+    """The report as Markdown: header, cell table, failed cells, baseline comparison and skipped cells."""
     env = report.environment
     lines = [f"# onnxaccel bench: {report.model.get('source')}", "",
              f"- started {report.created}, updated {report.updated}, "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from onnxaccel.analysis.graph_stats import graph_stats
 from onnxaccel.bench.gpu_specs import GpuSpec, peak_key
 
 # Bytes relative to FP32 for (weights, activations) by precision.
@@ -28,10 +29,12 @@ class ModelCost:
     io_bytes: int
 
     def bytes_for(self, precision: str) -> int:
+        """Estimated bytes moved per inference at ``precision``: weights once, activations written and read, I/O."""
         weights, acts = _SCALE.get(precision, (1.0, 1.0))
         return int(self.param_bytes * weights + 2 * self.activation_bytes * acts + self.io_bytes)
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the cost."""
         return {"flops": self.flops, "param_bytes": self.param_bytes, "activation_bytes": self.activation_bytes,
                 "io_bytes": self.io_bytes}
 
@@ -40,7 +43,6 @@ def model_cost(bound_model) -> ModelCost:
     """Cost of one inference of a bound Model (shape inference on a light copy; weights are not read)."""
     import numpy as np
 
-    from onnxaccel.analysis.graph_stats import graph_stats
 
     stats = graph_stats(bound_model)
     io = 0
@@ -61,6 +63,7 @@ def _itemsize(dtype: str) -> int:
 
 @dataclass(frozen=True)
 class Roofline:
+    """Achieved TFLOP/s and arithmetic intensity of a cell, set against the device's published peaks."""
     flops_per_inference: int
     achieved_tflops: float
     bytes_estimate: int
@@ -73,6 +76,7 @@ class Roofline:
 
     @property
     def pct_of_peak(self) -> float | None:
+        """Achieved TFLOP/s as a percentage of the device's peak, or None without a peak."""
         return 100.0 * self.achieved_tflops / self.peak_tflops if self.peak_tflops else None
 
     @property
@@ -84,18 +88,21 @@ class Roofline:
 
     @property
     def attainable_tflops(self) -> float | None:
+        """The roofline bound at this intensity: min(peak, intensity x bandwidth), or None without both peaks."""
         if not self.peak_tflops or not self.bandwidth_gbps or self.intensity is None:
             return None
         return min(self.peak_tflops, self.intensity * self.bandwidth_gbps * 1e9 / 1e12)
 
     @property
     def bound(self) -> str | None:
+        """"memory" or "compute": which side of the ridge point the intensity falls on, or None."""
         ridge = self.ridge
         if ridge is None or self.intensity is None:
             return None
         return "memory" if self.intensity < ridge else "compute"
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the roofline figures."""
         attainable = self.attainable_tflops
         return {
             "flops_per_inference": self.flops_per_inference, "achieved_tflops": self.achieved_tflops,

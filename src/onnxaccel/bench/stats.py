@@ -38,10 +38,12 @@ class LatencyStats:
 
     @classmethod
     def from_seconds(cls, samples: Sequence[float] | np.ndarray) -> LatencyStats:
+        """Statistics of latencies given in seconds."""
         return cls.from_ms(np.asarray(samples, dtype=np.float64) * 1e3)
 
     @classmethod
     def from_ms(cls, samples: Sequence[float] | np.ndarray) -> LatencyStats:
+        """Statistics of latencies given in milliseconds; ValueError when there are none."""
         ms = np.asarray(samples, dtype=np.float64)
         if ms.size == 0:
             raise ValueError("no samples")
@@ -56,6 +58,7 @@ class LatencyStats:
 
     @property
     def unstable(self) -> bool:
+        """True when the coefficient of variation exceeds ``UNSTABLE_CV`` (the figures are noisy)."""
         return self.cv > UNSTABLE_CV
 
     def median_noise(self) -> float:
@@ -71,6 +74,7 @@ class LatencyStats:
         return 1.2533 * sigma / math.sqrt(self.count) / self.p50
 
     def to_dict(self) -> dict:
+        """JSON-ready form, every figure in milliseconds."""
         return {
             "count": self.count, "mean_ms": self.mean, "stddev_ms": self.stddev, "min_ms": self.min,
             "p50_ms": self.p50, "p90_ms": self.p90, "p95_ms": self.p95, "p99_ms": self.p99,
@@ -79,6 +83,7 @@ class LatencyStats:
 
     @classmethod
     def from_dict(cls, data: dict) -> LatencyStats:
+        """Read statistics back from their JSON form."""
         return cls(int(data["count"]), float(data["mean_ms"]), float(data["stddev_ms"]), float(data["min_ms"]),
                    float(data["p50_ms"]), float(data["p90_ms"]), float(data["p95_ms"]), float(data["p99_ms"]),
                    float(data["p99_9_ms"]), float(data["max_ms"]))
@@ -92,10 +97,12 @@ class Histogram:
     counts: tuple[int, ...]
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the histogram."""
         return {"edges_ms": list(self.edges_ms), "counts": list(self.counts)}
 
     @classmethod
     def from_dict(cls, data: dict) -> Histogram:
+        """Read a histogram back from its JSON form."""
         return cls(tuple(float(e) for e in data["edges_ms"]), tuple(int(c) for c in data["counts"]))
 
 

@@ -18,16 +18,19 @@ _FONT = 'font-family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif"'
 
 @dataclass(frozen=True)
 class Series:
+    """One named line of a chart: its (x, y) points and colour."""
     name: str
     points: tuple[tuple[float, float], ...]
     color: str
 
 
 def color(index: int) -> str:
+    """The palette colour for the ``index``-th series (the palette repeats)."""
     return PALETTE[index % len(PALETTE)]
 
 
 def fmt(value: float) -> str:
+    """A short axis label for ``value`` (3 significant digits, k/M suffixes)."""
     if value == 0:
         return "0"
     magnitude = abs(value)
@@ -151,6 +154,7 @@ def bar_chart(bars: Sequence[tuple[str, float, str]], *, title: str, value_label
 
 def histogram_chart(edges: Sequence[float], counts: Sequence[int], *, title: str, chart_id: str, fill: str,
                     width: int = 360, height: int = 220) -> str:
+    """An inline SVG bar chart of a latency histogram (``edges`` one longer than ``counts``)."""
     out = _open(chart_id, width, height, title, "histogram")
     if not counts:
         out.append('<text x="20" y="50">no data</text></svg>')

@@ -31,6 +31,7 @@ from onnxaccel.pipeline import Prepared, explain_failure, prepare
 
 @dataclass(frozen=True)
 class SweepSettings:
+    """How every cell of a sweep is measured: warm-up, runs or duration, grouping, inputs, accuracy gate."""
     warmup: int = 10
     runs: int | None = 100
     duration: float | None = None
@@ -50,6 +51,7 @@ class SweepSettings:
     transfers: bool = True
 
     def to_dict(self) -> dict:
+        """The settings as JSON-ready values, as the report records them."""
         return {"warmup": self.warmup, "runs": self.runs, "duration_s": self.duration,
                 "calls_per_sample": self.calls_per_sample or "auto", "accuracy_gate": self.gate.to_dict(),
                 "seed": self.seed, "inputs": list(self.inputs), "strict": self.strict,
@@ -127,6 +129,7 @@ class Sweep:
         return [self.report.cell(c.id) for c in cells if self.report.cell(c.id) is not None]
 
     def write(self) -> None:
+        """Write the sweep's report to every requested path (JSON, text, HTML, by suffix)."""
         write_reports(self.report, self.paths)
 
     # -- one session -----------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ _BLOCK = 50
 
 @dataclass(frozen=True)
 class TimingResult:
+    """Latency statistics and throughput of one timed loop."""
     latency: LatencyStats
     batch: int
     first_run_ms: float
@@ -45,6 +46,7 @@ class TimingResult:
 
     @property
     def calls(self) -> int:
+        """Session calls made in the timed loop (samples x calls per sample)."""
         return self.latency.count * self.calls_per_sample
 
     @property
@@ -58,6 +60,7 @@ class TimingResult:
         return self.batch * self.calls / self.wall_seconds if self.wall_seconds else 0.0
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the timing."""
         return {
             "batch": self.batch, "iobinding": self.iobinding, "first_run_ms": self.first_run_ms,
             "throughput_items_per_s": self.throughput, "wall_throughput_items_per_s": self.wall_throughput,
@@ -158,9 +161,11 @@ class TransferSplit:
 
     @property
     def total_ms(self) -> float:
+        """Host-to-device, compute and device-to-host time together."""
         return self.h2d_ms + self.compute_ms + self.d2h_ms
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the split."""
         return {"method": self.method, "h2d_ms": self.h2d_ms, "compute_ms": self.compute_ms, "d2h_ms": self.d2h_ms,
                 "total_ms": self.total_ms, "reps": self.reps}
 

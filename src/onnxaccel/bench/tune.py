@@ -59,6 +59,7 @@ class TuneError(OnnxAccelError):
 
 @dataclass(frozen=True)
 class TuneSettings:
+    """What ``tune`` searches (batches, precisions, instances, threads) and how long and strictly it measures."""
     batches: tuple[int | None, ...] = (None,)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     #: None = the device's defaults (tune_space.DEFAULT_PRECISIONS), or the target string's own precision.
@@ -81,10 +82,12 @@ class TuneSettings:
     instances: tuple[int, ...] | None = None
 
     def sweep(self, duration: float) -> SweepSettings:
+        """Sweep settings that time each candidate for ``duration`` seconds."""
         return SweepSettings(warmup=self.warmup, runs=None, duration=duration, gate=self.gate, seed=self.seed,
                              inputs=self.inputs, strict=self.strict, gpu_name=self.gpu_name)
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the settings, stored in the report's ``tune`` field."""
         return {"batches": list(self.batches), "shapes": {k: list(v) for k, v in self.shapes.items()},
                 "precisions": list(self.precisions) if self.precisions else None, "accuracy_gate": self.gate.to_dict(),
                 "latency_budget_ms": self.latency_budget_ms, "warmup": self.warmup, "duration_s": self.duration,
@@ -95,6 +98,7 @@ class TuneSettings:
 
 @dataclass
 class TuneResult:
+    """The best configuration found, the plain-session baseline it was measured against, and every candidate."""
     model: str
     target: str
     best: CellResult
@@ -106,11 +110,13 @@ class TuneResult:
 
     @property
     def speedup(self) -> float | None:
+        """Throughput of the best cell over the baseline's, or None when the baseline did not run."""
         if self.baseline is None or not self.baseline.ok or not self.baseline.throughput:
             return None
         return (self.best.throughput or 0.0) / self.baseline.throughput
 
     def summary(self) -> list[str]:
+        """Human-readable lines: the best cell, the speed-up and the tuning notes."""
         lines = [f"best: {self.best.id}: {self.best.throughput:,.1f} items/s, p50 {self.best.latency.p50:.3f} ms, "
                  f"p99 {self.best.latency.p99:.3f} ms"]
         if self.speedup is not None:
@@ -119,6 +125,7 @@ class TuneResult:
         return lines + self.notes
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the result (best and baseline in brief, the saved config)."""
         def brief(cell: CellResult | None) -> dict | None:
             if cell is None or not cell.ok:
                 return None
@@ -142,6 +149,10 @@ def tune(
     sampler_factory=None,
     command: str | None = None,
 ) -> TuneResult:
+    """Search for the fastest configuration of ``source`` on ``target`` within the accuracy gate.
+
+    Stages are tried one at a time, each kept only when it beats the best so far, then the winner is
+    re-measured side by side with the plain session; the reports are written as cells finish."""
     return _Tuner(source, target, settings, report_paths, report, on_event, sampler_factory, command).run()
 
 

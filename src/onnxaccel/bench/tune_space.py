@@ -49,10 +49,12 @@ class Stage:
 
 
 def precisions_for(target: Target) -> tuple[str, ...]:
+    """Precisions ``tune`` tries by default on the target's device."""
     return DEFAULT_PRECISIONS.get(target.device, ("fp32",))
 
 
 def stages_for(target: Target, *, threads: tuple[int, ...] | None = None) -> list[Stage]:
+    """The tuning stages for the target's device, in the order they are tried."""
     device = target.device
     if device == "cuda":
         return [Stage("layout (prefer_nhwc)", ({"prefer_nhwc": "1"},)),

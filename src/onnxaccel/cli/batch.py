@@ -59,7 +59,7 @@ def batch_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Run MODEL over a dataset; options a --config can set resolve as flag > config > default (cli/groups.py)."""
-    from onnxaccel.scale import BatchJob, run_batch
+    from onnxaccel.scale import BatchJob, run_batch  # heavy: loaded per command (keeps --help fast)
 
     tuned = load_tuned(config)
     tgt = build_target(target, precision, ep_option, tuned)

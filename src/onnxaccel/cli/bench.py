@@ -11,6 +11,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from onnxaccel.bench.baseline import compare_reports
+from onnxaccel.bench.cells import grid
+from onnxaccel.bench.report import clean, load_report
+from onnxaccel.bench.report_text import accuracy_text
 from onnxaccel.cli.common import (
     EpOptionOpt,
     InputOpt,
@@ -106,9 +110,7 @@ def bench_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Measure MODEL over the sweep's cells; options a --config can set resolve as flag > config > default."""
-    from onnxaccel.bench.accuracy import AccuracyGate
-    from onnxaccel.bench.cells import grid
-    from onnxaccel.bench.report import load_report
+    from onnxaccel.bench.accuracy import AccuracyGate  # heavy: loaded per command (keeps --help fast)
     from onnxaccel.bench.sweep import Sweep, SweepSettings
 
     tuned = load_tuned(config)
@@ -140,14 +142,10 @@ def bench_command(
     report_obj.complete = all(report_obj.cell(c.id) is not None for c in cells)
     comparison = None
     if old is not None:
-        from onnxaccel.bench.baseline import compare_reports
-
         comparison = compare_reports(report_obj, old, baseline_name=str(baseline), threshold=noise)
         report_obj.baseline = comparison.to_dict()
     sweep.write()
     if as_json:
-        from onnxaccel.bench.report import clean
-
         sys.stdout.write(json.dumps(clean(report_obj.to_dict()), indent=2) + "\n")
     else:
         render_report(report_obj)
@@ -255,8 +253,6 @@ def render_report(report) -> None:
 
 def terminal_row(cell) -> list[str]:
     """The cells of one table row for ``cell`` (rich markup escaped)."""
-    from onnxaccel.bench.report_text import accuracy_text
-
     target = cell.cell.effective_target
     io = ("on" if cell.cell.iobinding else "off") + (f" x{cell.cell.concurrency}" if cell.cell.concurrency > 1 else "")
     io += f" i{cell.cell.instances}" if cell.cell.instances > 1 else ""

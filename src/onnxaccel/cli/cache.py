@@ -16,6 +16,10 @@ from onnxaccel.cli.common import (
     BatchOpt, JsonOpt, ShapeOpt, TargetOpt, console, handle_errors, note, print_json, resolve_target,
 )
 from onnxaccel.errors import UsageError
+from onnxaccel.inputs import synthesize
+from onnxaccel.model import load_model, parse_shape_bindings
+from onnxaccel.paths import runtime_models_dir
+from onnxaccel.transform.compile_cache import compile_cache_dir, list_entries, remove_entries
 
 SCHEMA = "onnxaccel.cache/1"
 
@@ -24,25 +28,27 @@ cache_app = typer.Typer(help="Compile caches: what is cached, keyed by what, how
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``cache`` command group to the application."""
     app.add_typer(cache_app, name="cache")
 
 
 @dataclass
 class CacheListing:
+    """Every compile cache entry and the converted models on disk, for ``cache list``."""
     root: str
     entries: list = field(default_factory=list)
     converted_models: int = 0
     converted_bytes: int = 0
 
     def to_dict(self) -> dict:
+        """JSON-ready listing (schema ``SCHEMA``) with total sizes."""
         return {"schema": SCHEMA, "root": self.root, "entries": [e.to_dict() for e in self.entries],
                 "total_bytes": sum(e.size_bytes for e in self.entries),
                 "converted_models": {"count": self.converted_models, "bytes": self.converted_bytes}}
 
 
 def listing() -> CacheListing:
-    from onnxaccel.transform.compile_cache import compile_cache_dir, list_entries
-
+    """List the compile cache entries and the converted models kept beside them."""
     converted = _converted_files()
     return CacheListing(str(compile_cache_dir()), list_entries(), len([p for p in converted if p.suffix == ".onnx"]),
                         sum(p.stat().st_size for p in converted))
@@ -52,6 +58,7 @@ def listing() -> CacheListing:
                    "versions, size, first-compile and warm-start times; stale = built by another runtime.")
 @handle_errors
 def list_command(as_json: JsonOpt = False) -> None:
+    """Print the compile cache entries as a table, or as JSON."""
     result = listing()
     if as_json:
         print_json(result.to_dict())
@@ -90,8 +97,7 @@ def clear_command(
     converted: Annotated[bool, typer.Option("--converted", help="Also delete converted models.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    from onnxaccel.transform.compile_cache import list_entries, remove_entries
-
+    """Delete compile cache entries (all, stale ones or by name) and optionally the converted models."""
     chosen = list_entries()
     if stale:
         chosen = [e for e in chosen if e.stale or e.problem]
@@ -125,9 +131,8 @@ def warm_command(
     batch: BatchOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    from onnxaccel.inputs import synthesize
-    from onnxaccel.model import load_model, parse_shape_bindings
-    from onnxaccel.transform.cached_compile import compile_cached
+    """Compile a model twice through its cache and report the cold and warm times."""
+    from onnxaccel.transform.cached_compile import compile_cached  # heavy: loaded per command
 
     tgt = resolve_target(target, None, None)
     bound = load_model(model).bind(parse_shape_bindings(shape or []), batch=batch)
@@ -151,8 +156,6 @@ def warm_command(
 
 
 def _converted_files() -> list[Path]:
-    from onnxaccel.paths import runtime_models_dir
-
     return [p for p in runtime_models_dir().iterdir() if p.is_file()]
 
 

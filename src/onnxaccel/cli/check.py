@@ -21,6 +21,7 @@ _STYLE = {"pass": "green", "fail": "bold red", "error": "red", "skipped": "yello
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``check`` command to the application."""
     app.command("check", help="Run ONNX test cases (model.onnx + test_data_set_N/input_K.pb, output_K.pb, as "
                 "ONNX's backend tests and the ONNX Model Zoo ship them) on a target and compare every output "
                 "with the expected one. Exit 1 on any failure or error.")(check_command)
@@ -46,7 +47,8 @@ def check_command(
     strict: StrictOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    from onnxaccel.conformance import TolerancePolicy, discover, run_check
+    """Run ONNX test cases on a target and exit 1 on any failure or error."""
+    from onnxaccel.conformance import TolerancePolicy, discover, run_check  # heavy: loaded per command
 
     for label, value in (("atol", atol), ("rtol", rtol)):
         if value is not None and not (value >= 0 and value != float("inf")):
@@ -77,6 +79,7 @@ def check_command(
 
 
 def render(report) -> None:
+    """Print the check report as a table of cases with the worst output of each."""
     for message in report.notes:
         note(message)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, expand=False)

@@ -12,7 +12,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from onnxaccel.engines import best_target
 from onnxaccel.errors import OnnxAccelError
+from onnxaccel.target import parse_target
 
 console = Console()
 err_console = Console(stderr=True)
@@ -112,11 +114,7 @@ def note(message: str) -> None:
 
 def resolve_target(text: str, precision: str | None, options: list[str] | None):
     """Parse --target/--precision/--ep-option; 'auto' picks the fastest target that really loads."""
-    from onnxaccel.target import parse_target
-
     if text.strip().lower().startswith("auto"):
-        from onnxaccel.engines import best_target
-
         best, skipped = best_target()
         for reason in skipped:
             note(f"skipped {reason}")

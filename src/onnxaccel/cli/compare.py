@@ -9,18 +9,19 @@ from rich.markup import escape
 from rich.table import Table
 
 from onnxaccel.analysis.compare import TargetComparison, compare_targets
-from onnxaccel.inputs import parse_value_ranges
 from onnxaccel.cli.common import (
     BatchOpt, EpOptionOpt, JsonOpt, ShapeOpt, StrictOpt, ValueRangeOpt, console, err_console, handle_errors, note, print_json,
     resolve_target, warn,
 )
 from onnxaccel.compare import check_tolerances, default_tolerances
 from onnxaccel.errors import UsageError
+from onnxaccel.inputs import parse_value_ranges
 from onnxaccel.model import parse_shape_bindings
 from onnxaccel.target import Target
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``compare`` command to the application."""
     app.command("compare", help="Run a model on two targets or precisions with the same inputs and compare the "
                 "outputs: max/mean absolute and relative error, cosine similarity, NaN/Inf counts, top-k agreement; "
                 "exit status 0 when every output is within --atol/--rtol, 1 when not. --bisect names the first "
@@ -53,6 +54,7 @@ def compare_command(
     strict: StrictOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
+    """Compare a model's outputs on two targets/precisions; exit 1 when they differ beyond tolerance."""
     reference, candidate = resolve_pair(target or [], precision or [], ep_option)
     default_atol, default_rtol = default_tolerances(reference, candidate)
     atol = default_atol if atol is None else atol
@@ -65,7 +67,7 @@ def compare_command(
                                  value_ranges=parse_value_ranges(value_range))
     divergence = None
     if bisect and not comparison.result.passed:
-        from onnxaccel.analysis.bisect import find_divergence
+        from onnxaccel.analysis.bisect import find_divergence  # heavy: loaded only for --bisect
 
         divergence = find_divergence(comparison.bound_model, reference, candidate, comparison.feeds, atol=atol,
                                      rtol=rtol, per_session=per_session)

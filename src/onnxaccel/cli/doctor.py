@@ -17,6 +17,7 @@ _MARK = {OK: "[green]ok[/]", INFO: "[blue]info[/]", WARN: "[yellow]warn[/]", ERR
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``doctor`` command to the application."""
     app.command("doctor", help="Check this machine: ONNX Runtime packages and conflicts, which execution "
                 "providers really load (a session is built on each), AMD and NVIDIA GPUs, ROCm/CUDA versions, "
                 "environment variables. With --target T, exit 1 unless T is ready (for scripts and containers).")(
@@ -29,6 +30,7 @@ def doctor_command(
                       "migraphx, rocm, tensorrt, with :ID or ?options); exit status 1 when it is not ready.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
+    """Check the machine (or one target) and print the findings; exit 1 when the target is not ready."""
     report = run_doctor(target)
     build = installed_build()
     if as_json:
@@ -52,6 +54,7 @@ def _render_build(build: OrtBuild) -> None:
 
 
 def render(report: DoctorReport, build: OrtBuild | None = None) -> None:
+    """Print the doctor report: system, ONNX Runtime build, providers, GPUs and findings."""
     system, runtime = report.system, report.runtime
     console.print(f"[bold]System[/]  {e(system['os'])}; Python {system['python']}; {e(system['cpu'])} "
                   f"({system['cpu_count']} CPUs)", highlight=False)

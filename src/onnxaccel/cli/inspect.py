@@ -18,6 +18,7 @@ from onnxaccel.model import parse_shape_bindings
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``inspect`` command to the application."""
     app.command("inspect", help="Show a model's inputs and outputs, op histogram, parameters, FLOPs/MACs per node "
                 "and activation memory for the bound shapes. With --target: which provider got each node, the "
                 "nodes that fell back to the CPU, partitions, Memcpy nodes and whether CUDA/HIP graphs can be "
@@ -41,6 +42,7 @@ def inspect_command(
     no_check: Annotated[bool, typer.Option("--no-check", help="Skip the ONNX checker.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
+    """Print a model's graph statistics and, with --target, where each node runs."""
     tgt = resolve_target(target, precision, ep_option) if target else None
     result = inspect_model(model, tgt, shapes=parse_shape_bindings(shape or []), batch=batch, check=not no_check)
     if as_json:

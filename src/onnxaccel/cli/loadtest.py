@@ -16,6 +16,7 @@ from onnxaccel.model import parse_shape_bindings
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``loadtest`` command to the application."""
     app.command("loadtest", help="Load-test a running Open Inference Protocol server (onnxaccel serve, Triton, "
                 "KServe): throughput and p50/p90/p95/p99 latency per concurrency level, like perf_analyzer.")(
         loadtest_command)
@@ -44,7 +45,8 @@ def loadtest_command(
     report: Annotated[Path | None, typer.Option("--report", help="Write the JSON report here.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    from onnxaccel.loadtest import LoadtestConfig, run_loadtest
+    """Load-test a running inference server at each concurrency level and print or write the report."""
+    from onnxaccel.loadtest import LoadtestConfig, run_loadtest  # heavy (asyncio, multiprocessing): per command
 
     try:
         levels = tuple(int(c) for c in concurrency.split(",") if c.strip())

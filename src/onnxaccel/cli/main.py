@@ -11,6 +11,7 @@ from onnxaccel.cli import (
     batch, bench, cache, check, compare, doctor, inspect, loadtest, monitor, optimize, profile, run, serve, tune, zoo,
 )
 from onnxaccel.cli.common import STATE
+from onnxaccel.engines.ort import set_runtime_log_level
 
 app = typer.Typer(
     name="onnxaccel",
@@ -37,9 +38,9 @@ def root(
     verbose: Annotated[bool, typer.Option("--verbose", help="Show ONNX Runtime's own warnings and errors on stderr "
                                           "(hidden by default; --json output on stdout stays JSON).")] = False,
 ) -> None:
+    """Global options, applied before any command runs."""
     STATE["debug"] = debug
     STATE["verbose"] = verbose
-    from onnxaccel.engines.ort import set_runtime_log_level
 
     set_runtime_log_level("debug" if debug else "verbose" if verbose else "quiet")
 
@@ -50,6 +51,7 @@ for module in (doctor, run, inspect, optimize, bench, tune, compare, profile, se
 
 
 def main() -> None:
+    """Entry point of the ``onnxaccel`` console script."""
     app()
 
 

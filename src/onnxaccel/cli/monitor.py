@@ -20,12 +20,14 @@ from rich.table import Table
 from onnxaccel.cli.common import JsonOpt, console, handle_errors
 from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.system.telemetry import TelemetryRecorder, TelemetrySummary, check_interval
-from onnxaccel.system.telemetry_backends import GpuSample, open_backends
+from onnxaccel.system.gpu_sample import GpuSample
+from onnxaccel.system.telemetry_backends import open_backends
 
 SCHEMA = "onnxaccel.monitor/1"
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``monitor`` command to the application."""
     app.command("monitor", help="Live view of all GPUs (NVML for NVIDIA; amdsmi or rocm-smi for AMD). --json "
                 "prints one JSON line per reading for scripts. Exits 1 when there is no GPU to monitor.")(
         monitor_command)
@@ -38,6 +40,7 @@ def monitor_command(
                      "Ctrl-C).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
+    """Show live GPU readings until interrupted (or ``--count`` readings); exit 1 without a GPU."""
     check_interval(interval)
     if count is not None and count < 1:
         raise UsageError(f"--count must be at least 1, got {count}.", "Leave it out to run until Ctrl-C.")

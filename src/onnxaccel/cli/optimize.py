@@ -21,9 +21,12 @@ from onnxaccel.cli.common import (
     BatchOpt, JsonOpt, ShapeOpt, TargetOpt, console, err_console, handle_errors, note, print_json,
     resolve_target,
 )
+from onnxaccel.compare import DEFAULT_TOLERANCES, GateSpec
 from onnxaccel.errors import InputError, UsageError
 from onnxaccel.inputs import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
 from onnxaccel.model import parse_shape_bindings
+from onnxaccel.precision.int8 import Int8Settings
+from onnxaccel.target import NATIVE_PRECISION
 
 # common.EpOptionOpt takes -o as its short flag; here -o is the output, as in most converters.
 EpOptionOpt = Annotated[
@@ -33,6 +36,7 @@ EpOptionOpt = Annotated[
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``optimize`` command to the application."""
     app.command("optimize", help="Write an optimized model (graph optimization, simplification, fixed shapes, "
                 "FP16 with automatic mixed precision, INT8 with calibration) and a report: nodes before/after, "
                 "size, precision, accuracy against the original, first-compile and warm-start times. Exits 1 "
@@ -49,8 +53,6 @@ def default_gate(precision: str, atol: float | None, rtol: float | None, max_err
                  min_topk_agreement: float | None, topk: int, min_cosine: float | None = None):
     """Tolerances default to `compare`'s per precision. INT8 checks elementwise only when asked, and a
     cosine floor when no threshold at all is given."""
-    from onnxaccel.compare import DEFAULT_TOLERANCES, GateSpec
-
     d_atol, d_rtol = DEFAULT_TOLERANCES[precision]
     elementwise = precision != "int8" or atol is not None or rtol is not None
     given = (atol, rtol, max_error, min_topk_agreement, min_cosine)
@@ -132,8 +134,8 @@ def optimize_command(
     report_path: Annotated[Path | None, typer.Option("--report", help="Also write the report as JSON here.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    from onnxaccel.analysis.bisect import find_divergence
-    from onnxaccel.precision.int8 import Int8Settings
+    """Write an optimized copy of a model and print what changed."""
+    from onnxaccel.analysis.bisect import find_divergence  # heavy: loaded per command
     from onnxaccel.transform.optimize import OptimizeOptions, optimize
 
     tgt = resolve_target(target, None, ep_option)
@@ -176,8 +178,6 @@ def optimize_command(
 
 def _precision_from_target(tgt, fp16: bool, amp: bool, int8: str | None, native: bool):
     """`-t migraphx/fp16` alone means --fp16 --native; `-t cpu/fp16` means --fp16; int8 likewise (static)."""
-    from onnxaccel.target import NATIVE_PRECISION
-
     if tgt.precision == "fp32" or fp16 or amp or int8:
         return fp16, amp, int8, native
     # MIGraphX INT8 is a QDQ model (the EP's own INT8 needs a table it never uses: engines/ort_ep_options.py).
@@ -212,6 +212,7 @@ class _nothing:
 
 
 def render(report, report_path: Path | None) -> None:
+    """Print the optimization report: warnings first (synthetic calibration in red), then the changes."""
     for message in report.warnings:
         err_console.print(Panel(escape(message), title="warning", border_style="bold red" if "SYNTHETIC" in message
                                 else "yellow"))

@@ -9,17 +9,19 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from onnxaccel.analysis.kernels import choose_tool, run_kernel_profile
 from onnxaccel.analysis.profile import ProfileResult, profile_model
-from onnxaccel.inputs import parse_value_ranges
 from onnxaccel.cli.common import (
     BatchOpt, EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, TargetOpt, ValueRangeOpt, console, handle_errors, note,
     print_json, resolve_target, warn,
 )
 from onnxaccel.errors import UsageError
+from onnxaccel.inputs import parse_value_ranges
 from onnxaccel.model import parse_shape_bindings
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``profile`` command to the application."""
     app.command("profile", help="Profile a model with ONNX Runtime's profiler: time per op type and per node "
                 "(total, mean, %, calls, provider), hotspots, fused MIGraphX/TensorRT subgraphs; writes the "
                 "Chrome trace with --trace. With --kernels, also runs the workload under rocprofv3/rocprof "
@@ -48,6 +50,7 @@ def profile_command(
     strict: StrictOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
+    """Profile a model with ONNX Runtime's profiler (or an external kernel profiler) and print the hotspots."""
     if top < 1:
         raise UsageError(f"--top must be at least 1, got {top}.", "e.g. --top 10")
     tgt = resolve_target(target, precision, ep_option)
@@ -55,8 +58,6 @@ def profile_command(
     result = profile_model(model, tgt, runs=runs, warmup=warmup, trace=trace, inputs=inputs or [], shapes=shapes,
                            batch=batch, strict=strict, value_ranges=parse_value_ranges(value_range))
     if kernels:
-        from onnxaccel.analysis.kernels import choose_tool, run_kernel_profile
-
         tool = choose_tool(kernels, tgt)
         report = run_kernel_profile(tool, model, tgt, runs=runs, warmup=warmup, inputs=inputs or [], shapes=shapes,
                                     batch=batch)

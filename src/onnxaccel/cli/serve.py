@@ -13,7 +13,9 @@ from onnxaccel.cli.common import (
     EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, console, handle_errors, note, print_json, warn,
 )
 from onnxaccel.cli.groups import ModelArgs, build_target, config_option, instance_count, load_tuned
+from onnxaccel.engines.pool import GPU_WAIT_MODES as GPU_WAIT
 from onnxaccel.errors import UsageError
+from onnxaccel.serve.config import ServerConfig
 
 ConfigOpt = config_option("target, shapes and instance count apply to every model (a model's config.json still "
                           "overrides them)")
@@ -100,8 +102,7 @@ def serve_command(
 ) -> None:
     """Serve SOURCE until SIGTERM; options a --config can set resolve as flag > config > default (cli/groups.py);
     a model's own config.json in a repository then overrides the result for that model."""
-    from onnxaccel.serve.config import ServerConfig
-    from onnxaccel.serve.server import serve
+    from onnxaccel.serve.server import serve  # heavy (asyncio, ssl) and Ray below: loaded per command
 
     tuned = load_tuned(config)
     tgt = build_target(target, precision, ep_option, tuned)
@@ -159,8 +160,6 @@ def serve_command(
 
 
 def _gpu_wait(mode: str) -> str:
-    from onnxaccel.engines.pool import GPU_WAIT_MODES as GPU_WAIT
-
     mode = mode.lower()
     if mode not in GPU_WAIT:
         raise UsageError(f"--gpu-wait {mode}: not a wait mode.", f"Use one of: {', '.join(GPU_WAIT)}.")

@@ -13,6 +13,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from onnxaccel.bench.config import save_config
+from onnxaccel.bench.report import clean
 from onnxaccel.cli.bench import SweepProgress, si
 from onnxaccel.cli.common import (
     EpOptionOpt,
@@ -41,6 +43,7 @@ from onnxaccel.cli.groups import (
     ints,
 )
 from onnxaccel.errors import UsageError
+from onnxaccel.target import PRECISIONS
 
 
 def register(app: typer.Typer) -> None:
@@ -89,11 +92,8 @@ def tune_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Search MODEL's fastest configuration on a target and write it (a `tune` reads no --config)."""
-    from onnxaccel.bench.accuracy import AccuracyGate
-    from onnxaccel.bench.config import save_config
-    from onnxaccel.bench.report import clean
+    from onnxaccel.bench.accuracy import AccuracyGate  # heavy: loaded per command (keeps --help fast)
     from onnxaccel.bench.tune import TuneSettings, tune
-    from onnxaccel.target import PRECISIONS
 
     tgt = build_target(target, None, ep_option, None)
     bound = ModelArgs.resolve(model, shape=shape, batch=batch, tuned=None)

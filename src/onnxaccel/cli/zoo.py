@@ -9,9 +9,11 @@ import typer
 from rich.table import Table
 
 from onnxaccel.cli.common import JsonOpt, console, handle_errors, print_json
+from onnxaccel.zoo import export_model, list_models, zoo_cache_dir
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``zoo`` command group to the application."""
     zoo_app = typer.Typer(help="Built-in models, built locally on first use (no network).", no_args_is_help=True)
     zoo_app.command("list", help="List the built-in models.")(list_command)
     zoo_app.command("get", help="Build (once) and write a built-in model to a file.")(get_command)
@@ -20,8 +22,7 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def list_command(as_json: JsonOpt = False) -> None:
-    from onnxaccel.zoo import list_models, zoo_cache_dir
-
+    """Print the built-in models, as a table or as JSON."""
     entries = list_models()
     if as_json:
         print_json({"schema": "onnxaccel.zoo/1", "cache_dir": str(zoo_cache_dir()),
@@ -41,8 +42,7 @@ def get_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the .onnx file.")],
     as_json: JsonOpt = False,
 ) -> None:
-    from onnxaccel.zoo import export_model
-
+    """Build a built-in model (once, cached) and write it to a file."""
     name = name.removeprefix("zoo:")
     path = export_model(name, output)
     if as_json:

@@ -42,6 +42,7 @@ class DataSet:
     outputs: tuple[Path, ...]
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the data set (paths as text)."""
         return {"name": self.name, "inputs": [str(p) for p in self.inputs], "outputs": [str(p) for p in self.outputs]}
 
 
@@ -63,6 +64,7 @@ class TestCase:
     __test__ = False  # not a pytest class
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the test case."""
         return {"name": self.name, "folder": str(self.folder), "model": str(self.model) if self.model else None,
                 "data_sets": [d.to_dict() for d in self.data_sets], "rtol": self.rtol, "atol": self.atol,
                 "generated_inputs": self.generated_inputs, "skip": self.skip, "notes": list(self.notes)}

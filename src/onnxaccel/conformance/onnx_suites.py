@@ -17,6 +17,8 @@ import shutil
 import warnings
 from pathlib import Path
 
+from onnxaccel.paths import cache_root
+
 #: The suites shipped as data in the onnx wheel, and "node", written by ``write_node_cases``.
 SHIPPED_SUITES = ("simple", "pytorch-converted", "pytorch-operator", "real", "light")
 SUITES = ("node",) + SHIPPED_SUITES
@@ -24,6 +26,7 @@ _DONE = ".complete"
 
 
 def shipped_data_dir() -> Path:
+    """The backend test data folder shipped inside the installed ``onnx`` package."""
     import onnx
 
     return Path(onnx.__file__).resolve().parent / "backend" / "test" / "data"
@@ -33,12 +36,12 @@ def node_cases_dir() -> Path:
     """Where the node cases of the installed onnx are written: <cache>/conformance/onnx-VERSION/node."""
     import onnx
 
-    from onnxaccel.paths import cache_root
 
     return cache_root() / "conformance" / f"onnx-{onnx.__version__}" / "node"
 
 
 def suite_dir(suite: str) -> Path:
+    """The folder holding a named suite's test cases, writing the node cases on first use."""
     if suite == "node":
         return write_node_cases(node_cases_dir())
     return shipped_data_dir() / suite

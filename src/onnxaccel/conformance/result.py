@@ -52,6 +52,7 @@ class CaseResult:
         return f"max abs err {worst.max_abs:.2g}" if not worst.tolerance.exact else "exact match"
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the case's result, with its worst output."""
         worst = self.worst
         return {"name": self.name, "folder": self.folder, "status": self.status, "seconds": self.seconds,
                 "data_sets": self.data_sets, "providers": self.providers, "reason": self.reason,
@@ -76,6 +77,7 @@ class CheckReport:
     notes: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
+        """Number of cases per status, every status present (0 when none)."""
         found = Counter(c.status for c in self.cases)
         return {s: found.get(s, 0) for s in STATUSES}
 
@@ -86,19 +88,23 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
+        """True when no case failed or errored (skipped cases do not count)."""
         counts = self.counts()
         return counts["fail"] == 0 and counts["error"] == 0
 
     @property
     def exit_code(self) -> int:
+        """The command's exit status: 0 when ok, else 1."""
         return 0 if self.ok else 1
 
     def summary(self) -> str:
+        """One line of counts per status."""
         c = self.counts()
         return (f"{c['pass']} passed, {c['fail']} failed, {c['error']} errored, {c['skipped']} skipped "
                 f"in {self.seconds:.1f} s")
 
     def to_dict(self) -> dict:
+        """JSON-ready report (schema ``SCHEMA``) for ``check --json``."""
         return {"schema": SCHEMA, "target": self.target, "precision": self.precision,
                 "providers": self.providers, "tolerance": self.tolerance, "summary": self.counts(),
                 "passed": self.ok, "seconds": self.seconds, "notes": self.notes,

@@ -1,15 +1,22 @@
-"""Engines compile a Model for a Target into a Runner: ONNX Runtime (``ort``) and native MIGraphX. Several
-runners of one model run side by side through a :class:`RunnerPool` (engines/pool.py)."""
+"""Engines compile a Model for a Target into a Runner: ONNX Runtime (``ort``) and native MIGraphX. Each
+implements :class:`Engine` (engines/base.py); :data:`REGISTRY` maps a target's ``@engine`` to its engine.
+Several runners of one model run side by side through a :class:`RunnerPool` (engines/pool.py)."""
 
 from __future__ import annotations
 
-from onnxaccel.engines.base import BoundRun, PlacedNode, Placement, Runner
+from onnxaccel.engines.base import BoundRun, Engine, PlacedNode, Placement, ProbeResult, Runner
+from onnxaccel.engines.migraphx import MigraphxEngine
+from onnxaccel.engines.ort import OrtEngine, import_ort, probe_provider
 from onnxaccel.engines.pool import RunnerPool
 from onnxaccel.errors import TargetError
 from onnxaccel.model import Model
-from onnxaccel.target import Target, parse_target
+from onnxaccel.target import ENGINES, Target, parse_target
 
-__all__ = ["BoundRun", "PlacedNode", "Placement", "Runner", "RunnerPool", "best_target", "compile_model"]
+__all__ = ["REGISTRY", "BoundRun", "Engine", "PlacedNode", "Placement", "ProbeResult", "Runner", "RunnerPool",
+           "best_target", "compile_model"]
+
+#: ``Target.engine`` -> the engine that compiles it; its keys are target.ENGINES (a test holds them equal).
+REGISTRY: dict[str, Engine] = {engine.name: engine for engine in (OrtEngine(), MigraphxEngine())}
 
 #: Devices tried by ``best_target``, fastest first.
 _PREFERENCE = ("migraphx", "cuda", "cpu")
@@ -17,15 +24,10 @@ _PREFERENCE = ("migraphx", "cuda", "cpu")
 
 def compile_model(model: Model, target: Target, *, strict: bool = False) -> Runner:
     """Build a Runner for the target's engine. The model should be bound (``Model.bind``)."""
-    if target.engine == "ort":
-        from onnxaccel.engines.ort import OrtEngine
-
-        return OrtEngine().compile(model, target, strict=strict)
-    if target.engine == "migraphx":
-        from onnxaccel.engines.migraphx import MigraphxEngine
-
-        return MigraphxEngine().compile(model, target, strict=strict)
-    raise TargetError(f"Unknown engine '{target.engine}'.", "Use ort or migraphx.")
+    engine = REGISTRY.get(target.engine)
+    if engine is None:
+        raise TargetError(f"Unknown engine '{target.engine}'.", f"Use one of: {', '.join(ENGINES)}.")
+    return engine.compile(model, target, strict=strict)
 
 
 def best_target() -> tuple[Target, list[str]]:
@@ -34,8 +36,6 @@ def best_target() -> tuple[Target, list[str]]:
     A provider counts only if a session built with it keeps it first in ``get_providers()``; being listed
     by ``get_available_providers()`` says only how the wheel was built.
     """
-    from onnxaccel.engines.ort import import_ort, probe_provider
-
     ort = import_ort()
     skipped = []
     available = ort.get_available_providers()

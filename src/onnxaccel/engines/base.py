@@ -1,4 +1,6 @@
-"""The Runner interface every engine implements (after Polygraphy's runners), and Placement.
+"""The interfaces of the engines: an :class:`Engine` compiles a Model for a Target into a :class:`Runner`
+(after Polygraphy's runners) and probes whether a target works here (:class:`ProbeResult`); Placement says
+which nodes each provider got.
 
 A Runner is a model compiled for a target. ``run(feeds)`` takes and returns numpy arrays;
 ``bind()`` returns a :class:`BoundRun` that keeps inputs and outputs on the target's device (IO binding),
@@ -11,6 +13,7 @@ import abc
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -192,3 +195,40 @@ class Runner(abc.ABC):
             "placement": self.placement.to_dict(),
             "warnings": list(self.warnings),
         }
+
+
+@dataclass
+class ProbeResult:
+    """Whether a one-node session (or program) on a target kept its provider, and if not, why and how to fix
+    it; every engine's :meth:`Engine.probe` gives one, so ``doctor`` shows them alike."""
+
+    loaded: bool
+    #: ``get_providers()`` of the probe session, when one was built.
+    providers: list[str]
+    cause: str | None = None
+    fix: str | None = None
+    #: The runtime's exception text and log, verbatim.
+    details: str | None = None
+
+    def to_dict(self) -> dict:
+        """The result as JSON-ready values."""
+        return {"loaded": self.loaded, "providers": self.providers, "cause": self.cause, "fix": self.fix,
+                "details": self.details}
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What every engine implements (DESIGN.md, "engines"): ``engines.REGISTRY`` maps ``Target.engine`` to
+    one, and ``engines.compile_model`` dispatches through it."""
+
+    #: The ``@engine`` suffix of a target that selects it (``ort``, ``migraphx``).
+    name: str
+
+    def compile(self, model: Model, target: Target, *, strict: bool = False) -> Runner:
+        """Build a Runner of ``model`` (bound) for ``target``; raise a TargetError/PlacementError that says
+        how to fix a target this engine cannot run here."""
+        ...
+
+    def probe(self, target: Target) -> ProbeResult:
+        """Whether ``target`` really works here: a one-node model compiled and run on it."""
+        ...

@@ -21,7 +21,6 @@ Beside it: migraphx_program (programs, bound runs), migraphx_calibration (quanti
 migraphx_probe (doctor), migraphx_setup (import, options), migraphx_cache (.mxr).
 """
 
-
 from __future__ import annotations
 
 import dataclasses
@@ -31,10 +30,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from onnxaccel.engines.base import PlacedNode, Placement, Runner
-from onnxaccel.engines.migraphx_cache import ProgramCache, ProgramKey, native_runtime_versions, program_key
+from onnxaccel.engines.base import PlacedNode, Placement, ProbeResult, Runner
+from onnxaccel.engines.cache_key import CompileKey
+from onnxaccel.engines.migraphx_cache import ProgramCache, native_runtime_versions, program_key
 from onnxaccel.engines.migraphx_calibration import calibration_id, load_samples, quantize
 from onnxaccel.engines.migraphx_errors import compile_error, inference_error, parse_error, short_message
+from onnxaccel.engines.migraphx_probe import probe
 from onnxaccel.engines.migraphx_program import (
     CompiledProgram, MigraphxBoundRun, ProgramBuild, describe_program, results_to_numpy, run_on_device, shape_text,
     unsupported_operators,
@@ -83,6 +84,10 @@ class MigraphxEngine:
                 "`migraphx-driver onnx --list` prints the operators this MIGraphX parses.",
             )
         return MigraphxRunner(mgx, model, target, options, calibration=calibration)
+
+    def probe(self, target: Target) -> ProbeResult:
+        """A one-node program compiled and run on the engine's MIGraphX target (migraphx_probe.probe)."""
+        return probe(target)
 
 
 class MigraphxRunner(Runner):
@@ -207,7 +212,7 @@ class MigraphxRunner(Runner):
         # offload_copy says (src/targets/ref has no copy or allocation passes for it).
         return describe_program(prog, build, self.options.offload_copy or self.target_name != "gpu")
 
-    def _load(self, key: ProgramKey, shapes: dict, build: ProgramBuild):
+    def _load(self, key: CompileKey, shapes: dict, build: ProgramBuild):
         path = self.cache.lookup(key)
         if path is None:
             return None

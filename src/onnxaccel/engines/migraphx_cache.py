@@ -11,26 +11,24 @@ topology, ``HSA_OVERRIDE_GFX_VERSION``).
 
 Layout: ``<dir>/migraphx-native-<digest>/program.mxr`` and ``key.json``, the same record format as
 ``onnxaccel cache`` reads for the other compile caches (``onnxaccel.compile-cache/1``: key, created,
-last_used, first_compile_seconds, warm_start_seconds, hits). ``<dir>`` is ``<cache_root>/compile`` unless
-the target says ``model_cache_dir=DIR``.
+last_used, first_compile_seconds, warm_start_seconds, hits), keyed by the same :class:`CompileKey` as the EP
+caches (engines/cache_key.py). ``<dir>`` is ``<cache_root>/compile`` unless the target says
+``model_cache_dir=DIR``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import glob
 import hashlib
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from onnxaccel.model import Model, content_hash
+from onnxaccel.engines.cache_key import CompileKey, compile_cache_dir, compile_key
+from onnxaccel.model import Model
 from onnxaccel.paths import record_cache_use
-from onnxaccel.paths import cache_root
 from onnxaccel.target import Target
 
 KIND = "migraphx-native"
@@ -39,36 +37,12 @@ PROGRAM_FILE = "program.mxr"
 _NOT_KEYED = {"cache", "model_cache_dir"}
 
 
-@dataclass(frozen=True)
-class ProgramKey:
-    model: str
-    model_sha256: str
-    target: str
-    precision: str
-    shapes: dict[str, list[int]]
-    runtime: dict[str, str]
-    host: str
-    calibration: str | None = None
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:20]
-
-    def to_dict(self) -> dict:
-        return {"kind": KIND, "model": self.model, "model_sha256": self.model_sha256, "target": self.target,
-                "precision": self.precision, "shapes": self.shapes, "runtime": self.runtime, "host": self.host,
-                "calibration": self.calibration}
-
-
 def program_key(model: Model, target: Target, shapes: Mapping[str, Sequence[int]], *, runtime: dict[str, str],
-                calibration: str | None = None, host: str | None = None) -> ProgramKey:
-    options = tuple((k, v) for k, v in target.options if k not in _NOT_KEYED)
-    return ProgramKey(
-        model=model.source, model_sha256=content_hash(model.path),
-        target=str(dataclasses.replace(target, options=options)), precision=target.precision,
-        shapes={k: [int(d) for d in v] for k, v in sorted(shapes.items())},
-        runtime=dict(sorted(runtime.items())), host=host if host is not None else host_id(), calibration=calibration,
-    )
+                calibration: str | None = None, host: str | None = None) -> CompileKey:
+    """The key of the program compiled from ``model`` at ``shapes`` for ``target`` (``host`` defaults to the
+    GPU architectures here, :func:`host_id`)."""
+    return compile_key(KIND, model, target, shapes, runtime=runtime, host=host if host is not None else host_id(),
+                       not_keyed=_NOT_KEYED, calibration=calibration)
 
 
 def native_runtime_versions(mgx_version: str, module_origin: str | None = None,
@@ -157,19 +131,22 @@ class ProgramCache:
     """Entries under ``root`` (``<cache_root>/compile`` by default)."""
 
     def __init__(self, root: str | os.PathLike | None = None):
-        self.root = Path(root).expanduser() if root else cache_root() / "compile"
+        self.root = Path(root).expanduser() if root else compile_cache_dir()
 
-    def entry(self, key: ProgramKey) -> Path:
-        return self.root / f"{KIND}-{key.digest}"
+    def entry(self, key: CompileKey) -> Path:
+        """The key's folder under this cache's root."""
+        return self.root / key.name
 
-    def program_path(self, key: ProgramKey) -> Path:
+    def program_path(self, key: CompileKey) -> Path:
+        """Where the key's program file is (or would be)."""
         return self.entry(key) / PROGRAM_FILE
 
-    def lookup(self, key: ProgramKey) -> Path | None:
+    def lookup(self, key: CompileKey) -> Path | None:
+        """The key's program file when one was stored (non-empty), else None."""
         path = self.program_path(key)
         return path if path.is_file() and path.stat().st_size > 0 else None
 
-    def store(self, key: ProgramKey, save) -> Path:
+    def store(self, key: CompileKey, save) -> Path:
         """Write a program through ``save(path)`` (migraphx.save), atomically: a reader never sees half a file."""
         path = self.program_path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -182,10 +159,11 @@ class ProgramCache:
                 tmp.unlink()
         return path
 
-    def discard(self, key: ProgramKey) -> None:
+    def discard(self, key: CompileKey) -> None:
+        """Delete the key's program (one that would not load), keeping its record."""
         with contextlib.suppress(FileNotFoundError):
             self.program_path(key).unlink()
 
-    def record(self, key: ProgramKey, *, seconds: float, hit: bool) -> dict:
+    def record(self, key: CompileKey, *, seconds: float, hit: bool) -> dict:
         """Update ``key.json``: first-compile time on a miss, warm-start time and hit count on a hit."""
         return record_cache_use(self.entry(key), key.to_dict(), seconds=seconds, hit=hit)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from onnxaccel.calibration import SYNTHETIC_WARNING, load_calibration
 from onnxaccel.engines.migraphx_cache import calibration_fingerprint
 from onnxaccel.engines.migraphx_errors import short_message
 from onnxaccel.engines.migraphx_program import HostArguments, rebatch
@@ -50,7 +51,6 @@ def calibration_id(precision: str, given: Sequence[Mapping[str, np.ndarray]] | N
 def load_samples(options: NativeOptions, model: Model, warnings: list[str]) -> Samples:
     """The samples the target's ``calibration=`` option names (synthetic without one: a warning says so)."""
     # The loaders `onnxaccel optimize` uses (core: onnxaccel.calibration reads feeds like inputs).
-    from onnxaccel.calibration import SYNTHETIC_WARNING, load_calibration
 
     data = load_calibration(options.calibration or "synthetic", model, max_samples=options.calibration_samples)
     if data.synthetic:

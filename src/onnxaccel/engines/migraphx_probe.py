@@ -11,28 +11,26 @@ from pathlib import Path
 
 import numpy as np
 
+from onnxaccel.engines.base import ProbeResult
 from onnxaccel.engines.migraphx_errors import missing_target, short_message
 from onnxaccel.engines.migraphx_setup import (
     NATIVE, MigraphxNotInstalledError, import_migraphx, migraphx_target_name, migraphx_version,
 )
 from onnxaccel.engines.ort_errors import diagnose
+from onnxaccel.engines.ort_runtime import probe_model
 from onnxaccel.errors import TargetError
 from onnxaccel.target import Target
 
 
-def probe(target: Target | None = None):
+def probe(target: Target | None = None) -> ProbeResult:
     """Compile and run a one-node program on the GPU (or on the target ONNXACCEL_MIGRAPHX_TARGET names):
     is the native engine usable here?
 
-    Returns engines.ort.ProbeResult, like the ONNX Runtime probe, so ``doctor`` can show both alike."""
-    from onnxaccel.engines.ort import ProbeResult
-
+    Returns a :class:`ProbeResult`, like the ONNX Runtime probe, so ``doctor`` can show both alike."""
     try:
         mgx = import_migraphx()
     except MigraphxNotInstalledError as exc:
         return ProbeResult(False, [], exc.message, exc.hint, exc.details)
-    from onnxaccel.engines.ort import _probe_model
-
     try:
         name = migraphx_target_name()
     except TargetError as exc:
@@ -41,7 +39,7 @@ def probe(target: Target | None = None):
     try:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "probe.onnx"
-            path.write_bytes(_probe_model())
+            path.write_bytes(probe_model())
             prog = mgx.parse_onnx(str(path), map_input_dims={"x": [1, 4]})
             prog.compile(mgx.get_target(name))
             y = np.array(prog.run({"x": x})[0])

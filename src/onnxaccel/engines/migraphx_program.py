@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from onnxaccel.engines.base import BoundRun
-from onnxaccel.engines.migraphx_cache import ProgramKey
+from onnxaccel.engines.cache_key import CompileKey
 from onnxaccel.engines.migraphx_errors import inference_error
 from onnxaccel.engines.migraphx_setup import TYPE_TO_NUMPY
 from onnxaccel.errors import InferenceError, InputError
@@ -47,7 +47,7 @@ class ProgramBuild:
     save_seconds: float = 0.0
     load_seconds: float = 0.0
     cache_path: str | None = None
-    key: ProgramKey | None = None
+    key: CompileKey | None = None
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:

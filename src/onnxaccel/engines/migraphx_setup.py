@@ -162,6 +162,8 @@ def migraphx_target_name() -> str:
 
 @dataclass(frozen=True)
 class NativeOptions:
+    """The native engine's settings read from a target's options (compile flags, cache, calibration),
+    checked once so a typo fails before any compile."""
     offload_copy: bool = True
     fast_math: bool = True
     exhaustive_tune: bool = False
@@ -187,10 +189,12 @@ class NativeOptions:
         )
 
     def compile_args(self) -> dict[str, bool]:
+        """The keyword arguments ``program.compile`` takes (ROCm/AMDMIGraphX src/py/migraphx_py.cpp)."""
         return {"offload_copy": self.offload_copy, "fast_math": self.fast_math,
                 "exhaustive_tune": self.exhaustive_tune}
 
     def to_dict(self) -> dict:
+        """The settings as JSON-ready values, for the runner's ``describe()``."""
         return dict(self.__dict__)
 
 
@@ -242,5 +246,7 @@ def check_device(target: Target) -> None:
 
 
 def module_origin(mgx) -> str | None:
+    """The resolved file of the imported ``migraphx`` module (None for a module without one): keys the
+    .mxr cache to the build that wrote a program."""
     path = getattr(mgx, "__file__", None)
     return str(Path(path).resolve()) if path else None

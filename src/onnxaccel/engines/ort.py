@@ -32,7 +32,6 @@ from onnxaccel.engines.ort_runtime import (
     RUNTIME_LOG_SEVERITY,
     ProbeResult,
     _apply_default_logger,
-    _probe_model,  # noqa: F401 - engines/migraphx_probe.py imports it from here
     capture_native_stderr,
     ep_options,
     import_ort,
@@ -53,6 +52,7 @@ from onnxaccel.errors import (
     ProviderUnavailableError,
     TargetError,
 )
+from onnxaccel.inputs import synthesize
 from onnxaccel.model import Model
 from onnxaccel.target import PROVIDER_PACKAGE, Target
 
@@ -96,6 +96,10 @@ class OrtEngine:
         if not runnable.is_bound:
             runnable = runnable.bind()
         return OrtRunner(runnable, target, strict=strict)
+
+    def probe(self, target: Target) -> ProbeResult:
+        """A one-node session on ``target``: does its provider stay first (:func:`probe`)?"""
+        return probe(target)
 
 
 class OrtRunner(Runner):
@@ -204,8 +208,6 @@ class OrtRunner(Runner):
 
     def _placement_by_profiling(self) -> Placement:
         """ORT < 1.24: profile one run in a throwaway session and read each node event's provider."""
-        from onnxaccel.inputs import synthesize
-
         with tempfile.TemporaryDirectory() as tmp:
             so = self._session_options()
             so.enable_profiling = True

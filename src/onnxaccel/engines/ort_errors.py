@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """A runtime message translated: what is wrong (``cause``) and what to do about it (``fix``)."""
     cause: str
     fix: str
 

@@ -68,9 +68,11 @@ class MigraphxParser:
     checked: str
 
     def spell(self, value: bool) -> str:
+        """A boolean in the spelling this EP build parses ("1"/"0" or "True"/"False")."""
         return self.true if value else self.false
 
     def to_dict(self) -> dict:
+        """The parser's facts as JSON-ready values, for ``doctor`` and the target's description."""
         return {"name": self.name, "title": self.title, "keys": sorted(self.keys), "true": self.true,
                 "false": self.false, "env_only": dict(self.env_only), "unknown_key_error": self.unknown_key_error,
                 "uses_calibration_table": self.uses_calibration_table, "checked": self.checked,
@@ -208,10 +210,12 @@ class OrtBuild:
 
     @property
     def label(self) -> str:
+        """The distribution and version as one line, e.g. "onnxruntime-migraphx 1.23.0"."""
         name = self.distribution or "onnxruntime"
         return f"{name} {self.version}" if self.version else name
 
     def declares(self, key: str) -> bool:
+        """Whether this build's MIGraphX EP takes ``key`` as a provider option."""
         return key in self.migraphx_keys
 
     def describe(self) -> list[str]:
@@ -234,6 +238,7 @@ class OrtBuild:
         return lines + list(self.notes)
 
     def to_dict(self) -> dict:
+        """The build as JSON-ready values, with what it means for MIGraphX options (``meaning``)."""
         return {"distribution": self.distribution, "version": self.version, "origin": self.origin, "capi": self.capi,
                 "evidence": self.evidence, "rocm_ep": self.rocm_ep,
                 "migraphx": None if self.migraphx is None else {**self.migraphx.to_dict(),

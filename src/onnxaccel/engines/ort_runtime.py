@@ -15,14 +15,13 @@ import sys
 import tempfile
 import threading
 import warnings
-from dataclasses import dataclass
 from importlib import metadata
 
 import onnx
 from onnx import helper
 from packaging.version import Version
 
-from onnxaccel.engines.base import CPU
+from onnxaccel.engines.base import CPU, ProbeResult
 from onnxaccel.engines.ort_ep_options import EpOptions, ep_environment, migraphx_options
 from onnxaccel.engines.ort_errors import diagnose, first_error_line
 from onnxaccel.engines.ort_flavour import installed_build
@@ -186,7 +185,9 @@ def capture_native_stderr():
                 sys.stderr.flush()
 
 
-def _probe_model() -> bytes:
+def probe_model() -> bytes:
+    """A one-node ONNX model (Relu on a 1x4 float tensor) that every provider and MIGraphX can run: the
+    probes build it to see whether a target really loads."""
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])], "probe",
         [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
@@ -195,24 +196,6 @@ def _probe_model() -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 7
     return model.SerializeToString()
-
-
-@dataclass
-class ProbeResult:
-    """Whether a one-node session on a target kept its provider, and if not, why and how to fix it."""
-
-    loaded: bool
-    #: ``get_providers()`` of the probe session, when one was built.
-    providers: list[str]
-    cause: str | None = None
-    fix: str | None = None
-    #: The runtime's exception text and log, verbatim.
-    details: str | None = None
-
-    def to_dict(self) -> dict:
-        """The result as JSON-ready values."""
-        return {"loaded": self.loaded, "providers": self.providers, "cause": self.cause, "fix": self.fix,
-                "details": self.details}
 
 
 def probe(target: Target) -> ProbeResult:
@@ -239,7 +222,7 @@ def probe(target: Target) -> ProbeResult:
             warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         try:
-            session = ort.InferenceSession(_probe_model(), providers=providers, enable_fallback=0)
+            session = ort.InferenceSession(probe_model(), providers=providers, enable_fallback=0)
         except Exception as exc:  # noqa: BLE001 - the runtime's failure is the finding
             text = "\n".join([str(exc), log.text(), *(str(w.message) for w in warned)]).strip()
             found = diagnose(text)

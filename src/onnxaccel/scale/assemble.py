@@ -31,6 +31,7 @@ class _Pending:
 
 
 class ShardAssembler:
+    """Collects unit results, which arrive in any order, into whole shards and writes each once complete."""
     def __init__(self, dataset: Dataset, store: OutputStore, on_shard: Callable[[ShardRecord], None] | None = None):
         self.dataset = dataset
         self.store = store

@@ -36,6 +36,7 @@ class ClusterError(OnnxAccelError):
 
 @dataclass(frozen=True)
 class ClusterInfo:
+    """The Ray cluster a batch job ran on: address, whether started here, and its resources."""
     address: str
     started_here: bool
     nodes: int
@@ -43,6 +44,7 @@ class ClusterInfo:
     gpus: float
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the cluster description."""
         return {"address": self.address, "started_here": self.started_here, "nodes": self.nodes,
                 "cpus": self.cpus, "gpus": self.gpus}
 
@@ -143,6 +145,7 @@ def _running_cluster() -> bool:
 
 
 def describe(ray, started_here: bool) -> ClusterInfo:
+    """Describe the connected Ray cluster: live nodes and total CPUs and GPUs."""
     resources = ray.cluster_resources()
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     context = ray.get_runtime_context()

@@ -31,6 +31,7 @@ IMAGES_PER_SHARD = 1024
 
 @dataclass(frozen=True)
 class Shard:
+    """One input file (or group of images) of a dataset; it becomes one output parquet file."""
     index: int
     #: Stable name: the output file is ``NAME.parquet``.
     name: str
@@ -51,6 +52,7 @@ class Unit:
 
     @property
     def rows(self) -> int:
+        """Number of rows in the unit."""
         return self.stop - self.start
 
 
@@ -68,6 +70,7 @@ class Dataset:
 
     @property
     def rows(self) -> int:
+        """Number of rows over every shard."""
         return sum(s.rows for s in self.shards)
 
     def fingerprint(self) -> str:
@@ -78,6 +81,7 @@ class Dataset:
         return h.hexdigest()[:16]
 
     def describe(self) -> dict:
+        """JSON-ready summary of the dataset for the batch report."""
         return {"kind": self.kind, "path": self.root, "shards": len(self.shards), "rows": self.rows,
                 "columns": dict(self.columns), "id_column": self.id_column}
 
@@ -232,6 +236,7 @@ def _array_key(path: Path, headers: dict, spec: TensorSpec, columns: dict[str, s
 
 
 def parquet_modules():
+    """Import pyarrow and pyarrow.parquet (optional), or raise MissingDependencyError saying how to install them."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq

@@ -16,7 +16,10 @@ from onnxaccel.errors import UsageError
 from onnxaccel.inputs import ImagePreprocess
 from onnxaccel.model import load_model
 from onnxaccel.scale.assemble import ShardAssembler
+from onnxaccel.scale.cluster import ray_cluster
 from onnxaccel.scale.datasets import open_dataset, plan_units
+from onnxaccel.scale.local import run_in_process, rows_of
+from onnxaccel.scale.ray_data import plan_pool, run_on_ray
 from onnxaccel.scale.report import BatchReport, WorkerStats
 from onnxaccel.scale.worker import UnitResult, WorkerSpec
 from onnxaccel.scale.writer import OutputStore
@@ -28,6 +31,7 @@ DEFAULT_GPU_BATCH = 32
 
 @dataclass(frozen=True)
 class BatchJob:
+    """An offline inference job: model, input dataset, output folder, target and how to run it."""
     model: str
     input: str
     output: str
@@ -66,6 +70,7 @@ class Progress:
 
 
 def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None) -> BatchReport:
+    """Run a batch job (in process or on Ray), skipping shards already written from the same input."""
     start = time.perf_counter()
     target = job.target if isinstance(job.target, Target) else parse_target(job.target)
     model = load_model(job.model)
@@ -109,8 +114,6 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
     warnings: list[str] = []
     ray_info = None
     if job.ray is None:
-        from onnxaccel.scale.local import run_in_process, rows_of
-
         def unit_sink(result: UnitResult) -> None:
             sink(result.unit.shard, rows_of(result.unit), result.row_ids, result.outputs, result.worker,
                  result.read_s, result.run_s, 1)
@@ -133,8 +136,6 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
 def _run_ray(job: BatchJob, spec: WorkerSpec, target: Target, units, sink, warnings: list[str]) -> dict:
     import dataclasses
 
-    from onnxaccel.scale.cluster import ray_cluster
-    from onnxaccel.scale.ray_data import plan_pool, run_on_ray
 
     with ray_cluster(job.ray, num_cpus=job.local_cpus, object_store_mb=job.local_object_store_mb) as cluster:
         plan = plan_pool(target, cluster.gpus, cluster.cpus, job.workers, job.cpus_per_worker, cluster.address,

@@ -33,4 +33,5 @@ def run_in_process(spec: WorkerSpec, units: Sequence[Unit], sink: Sink) -> list[
 
 
 def rows_of(unit: Unit) -> np.ndarray:
+    """Row indices (within its shard) covered by the unit."""
     return np.arange(unit.start, unit.stop, dtype=np.int64)

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxaccel.errors import OnnxAccelError
+from onnxaccel import errors
+from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.scale.datasets import Unit
-from onnxaccel.scale.worker import UnitResult, WorkerSpec
+from onnxaccel.scale.worker import BatchWorker, UnitResult, WorkerSpec
 
 META = ("__shard", "__row", "__row_id", "__worker", "__read_s", "__run_s")
 #: Dataset blocks (Ray tasks) at most; beyond, blocks hold more units each.
@@ -47,6 +48,7 @@ class PoolPlan:
     calls: int = 1
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the worker pool plan."""
         return {"workers": self.workers, "num_gpus_per_worker": self.num_gpus, "num_cpus_per_worker": self.num_cpus,
                 "calls_per_worker": self.calls}
 
@@ -55,8 +57,6 @@ def plan_pool(target, cluster_gpus: float, cluster_cpus: float, workers: int | N
               where: str = "the cluster", calls: int | None = None) -> PoolPlan:
     """GPU target: one actor per GPU (``num_gpus=1``), all the cluster's GPUs unless ``workers`` says fewer. CPU
     target: one actor per ``cpus_per_worker`` CPUs."""
-    from onnxaccel.errors import UsageError
-
     if target.is_gpu:
         if cluster_gpus < 1:
             raise UsageError(f"The target {target} needs GPUs, and the Ray cluster at {where} has none.",
@@ -82,8 +82,6 @@ class InferenceActor:
     """The callable class Ray Data runs in each actor: compile once, then one unit per call."""
 
     def __init__(self, spec: WorkerSpec):
-        from onnxaccel.scale.worker import BatchWorker
-
         try:
             self.worker = BatchWorker(spec)
         except OnnxAccelError as exc:
@@ -184,8 +182,6 @@ def _deliver(block: dict[str, np.ndarray], sink: RowsSink) -> None:
 
 def _find_failure(exc: BaseException) -> OnnxAccelError | None:
     """The OnnxAccelError an actor raised, rebuilt from the WorkerFailure somewhere in Ray's wrapping."""
-    from onnxaccel import errors
-
     seen = set()
     stack = [exc]
     while stack:

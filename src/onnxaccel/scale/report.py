@@ -18,12 +18,14 @@ class WorkerStats:
     run_s: float = 0.0
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the worker's totals, with its rows per second of run time."""
         return {"name": self.name, "units": self.units, "rows": self.rows, "read_s": self.read_s,
                 "run_s": self.run_s, "rows_per_run_s": self.rows / self.run_s if self.run_s else None}
 
 
 @dataclass
 class BatchReport:
+    """What a batch job did: rows and shards done, time split, per-worker figures and warnings."""
     model: str
     target: str
     runner: str  # "in-process" or "ray"
@@ -46,6 +48,7 @@ class BatchReport:
 
     @property
     def steady_s(self) -> float:
+        """Wall time after start-up (never zero, it divides)."""
         return max(1e-9, self.wall_s - self.startup_s)
 
     @property
@@ -55,9 +58,11 @@ class BatchReport:
 
     @property
     def rows_per_s_wall(self) -> float:
+        """Rows done per second of wall time, start-up included."""
         return self.rows_done / self.wall_s if self.wall_s > 0 and self.rows_done else 0.0
 
     def to_dict(self) -> dict:
+        """JSON-ready report (schema ``SCHEMA``) for ``batch --json``."""
         return {
             "schema": SCHEMA, "model": self.model, "target": self.target, "runner": self.runner,
             "input": self.input, "output": self.output, "batch": self.batch,

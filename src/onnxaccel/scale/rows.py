@@ -28,6 +28,7 @@ class RowReader:
         self._lock = threading.Lock()  # an actor may read two units at once, in threads
 
     def read(self, unit: Unit) -> tuple[list[str], dict[str, np.ndarray]]:
+        """Read the rows of a unit: their ids and one array per model input."""
         shard = self.dataset.shards[unit.shard]
         kind = self.dataset.kind
         if kind == "images":

@@ -32,7 +32,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from onnxaccel.errors import OnnxAccelError, UsageError
+from onnxaccel.scale.cluster import ray_cluster
 from onnxaccel.serve.config import ServerConfig
+from onnxaccel.serve.core import InferenceService
+from onnxaccel.serve.http_app import create_app
+from onnxaccel.serve.metrics import ServerMetrics
+from onnxaccel.serve.repository import ModelRepository
 from onnxaccel.serve.server import ServeResult
 from onnxaccel.target import parse_target
 
@@ -47,8 +52,6 @@ class ServeOnRayError(OnnxAccelError):
 
 def _asgi_app():
     """The ingress builder: onnxaccel's own FastAPI app over the service this replica's constructor built."""
-    from onnxaccel.serve.http_app import create_app
-
     return create_app(_SERVICE)
 
 
@@ -57,9 +60,6 @@ class ModelServerReplica:
 
     async def __init__(self, source: str, model_defaults: dict, config: dict):
         global _SERVICE
-        from onnxaccel.serve.core import InferenceService
-        from onnxaccel.serve.metrics import ServerMetrics
-        from onnxaccel.serve.repository import ModelRepository
 
         metrics = ServerMetrics()
         repository = ModelRepository(source, model_defaults, on_batch=metrics.batch_observer)
@@ -91,6 +91,7 @@ class ReplicaPlan:
     num_cpus: float
 
     def deployment_options(self) -> dict:
+        """Ray Serve deployment options for this plan (replicas or autoscaling, actor resources)."""
         actor = {"num_cpus": self.num_cpus}
         if self.num_gpus:
             actor["num_gpus"] = self.num_gpus
@@ -108,6 +109,7 @@ class ReplicaPlan:
         return options
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the plan."""
         return dataclasses.asdict(self)
 
 
@@ -140,6 +142,7 @@ class RayServer:
         self.stopped = False
 
     def models(self) -> list[dict]:
+        """The served models from the repository index endpoint, or none when the server does not answer."""
         with contextlib.suppress(OSError, ValueError):
             request = urllib.request.Request(f"{self.url}/v2/repository/index", data=b"{}", method="POST")
             with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - our own loopback URL
@@ -147,12 +150,14 @@ class RayServer:
         return []
 
     def result(self) -> ServeResult:
+        """The serve result: URLs, models and a warning naming the replica plan."""
         models = self.models()
         warnings = [f"Ray Serve: {self.plan.replicas or f'{self.plan.min_replicas}-{self.plan.max_replicas}'} "
                     f"replica(s); gRPC is not served on Ray (HTTP only)."]
         return ServeResult(self.url, None, models, True, warnings)
 
     def stop(self) -> None:
+        """Shut the Ray Serve application down (once; later calls do nothing)."""
         if self.stopped:
             return
         self.stopped = True
@@ -173,8 +178,6 @@ def start(source: str, model_defaults: dict, config: ServerConfig, *, address: s
           local_cpus: int | None = None, local_object_store_mb: int | None = None,
           ready_timeout_s: float = 300.0) -> RayServer:
     """Deploy on the cluster at ``address`` (see scale.cluster) and wait until the server answers ready."""
-    from onnxaccel.scale.cluster import ray_cluster
-
     cluster_cm = ray_cluster(address, num_cpus=local_cpus, object_store_mb=local_object_store_mb)
     cluster = cluster_cm.__enter__()
     try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaccel.errors import InferenceError
+from onnxaccel.pipeline import prepare
 from onnxaccel.scale.datasets import Dataset, Unit
 from onnxaccel.scale.rows import RowReader
 from onnxaccel.target import parse_target
@@ -37,6 +38,7 @@ class WorkerSpec:
 
 @dataclass
 class UnitResult:
+    """Outputs of one unit with its row ids, the worker that ran it and its read and run times."""
     unit: Unit
     row_ids: list[str]
     outputs: dict[str, np.ndarray]
@@ -49,8 +51,6 @@ class BatchWorker:
     """Compiles the model once, then ``read(unit)`` and ``infer(unit, data)`` (or ``run(unit)``) per unit."""
 
     def __init__(self, spec: WorkerSpec):
-        from onnxaccel.pipeline import prepare
-
         self.spec = spec
         target = parse_target(spec.target, options=dict(spec.options))
         if spec.drop_device_id:
@@ -67,11 +67,13 @@ class BatchWorker:
         self.name = f"{os.uname().nodename}:{os.getpid()}"
 
     def read(self, unit: Unit) -> tuple[list[str], dict[str, np.ndarray], float]:
+        """Read a unit's rows and time the read."""
         start = time.perf_counter()
         ids, feeds = self.reader.read(unit)
         return ids, feeds, time.perf_counter() - start
 
     def infer(self, unit: Unit, data: tuple[list[str], dict[str, np.ndarray], float]) -> UnitResult:
+        """Run the model on rows read by ``read`` (padded to a fixed batch axis) and time the run."""
         ids, feeds, read_s = data
         rows = unit.rows
         if self.fixed_batch is not None and rows < self.fixed_batch:
@@ -92,9 +94,11 @@ class BatchWorker:
         return UnitResult(unit, ids, result, read_s, run_s, self.name)
 
     def run(self, unit: Unit) -> UnitResult:
+        """Read then infer one unit."""
         return self.infer(unit, self.read(unit))
 
     def close(self) -> None:
+        """Release the worker's runner (and its session)."""
         self.runner.close()
 
 

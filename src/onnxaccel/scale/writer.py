@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxaccel.errors import OnnxAccelError, UsageError
+from onnxaccel.errors import MissingDependencyError, OnnxAccelError, UsageError
 
 MANIFEST = "_manifest.json"
 MANIFEST_SCHEMA = "onnxaccel.batch-manifest/1"
@@ -35,6 +35,7 @@ class OutputError(OnnxAccelError):
 
 @dataclass(frozen=True)
 class ShardRecord:
+    """A written output shard: file, rows and the input fingerprint that makes resuming safe."""
     name: str
     index: int
     file: str
@@ -43,6 +44,7 @@ class ShardRecord:
     finished_at: float
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the record, as kept in the output folder's manifest."""
         return {"index": self.index, "file": self.file, "rows": self.rows, "fingerprint": self.fingerprint,
                 "finished_at": self.finished_at}
 
@@ -75,12 +77,14 @@ class OutputStore:
         self._save()
 
     def is_done(self, name: str, fingerprint: str, rows: int) -> bool:
+        """True when the shard was written from the same input (fingerprint and rows) and its file exists."""
         record = self.records.get(name)
         return (record is not None and record.fingerprint == fingerprint and record.rows == rows
                 and (self.folder / record.file).is_file())
 
     def write(self, name: str, index: int, fingerprint: str, row_ids: list[str],
               outputs: dict[str, np.ndarray]) -> ShardRecord:
+        """Write one shard's outputs as parquet (atomically) and record it in the manifest."""
         pa, pq = _arrow()
         n = len(row_ids)
         columns = {"row_id": pa.array(row_ids, pa.string()), "row": pa.array(np.arange(n, dtype=np.int64))}
@@ -165,8 +169,6 @@ def _arrow():
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as exc:
-        from onnxaccel.errors import MissingDependencyError
-
         raise MissingDependencyError("pyarrow", "ray", "Writing parquet output") from exc
     return pa, pq
 

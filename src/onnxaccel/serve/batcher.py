@@ -75,6 +75,7 @@ class DynamicBatcher:
 
     @property
     def queued(self) -> int:
+        """Requests waiting to be batched."""
         return len(self._queue)
 
     async def submit(self, feeds: dict[str, np.ndarray], rows: int, timeout_s: float | None = None
@@ -108,6 +109,7 @@ class DynamicBatcher:
         self._work.set()
 
     async def close(self) -> None:
+        """Stop the batching tasks; requests still queued get a 503 (the model was unloaded)."""
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)

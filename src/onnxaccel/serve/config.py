@@ -106,9 +106,11 @@ class ModelConfig:
         return parse_target(base, options=extra), notes
 
     def shape_bindings(self) -> dict[str, tuple[int, ...]]:
+        """The configured shapes as tuples (a bare integer binds a one-dimensional shape)."""
         return {k: tuple(v) if isinstance(v, list) else (int(v),) for k, v in self.shapes.items()}
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the model configuration (schema ``SCHEMA``)."""
         return {"schema": SCHEMA, **dataclasses.asdict(self)}
 
 
@@ -125,6 +127,7 @@ def model_config_from(name: str, source: str, defaults: dict, file: Path | None)
 
 
 def read_config_file(path: Path) -> dict:
+    """Read a JSON model configuration file; a UsageError naming the file when it is unreadable or has unknown keys."""
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -180,4 +183,5 @@ class ServerConfig:
     direct_copy: bool = True
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the server configuration."""
         return dataclasses.asdict(self)

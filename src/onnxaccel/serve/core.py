@@ -45,6 +45,7 @@ def _stats_entry(name: str, s: dict) -> dict:
 
 
 class InferenceService:
+    """The protocol-independent server: health, metadata, model control and inference, shared by HTTP and gRPC."""
     def __init__(self, repository: ModelRepository, metrics: ServerMetrics, config: ServerConfig):
         self.repository = repository
         self.metrics = metrics
@@ -60,15 +61,18 @@ class InferenceService:
     # -- health and metadata ---------------------------------------------------------------------------
 
     def live(self) -> bool:
+        """Liveness: true until the server starts draining."""
         return not self.draining
 
     def ready(self) -> bool:
+        """Readiness: loaded, not draining, peers ready, and every (strict) or any model ready."""
         if self.draining or not self.loaded or not self.peers_ready():
             return False
         states = [e.state == READY for e in self.repository.entries.values()]
         return bool(states) and (all(states) if self.config.strict_readiness else any(states))
 
     def server_metadata(self) -> dict:
+        """Server name, version and protocol extensions, as the server metadata endpoint returns them."""
         return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
 
     def _entry(self, name: str, version: str = ""):
@@ -78,17 +82,21 @@ class InferenceService:
         return entry
 
     def model_ready(self, name: str, version: str = "") -> bool:
+        """True when the model (and version) is loaded and the server is not draining."""
         return self._entry(name, version).state == READY and not self.draining
 
     def model_metadata(self, name: str, version: str = "") -> dict:
+        """The model's protocol metadata (inputs, outputs, versions)."""
         self._entry(name, version)
         return self.repository.ready(name).instance.metadata()
 
     def model_config(self, name: str, version: str = "") -> dict:
+        """The model's configuration in Triton's model-config form."""
         self._entry(name, version)
         return self.repository.ready(name).instance.triton_config()
 
     def model_stats(self, name: str = "", version: str = "") -> dict:
+        """Inference statistics of one model, or of every ready model when no name is given."""
         names = [name] if name else [n for n, e in self.repository.entries.items() if e.state == READY]
         for n in names:
             self._entry(n, version)
@@ -96,6 +104,7 @@ class InferenceService:
         return {"model_stats": [_stats_entry(n, numbers[n]) for n in names]}
 
     def metric_label(self, name: str) -> str:
+        """The model label for metrics; unknown names share one label so clients cannot grow the label set."""
         return name if name in self.repository.entries else UNKNOWN_MODEL
 
     # -- inference -------------------------------------------------------------------------------------
@@ -133,6 +142,7 @@ class InferenceService:
     # -- repository ------------------------------------------------------------------------------------
 
     async def load(self, name: str) -> None:
+        """Load (or reload) a model through the repository API; refused while draining."""
         if self.draining:
             raise ProtocolError(503, "The server is shutting down.")
         self._single_process_only("load")
@@ -142,6 +152,7 @@ class InferenceService:
             raise ProtocolError(400, f"Failed to load model '{name}': {entry.reason}")
 
     async def unload(self, name: str) -> None:
+        """Unload a model (single-process servers only)."""
         self._single_process_only("unload")
         await self.repository.unload(name)
         self.metrics.model_ready.labels(name).set(0)
@@ -154,6 +165,7 @@ class InferenceService:
                                 "or change the repository and restart the server.")
 
     async def load_all(self) -> None:
+        """Load every model of the repository at start-up, then mark the service loaded."""
         await self.repository.load_all()
         for name, entry in self.repository.entries.items():
             self.metrics.model_ready.labels(name).set(1 if entry.state == READY else 0)

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from onnxaccel.errors import MissingDependencyError
+from onnxaccel.serve._descriptors import SERIALIZED
 
 PROTO_DIR = Path(__file__).parent / "proto"
 PROTO_FILES = ("open_inference_grpc.proto", "triton_extensions.proto")
@@ -43,11 +44,11 @@ class Messages:
 
 @functools.lru_cache(maxsize=1)
 def messages() -> Messages:
+    """The KServe v2 gRPC message classes, built from the descriptor at runtime (no generated code shipped)."""
     try:
         from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
     except ImportError as exc:  # protobuf comes with onnx, so this is unusual
         raise MissingDependencyError("protobuf", "serve", "The gRPC endpoint") from exc
-    from onnxaccel.serve._descriptors import SERIALIZED
 
     file_set = descriptor_pb2.FileDescriptorSet.FromString(base64.b64decode(SERIALIZED))
     # A private pool: the default pool may already hold tritonclient's or kserve's own `inference.*` types.

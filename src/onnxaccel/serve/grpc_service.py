@@ -37,6 +37,7 @@ def _param_value(param) -> object:
 
 
 def decode_grpc_request(msg) -> InferRequest:
+    """Turn a gRPC ModelInferRequest into the protocol-independent InferRequest."""
     request = InferRequest(model_name=msg.model_name, model_version=msg.model_version, id=msg.id,
                            parameters={k: _param_value(v) for k, v in msg.parameters.items()})
     raw = list(msg.raw_input_contents)
@@ -79,6 +80,7 @@ def _from_contents(tensor, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def encode_grpc_response(m, request: InferRequest, version: str, outputs: dict[str, np.ndarray]):
+    """Build a gRPC ModelInferResponse from the outputs, their contents as raw bytes."""
     response = m.ModelInferResponse(model_name=request.model_name, model_version=version, id=request.id)
     for name, value in outputs.items():
         response.outputs.add(name=name, datatype=datatype_of(value.dtype), shape=list(value.shape))

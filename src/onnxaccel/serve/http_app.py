@@ -49,6 +49,7 @@ _JSON_OK = {"content": {"application/json": {"schema": {"type": "object"}}}}
 
 
 def create_app(service: InferenceService):
+    """The FastAPI application serving the Open Inference Protocol over HTTP for ``service``."""
     try:
         from fastapi import FastAPI, Request
         from fastapi.responses import JSONResponse, Response

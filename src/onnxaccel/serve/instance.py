@@ -115,6 +115,7 @@ class ModelInstance:
 
     @buckets.setter
     def buckets(self, sizes: Sequence[int]) -> None:
+        """Set the padded batch sizes."""
         self.pool.buckets = tuple(sizes)
 
     @property

@@ -72,6 +72,8 @@ class ServerMetrics:
             reg.register(self._gpu)
 
     def observe_request(self, model: str, protocol: str, code: int | str, seconds: float) -> None:
+        """Count one request of ``model`` over ``protocol`` with its status ``code`` and time it; a failure
+        is counted as an error too."""
         self.requests.labels(model, protocol, str(code)).inc()
         if str(code) not in ("200", "OK"):
             self.errors.labels(model, protocol, str(code)).inc()
@@ -86,6 +88,8 @@ class ServerMetrics:
         self.last_inference.labels(model).set(when)
 
     def batch_observer(self, model: str):
+        """A callback for ``model``'s batcher that records each executed batch: rows, compute seconds and
+        per-phase seconds."""
         batch, compute = self.batch.labels(model), self.compute.labels(model)
 
         def observe(rows: int, seconds: float, phases: dict[str, float] | None = None) -> None:
@@ -110,6 +114,7 @@ class ServerMetrics:
         return reg
 
     def render(self) -> tuple[bytes, str]:
+        """The metrics in Prometheus text format and its content type, for GET /metrics."""
         return self._prom.generate_latest(self.collecting_registry()), self._prom.CONTENT_TYPE_LATEST
 
     def model_stats(self, names: list[str]) -> dict[str, dict]:

@@ -39,6 +39,7 @@ from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.model_link import FRAME, HELLO, pack
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import ModelRepository
+from onnxaccel.serve.server import _set_gpu_wait
 from onnxaccel.target import Target
 
 logger = logging.getLogger(__name__)
@@ -130,8 +131,6 @@ class ModelHost:
 
     async def run(self, on_ready) -> bool:
         """Load, serve the workers until stopped; True when every worker disconnected in time."""
-        from onnxaccel.serve.server import _set_gpu_wait
-
         self._stop, self._no_workers = asyncio.Event(), asyncio.Event()
         self._no_workers.set()
         metrics = ServerMetrics(multiprocess_dir=self.multiprocess_dir)
@@ -347,7 +346,7 @@ def host_main(source: str, model_defaults: dict, config: ServerConfig, socket_pa
               events, supervisor: int) -> None:
     """The model process (spawned by the supervisor). Reports ("models-ready", -1, described) or
     ("error", -1, (message, hint)) on ``events``."""
-    from onnxaccel.serve.workers import _die_with_parent, name_process
+    from onnxaccel.serve.workers import _die_with_parent, name_process  # cycle: workers imports this module
 
     _die_with_parent(supervisor)
     name_process("onnxaccel-model")

@@ -37,6 +37,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from onnxaccel.errors import UsageError
 from onnxaccel.serve.batcher import BatchTiming
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import READY, UNAVAILABLE, ModelEntry, ModelIndex
@@ -66,6 +67,7 @@ def pack(message: tuple) -> list[bytes]:
 
 
 async def read_message(reader: asyncio.StreamReader) -> tuple:
+    """Read one length-prefixed pickled message from the model host link."""
     (size,) = FRAME.unpack(await reader.readexactly(FRAME.size))
     return pickle.loads(await reader.readexactly(size))
 
@@ -93,6 +95,7 @@ class Arena:
         self._head = 0
 
     def alloc(self, nbytes: int) -> int | None:
+        """Take a slot of at least ``nbytes`` (aligned) and return its offset, or None when there is no room."""
         n = -(-max(nbytes, 1) // ALIGN) * ALIGN
         if n > self.size:
             return None
@@ -111,6 +114,7 @@ class Arena:
         return start
 
     def free(self, offset: int) -> None:
+        """Return the slot at ``offset``; space is reclaimed once the oldest slots are returned."""
         slot = self._slots.get(offset)
         if slot is not None:
             slot[1] = True
@@ -124,9 +128,11 @@ class Arena:
 
     @property
     def used(self) -> int:
+        """Slots currently taken."""
         return len(self._slots)
 
     def close(self) -> None:
+        """Unmap the shared memory and close its file descriptor."""
         with contextlib.suppress(BufferError, ValueError):
             self.memory.close()
         with contextlib.suppress(OSError):
@@ -177,8 +183,6 @@ class ModelLink:
                 if self._closing:
                     raise ConnectionError("closing") from None
                 if deadline is not None and loop.time() > deadline:
-                    from onnxaccel.errors import UsageError
-
                     raise UsageError(f"Cannot reach the model process at {self.path}: {exc}.",
                                      "The supervisor starts it before the workers; see the log above for its "
                                      "error.") from None
@@ -291,6 +295,7 @@ class ModelLink:
         return described, slots
 
     async def close(self) -> None:
+        """Stop reading from the model host, fail what still waits with a 503, and close the arena."""
         self._closing = True
         if self._task is not None:
             self._task.cancel()
@@ -315,6 +320,7 @@ class RemoteBatcher:
 
     async def submit(self, feeds: dict[str, np.ndarray], rows: int, timeout_s: float | None = None
                      ) -> tuple[dict[str, np.ndarray], BatchTiming]:
+        """Send rows to the model host's batcher and wait for their outputs and batch timing."""
         outputs, timing = await self.link.request("infer", self.name, rows, timeout_s, tensors=feeds)
         return outputs, BatchTiming(*timing)
 
@@ -349,6 +355,7 @@ class RemoteRepository(ModelIndex):
                     self.on_state(entry.name, False)
 
     async def load_all(self) -> None:
+        """Start the link to the model host, which loads the models."""
         await self.link.start()
 
     async def load(self, name: str) -> ModelEntry:
@@ -357,6 +364,7 @@ class RemoteRepository(ModelIndex):
         return self.get(name)
 
     async def unload(self, name: str) -> ModelEntry:
+        """Ask the model host to unload a model and return its updated entry."""
         await self.link.request("unload", name)
         return self.get(name)
 
@@ -364,4 +372,5 @@ class RemoteRepository(ModelIndex):
         """The model process flushes its own batchers when it drains."""
 
     async def close(self) -> None:
+        """Close the link to the model host."""
         await self.link.close()

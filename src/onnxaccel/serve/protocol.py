@@ -62,15 +62,18 @@ class ProtocolError(Exception):
 
     @property
     def grpc_code(self) -> str:
+        """The gRPC status code matching this error's HTTP status."""
         return self.GRPC.get(self.status, "UNKNOWN")
 
 
 def bad_request(message: str) -> ProtocolError:
+    """A 400 ProtocolError with ``message``."""
     return ProtocolError(400, message)
 
 
 @dataclass
 class RequestedOutput:
+    """An output a request asks for, and whether it wants it as binary data."""
     name: str
     binary: bool | None = None  # None: the request-level default
 
@@ -90,10 +93,12 @@ class InferRequest:
 
     @property
     def binary_output_default(self) -> bool:
+        """Whether outputs come back as binary data unless an output says otherwise."""
         return bool(self.parameters.get("binary_data_output", False))
 
     @property
     def nbytes(self) -> int:
+        """Bytes of every input tensor together."""
         return sum(a.nbytes for a in self.inputs.values())
 
 
@@ -215,6 +220,7 @@ def _requested_outputs(value: object) -> list[RequestedOutput] | None:
 
 
 def element_count(shape: tuple[int, ...]) -> int:
+    """Number of elements of a tensor of ``shape`` (1 for a scalar)."""
     return math.prod(shape) if shape else 1
 
 

@@ -34,6 +34,7 @@ READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNL
 
 @dataclass
 class ModelEntry:
+    """One model of the repository: where it comes from, its state and, when loaded, its instance and batcher."""
     name: str
     source: str
     config_file: Path | None = None
@@ -46,6 +47,7 @@ class ModelEntry:
     warnings: list[str] = field(default_factory=list)
 
     def index_entry(self) -> dict:
+        """The entry as the repository index endpoint lists it (with the reason when not ready)."""
         entry = {"name": self.name, "version": "1", "state": self.state}
         if self.state != READY:
             entry["reason"] = self.reason
@@ -104,6 +106,7 @@ class ModelIndex:
         self.entries: dict[str, ModelEntry] = {}
 
     def get(self, name: str) -> ModelEntry:
+        """The entry named ``name``; a 404 ProtocolError when there is none."""
         entry = self.entries.get(name)
         if entry is None:
             known = ", ".join(sorted(self.entries)) or "none"
@@ -111,12 +114,14 @@ class ModelIndex:
         return entry
 
     def ready(self, name: str) -> ModelEntry:
+        """The entry named ``name`` when ready to infer; a 503 ProtocolError giving its state otherwise."""
         entry = self.get(name)
         if entry.state != READY or entry.batcher is None:
             raise ProtocolError(503, f"Model '{name}' is {entry.state}: {entry.reason}")
         return entry
 
     def index(self, ready_only: bool = False) -> list[dict]:
+        """Index entries of every model (only ready ones with ``ready_only``)."""
         return [e.index_entry() for e in self.entries.values() if not ready_only or e.state == READY]
 
 
@@ -148,6 +153,7 @@ class ModelRepository(ModelIndex):
 
     @property
     def is_folder(self) -> bool:
+        """True when the source is a folder of models (not a single model)."""
         return Path(self.source).is_dir()
 
     # -- load / unload ---------------------------------------------------------------------------------
@@ -177,6 +183,7 @@ class ModelRepository(ModelIndex):
         return entry
 
     async def unload(self, name: str) -> ModelEntry:
+        """Unload a model: release its batcher and instance and mark it unavailable."""
         entry = self.get(name)
         async with self._locks.setdefault(name, asyncio.Lock()):
             await self._release(entry)
@@ -193,15 +200,18 @@ class ModelRepository(ModelIndex):
             await asyncio.to_thread(instance.close)  # waits for its run threads: not on the event loop
 
     async def load_all(self) -> None:
+        """Load every model, one after another."""
         for name in list(self.entries):
             await self.load(name)
 
     def flush(self) -> None:
+        """Flush every model's batcher (run what is queued now)."""
         for entry in self.entries.values():
             if entry.batcher is not None:
                 entry.batcher.flush()
 
     async def close(self) -> None:
+        """Unload every ready model."""
         for entry in self.entries.values():
             if entry.state == READY:
                 await self._release(entry)

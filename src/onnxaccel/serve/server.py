@@ -21,8 +21,12 @@ from onnxaccel.engines.pool import set_gpu_wait
 from onnxaccel.errors import MissingDependencyError, UsageError
 from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.core import InferenceService
+from onnxaccel.serve.grpc_service import create_grpc_server
+from onnxaccel.serve.http_app import create_app
 from onnxaccel.serve.metrics import ServerMetrics
+from onnxaccel.serve.model_link import RemoteRepository
 from onnxaccel.serve.repository import ModelRepository
+from onnxaccel.serve.telemetry_bridge import gpu_source
 from onnxaccel.target import parse_target
 
 logger = logging.getLogger(__name__)
@@ -42,6 +46,7 @@ class ServeResult:
     workers: int = 1
 
     def to_dict(self) -> dict:
+        """JSON-ready form of the result (schema ``SCHEMA``)."""
         return {"schema": SCHEMA, "http_url": self.http_url, "grpc_address": self.grpc_address,
                 "models": self.models, "drained": self.drained, "warnings": self.warnings, "workers": self.workers}
 
@@ -98,7 +103,6 @@ def _gpu_source(interval_s: float) -> tuple[Callable[[], list[dict]] | None, Cal
     """The telemetry sampler's latest GPU readings, when onnxaccel.system.telemetry is present."""
     if interval_s <= 0:
         return None, lambda: None
-    from onnxaccel.serve.telemetry_bridge import gpu_source
 
     return gpu_source(interval_s)
 
@@ -125,14 +129,12 @@ class InferenceServer:
         self._stop: asyncio.Event | None = None
 
     async def run(self) -> ServeResult:
+        """Serve HTTP (and gRPC when configured) until stopped, then drain and return the result."""
         uvicorn = _uvicorn()
-        from onnxaccel.serve.grpc_service import create_grpc_server
-        from onnxaccel.serve.http_app import create_app
 
         gpu, stop_gpu = _gpu_source(self.config.telemetry_interval_s)
         metrics = ServerMetrics(gpu_source=gpu, multiprocess_dir=self.multiprocess_dir)
         if self.config.model_socket:  # a decoding worker: the models run in the model process
-            from onnxaccel.serve.model_link import RemoteRepository
 
             repository = RemoteRepository(self.config.model_socket,
                                           on_state=lambda name, ready: metrics.model_ready.labels(name).set(
@@ -199,10 +201,12 @@ class InferenceServer:
         return self.result()
 
     def request_drain(self) -> None:
+        """Ask the running server to stop accepting work and drain."""
         if self._stop is not None:
             self._stop.set()
 
     def result(self) -> ServeResult:
+        """The serve result: addresses, models and warnings."""
         service = getattr(self, "service", None)
         models = service.repository.index() if service else []
         warnings = [w for e in service.repository.entries.values() for w in e.warnings] if service else []
@@ -232,13 +236,14 @@ def serve(source: str, model_defaults: dict, config: ServerConfig,
     """Serve until SIGTERM/SIGINT; blocking. Uses uvloop when installed (uvicorn's "auto" choice does too).
     With ``config.workers`` > 1, a supervisor runs that many server processes (serve/workers.py)."""
     if config.workers > 1 or config.shared_models:
-        from onnxaccel.serve.workers import serve_workers
+        from onnxaccel.serve.workers import serve_workers  # cycle: workers imports this module
 
         return serve_workers(source, model_defaults, config, on_ready)
     return run_server(InferenceServer(source, model_defaults, config, on_ready))
 
 
 def run_server(server: InferenceServer) -> ServeResult:
+    """Run the server's event loop to completion (uvloop when installed) and return its result."""
     import sys
 
     if server.config.gil_switch_ms > 0:

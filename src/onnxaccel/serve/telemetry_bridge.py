@@ -12,6 +12,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from onnxaccel.system.telemetry import TelemetryRecorder
+from onnxaccel.system.telemetry_backends import open_backends
+
 
 def _noop() -> None:
     return None
@@ -21,11 +24,6 @@ def gpu_source(interval_s: float, backends: Sequence | None = None
                ) -> tuple[Callable[[], list[dict]] | None, Callable[[], None]]:
     """(a function returning the latest readings as dicts, a function closing the backends); (None, noop)
     when no GPU backend opens here. ``backends`` (already opened) replaces discovery, for tests."""
-    try:
-        from onnxaccel.system.telemetry import TelemetryRecorder
-        from onnxaccel.system.telemetry_backends import open_backends
-    except ImportError:  # the system package without telemetry (older checkouts)
-        return None, _noop
     if backends is None:
         backends, notes = open_backends()
     else:

@@ -35,9 +35,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import wait
 
-from onnxaccel.errors import UsageError
+from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.serve.config import ServerConfig
-from onnxaccel.serve.server import ServeResult
+from onnxaccel.serve.model_host import host_main
+from onnxaccel.serve.server import InferenceServer, ServeResult, run_server
 
 #: Seconds the supervisor waits for a worker beyond the drain timeout before killing it.
 EXIT_GRACE_S = 15.0
@@ -84,8 +85,6 @@ def _worker_main(index: int, source: str, model_defaults: dict, config: ServerCo
     ("error", index, message) on ``events``."""
     _die_with_parent(supervisor)
     name_process(f"onnxaccel-w{index}")
-    from onnxaccel.errors import OnnxAccelError
-    from onnxaccel.serve.server import InferenceServer, run_server
 
     def on_ready(server: InferenceServer) -> None:
         events.put(("ready", index, server.result().to_dict()))
@@ -175,6 +174,7 @@ class WorkerPool:
         self.restarts: list[float] = []
 
     def start(self, index: int) -> None:
+        """Start worker process ``index`` (with Ctrl+C ignored: the supervisor turns it into a drain)."""
         process = self.ctx.Process(
             target=_worker_main, name=f"onnxaccel-serve-{index}", daemon=False,
             args=(index, self.source, self.model_defaults, self.worker_config, self.http, self.metrics_dir,
@@ -191,8 +191,6 @@ class WorkerPool:
 
     def start_host(self) -> None:
         """Start the model process (``--shared-models``): it loads every model and then listens."""
-        from onnxaccel.serve.model_host import host_main
-
         self.host = self.ctx.Process(
             target=host_main, name="onnxaccel-models", daemon=False,
             args=(self.source, self.model_defaults, self.worker_config, self.worker_config.model_socket,
@@ -251,6 +249,7 @@ class WorkerPool:
         self.all_ready.set()
 
     def result(self) -> ServeResult:
+        """The serve result, from the first worker's ready report."""
         first = self.ready_reports.get(min(self.ready_reports)) if self.ready_reports else {}
         grpc = f"{self.config.host}:{self.grpc_port}" if self.grpc_port else None
         return ServeResult(f"http://{self.config.host}:{self.http_port}", grpc, first.get("models", []),
@@ -332,6 +331,7 @@ class WorkerPool:
         return clean
 
     def close(self) -> None:
+        """Release what the parent holds: sockets, port reservation, event queue, metrics folder, environment."""
         self.http.close()
         if self.grpc_reservation is not None:
             self.grpc_reservation.close()

@@ -45,6 +45,7 @@ class AmdProblem:
         return f"{self.summary}. Fix: {self.fix}"
 
     def to_dict(self) -> dict:
+        """The problem as JSON-ready values."""
         return dict(self.__dict__)
 
 

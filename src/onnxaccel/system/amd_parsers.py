@@ -21,6 +21,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from onnxaccel.system.gpu_sample import GpuSample
+
 MIB = 1024 * 1024
 
 
@@ -44,6 +46,7 @@ class RocmAgent:
     isa: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The agent as JSON-ready values."""
         return {"gfx": self.gfx, "marketing_name": self.marketing_name, "uuid": self.uuid, "node": self.node,
                 "compute_units": self.compute_units, "max_clock_mhz": self.max_clock_mhz,
                 "vram_bytes": self.vram_bytes, "isa": self.isa}
@@ -51,6 +54,7 @@ class RocmAgent:
 
 @dataclass
 class RocminfoReport:
+    """What ``rocminfo`` says: the HSA runtime and KFD versions and the GPU agents (CPU agents left out)."""
     runtime_version: str | None
     #: Version of the amdgpu kernel driver (KFD) when rocminfo prints it ("ROCk module version X is loaded").
     kfd_version: str | None
@@ -120,27 +124,6 @@ def _agent(lines: list[str]) -> RocmAgent | None:
 
 # -- rocm-smi --json -------------------------------------------------------------------------------------
 
-@dataclass
-class SmiReading:
-    """One GPU's readings from rocm-smi or amd-smi; None where the tool had no value ("N/A")."""
-
-    index: int
-    name: str | None = None
-    utilization_pct: float | None = None
-    memory_used_bytes: int | None = None
-    memory_total_bytes: int | None = None
-    power_w: float | None = None
-    temperature_c: float | None = None
-    gfx_clock_mhz: float | None = None
-    mem_clock_mhz: float | None = None
-    gfx: str | None = None
-    compute_units: int | None = None
-    driver_version: str | None = None
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
 _CARD = re.compile(r"^card(\d+)$")
 _KEYS = {
     "utilization_pct": re.compile(r"^GPU use \(%\)$", re.I),
@@ -181,7 +164,7 @@ def _load_json(text: str, tool: str):
                               f"it began with: {snippet})") from None
 
 
-def parse_rocm_smi_json(text: str) -> list[SmiReading]:
+def parse_rocm_smi_json(text: str) -> list[GpuSample]:
     """Readings per card from ``rocm-smi --showuse --showmeminfo vram --showpower --showtemp ... --json``."""
     data = _load_json(text, "rocm-smi")
     if not isinstance(data, dict):
@@ -191,23 +174,23 @@ def parse_rocm_smi_json(text: str) -> list[SmiReading]:
         index = _CARD.match(key)
         if index is None or not isinstance(card, dict):
             continue  # e.g. "system": {"Driver version": ...}
-        reading = SmiReading(int(index.group(1)))
+        values: dict = {}
         for name, value in card.items():
             for attr, pattern in _KEYS.items():
-                if pattern.match(name) and getattr(reading, attr) is None:
+                if pattern.match(name) and values.get(attr) is None:
                     if attr == "name":
-                        reading.name = value if isinstance(value, str) and value != "N/A" else None
+                        values["name"] = value if isinstance(value, str) and value != "N/A" else None
                     else:
                         number = _number(value)
                         if number is not None:
-                            setattr(reading, attr, int(number) if attr.endswith("bytes") else number)
+                            values[attr] = int(number) if attr.endswith("bytes") else number
         for pattern in _TEMPS:
             value = next((_number(v) for k, v in card.items() if pattern.match(k)), None)
             if value is not None:
-                reading.temperature_c = value
+                values["temperature_c"] = value
                 break
-        readings.append(reading)
-    return sorted(readings, key=lambda r: r.index)
+        readings.append(GpuSample(int(index.group(1)), values.pop("name", None), "amd", **values))
+    return sorted(readings, key=lambda r: r.gpu)
 
 
 # -- amd-smi ... --json ----------------------------------------------------------------------------------
@@ -235,7 +218,7 @@ def _amd_gpus(text: str) -> list[dict]:
     return data
 
 
-def parse_amd_smi_json(text: str) -> list[SmiReading]:
+def parse_amd_smi_json(text: str) -> list[GpuSample]:
     """Readings per GPU from ``amd-smi metric --json`` and/or ``amd-smi static --json`` (either layout)."""
     readings = []
     for position, gpu in enumerate(_amd_gpus(text)):
@@ -244,8 +227,8 @@ def parse_amd_smi_json(text: str) -> list[SmiReading]:
         if temp is None:
             temp = _number(_amd_value(gpu, "temperature", "hotspot"))
         total = _amd_value(gpu, "mem_usage", "total_vram") or _amd_value(gpu, "vram", "size")
-        readings.append(SmiReading(
-            index=int(index) if isinstance(index, (int, float)) else position,
+        readings.append(GpuSample(
+            gpu=int(index) if isinstance(index, (int, float)) else position, vendor="amd",
             name=_text(_amd_value(gpu, "asic", "market_name")),
             utilization_pct=_number(_amd_value(gpu, "usage", "gfx_activity")),
             memory_used_bytes=_bytes(_amd_value(gpu, "mem_usage", "used_vram")),

@@ -12,7 +12,7 @@ import platform
 import sys
 from dataclasses import dataclass, field
 
-from onnxaccel.engines.ort import ROCM_EP_REMOVED
+from onnxaccel.engines.ort import ROCM_EP_REMOVED, import_ort
 from onnxaccel.errors import OnnxAccelError
 from onnxaccel.system.environment import EnvSetting, environment_findings, relevant_environment
 from onnxaccel.system.findings import ERROR, INFO, OK, WARN, Finding
@@ -34,6 +34,8 @@ LOW_FREE_MEMORY = 1 << 30
 
 @dataclass
 class TargetVerdict:
+    """Whether one target is ready here (a probe session kept its provider) and, if not, why and how
+    to fix it."""
     target: str
     provider: str
     ready: bool
@@ -45,11 +47,14 @@ class TargetVerdict:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The verdict as JSON-ready values."""
         return dict(self.__dict__)
 
 
 @dataclass
 class DoctorReport:
+    """Everything ``onnxaccel doctor`` found: system, installed runtime, per-target verdicts, GPUs,
+    ROCm, environment and the findings with their fixes."""
     system: dict
     runtime: dict
     install: OrtInstall
@@ -62,6 +67,7 @@ class DoctorReport:
     requested: str | None = None
 
     def verdict(self, target: str) -> TargetVerdict | None:
+        """The verdict for ``target`` (as text, e.g. "cuda"), or None when it was not probed."""
         return next((v for v in self.targets if v.target == target), None)
 
     @property
@@ -73,6 +79,7 @@ class DoctorReport:
         return any(v.ready for v in self.targets)
 
     def to_dict(self) -> dict:
+        """The report as JSON-ready values, with its schema version."""
         return {
             "schema": SCHEMA, "requested": self.requested, "ok": self.ok, "system": self.system,
             "runtime": self.runtime, "packages": self.install.to_dict(),
@@ -126,8 +133,6 @@ def _system() -> dict:
 
 def _runtime() -> tuple[dict, str | None]:
     try:
-        from onnxaccel.engines.ort import import_ort
-
         ort = import_ort()
         return {"version": ort.__version__, "providers": list(ort.get_available_providers()),
                 "device": ort.get_device()}, None

@@ -45,11 +45,13 @@ _REMOVED = ("ORT_MIGRAPHX_SAVE_COMPILED_MODEL", "ORT_MIGRAPHX_SAVE_COMPILED_PATH
 
 @dataclass(frozen=True)
 class EnvSetting:
+    """An environment variable that changes how a runtime behaves, its value and what it does."""
     name: str
     value: str
     effect: str
 
     def to_dict(self) -> dict:
+        """The setting as JSON-ready values."""
         return {"name": self.name, "value": self.value, "effect": self.effect}
 
 
@@ -80,6 +82,9 @@ def _specific(name: str, value: str, effect: str) -> str:
 
 
 def environment_findings(environ: Mapping[str, str] | None = None) -> list[Finding]:
+    """Findings about variables set in ``environ`` (default: this process's): ones that hide every GPU, a
+    malformed HSA_OVERRIDE_GFX_VERSION, settings removed in ROCm 6.4, several ROCm releases on
+    LD_LIBRARY_PATH; each with its fix."""
     environ = os.environ if environ is None else environ
     findings = []
     for name in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):

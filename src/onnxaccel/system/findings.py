@@ -22,5 +22,6 @@ class Finding:
     fix: str = ""
 
     def to_dict(self) -> dict:
+        """The finding as JSON-ready values."""
         return {"severity": self.severity, "code": self.code, "title": self.title, "detail": self.detail,
                 "fix": self.fix}

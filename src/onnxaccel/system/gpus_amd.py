@@ -16,14 +16,17 @@ import functools
 import io
 from dataclasses import dataclass, field
 
+from onnxaccel.engines.ort import capture_native_stderr
 from onnxaccel.system.amd_diagnosis import AmdProblem, explain_rocminfo, plain
-from onnxaccel.system.amd_parsers import RocmAgent, SmiReading, ToolOutputError, parse_amd_smi_json, \
-    parse_rocm_smi_json, parse_rocminfo
+from onnxaccel.system.amd_parsers import RocmAgent, ToolOutputError, parse_amd_smi_json, parse_rocm_smi_json, \
+    parse_rocminfo
+from onnxaccel.system.gpu_sample import GpuSample
 from onnxaccel.system.tools import run_tool
 
 
 @dataclass
 class AmdGpu:
+    """One AMD GPU as the inventory lists it: name, gfx architecture, compute units, VRAM, driver."""
     index: int
     name: str
     gfx: str | None = None
@@ -34,11 +37,13 @@ class AmdGpu:
 
     @property
     def vram_free_bytes(self) -> int | None:
+        """VRAM not in use (total minus used), or None when either is unknown."""
         if self.vram_total_bytes is None or self.vram_used_bytes is None:
             return None
         return max(self.vram_total_bytes - self.vram_used_bytes, 0)
 
     def to_dict(self) -> dict:
+        """The GPU as JSON-ready values, free VRAM included."""
         return {"index": self.index, "name": self.name, "gfx": self.gfx, "compute_units": self.compute_units,
                 "vram_total_bytes": self.vram_total_bytes, "vram_used_bytes": self.vram_used_bytes,
                 "vram_free_bytes": self.vram_free_bytes, "driver_version": self.driver_version}
@@ -46,6 +51,7 @@ class AmdGpu:
 
 @dataclass
 class AmdInventory:
+    """The AMD GPUs found and by which source, with why the other sources gave nothing."""
     gpus: list[AmdGpu] = field(default_factory=list)
     #: "amdsmi", "amd-smi", "rocminfo" or "none".
     source: str = "none"
@@ -56,6 +62,7 @@ class AmdInventory:
     problem: AmdProblem | None = None
 
     def to_dict(self) -> dict:
+        """The inventory as JSON-ready values."""
         return {"source": self.source, "gpus": [g.to_dict() for g in self.gpus], "notes": self.notes,
                 "hsa_runtime_version": self.hsa_runtime_version,
                 "problem": self.problem.to_dict() if self.problem else None}
@@ -64,8 +71,6 @@ class AmdInventory:
 @functools.lru_cache(maxsize=1)
 def import_amdsmi():
     """(module, None) or (None, why). Cached: a failed import prints each time it is tried."""
-    from onnxaccel.engines.ort import capture_native_stderr
-
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed), capture_native_stderr() as native:
         try:
@@ -79,6 +84,8 @@ def import_amdsmi():
 
 
 def discover_amd() -> AmdInventory:
+    """List AMD GPUs from the first source that sees any: the amdsmi library, then rocminfo (with
+    rocm-smi's memory), then the amd-smi CLI; never raises."""
     inventory = AmdInventory()
     for source, finder in (("amdsmi", _from_amdsmi), ("rocminfo", _from_rocminfo), ("amd-smi", _from_amd_smi_cli)):
         try:
@@ -151,7 +158,7 @@ def _from_rocminfo(inventory: AmdInventory) -> tuple[list[AmdGpu], str | None]:
     return gpus, None if gpus else "rocminfo lists no GPU agent"
 
 
-def _rocm_smi_readings() -> list[SmiReading]:
+def _rocm_smi_readings() -> list[GpuSample]:
     run = run_tool(["rocm-smi", "--showuse", "--showmeminfo", "vram", "--showproductname", "--json"])
     if not run.ok:
         return []
@@ -161,7 +168,7 @@ def _rocm_smi_readings() -> list[SmiReading]:
         return []
 
 
-def _merge(index: int, agent: RocmAgent, reading: SmiReading | None) -> AmdGpu:
+def _merge(index: int, agent: RocmAgent, reading: GpuSample | None) -> AmdGpu:
     return AmdGpu(
         index=index, name=agent.marketing_name or (reading.name if reading else None) or agent.gfx,
         gfx=agent.gfx, compute_units=agent.compute_units,
@@ -178,6 +185,6 @@ def _from_amd_smi_cli(inventory: AmdInventory) -> tuple[list[AmdGpu], str | None
         return [], f"amd-smi static failed (exit {static.returncode})"
     readings = parse_amd_smi_json(static.stdout)
     metric = run_tool(["amd-smi", "metric", "--mem-usage", "--json"])
-    used = {r.index: r.memory_used_bytes for r in parse_amd_smi_json(metric.stdout)} if metric.ok else {}
-    return [AmdGpu(r.index, r.name or r.gfx or "AMD GPU", r.gfx, r.compute_units, r.memory_total_bytes,
-                   used.get(r.index), r.driver_version) for r in readings], None
+    used = {r.gpu: r.memory_used_bytes for r in parse_amd_smi_json(metric.stdout)} if metric.ok else {}
+    return [AmdGpu(r.gpu, r.name or r.gfx or "AMD GPU", r.gfx, r.compute_units, r.memory_total_bytes,
+                   used.get(r.gpu), r.driver_version) for r in readings], None

@@ -14,6 +14,7 @@ import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from onnxaccel.system.findings import ERROR, INFO, OK, WARN, Finding
 from onnxaccel.system.tools import run_tool
 
 MIB = 1024 * 1024
@@ -63,6 +64,7 @@ def nvml_optional(pynvml, function, *args):
 
 @dataclass
 class NvidiaGpu:
+    """One NVIDIA GPU as the inventory lists it: name, compute capability, memory, UUID."""
     index: int
     name: str
     compute_capability: str | None = None
@@ -72,11 +74,13 @@ class NvidiaGpu:
 
     @property
     def memory_free_bytes(self) -> int | None:
+        """Memory not in use (total minus used), or None when either is unknown."""
         if self.memory_total_bytes is None or self.memory_used_bytes is None:
             return None
         return max(self.memory_total_bytes - self.memory_used_bytes, 0)
 
     def to_dict(self) -> dict:
+        """The GPU as JSON-ready values, free memory included."""
         return {"index": self.index, "name": self.name, "compute_capability": self.compute_capability,
                 "memory_total_bytes": self.memory_total_bytes, "memory_used_bytes": self.memory_used_bytes,
                 "memory_free_bytes": self.memory_free_bytes, "uuid": self.uuid}
@@ -84,6 +88,7 @@ class NvidiaGpu:
 
 @dataclass
 class NvidiaInventory:
+    """The NVIDIA GPUs, driver and CUDA driver versions found, and by which source."""
     gpus: list[NvidiaGpu] = field(default_factory=list)
     driver_version: str | None = None
     #: Highest CUDA version the driver supports, e.g. "13.0" (nvmlSystemGetCudaDriverVersion).
@@ -92,12 +97,15 @@ class NvidiaInventory:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The inventory as JSON-ready values."""
         return {"source": self.source, "driver_version": self.driver_version,
                 "cuda_driver_version": self.cuda_driver_version, "gpus": [g.to_dict() for g in self.gpus],
                 "notes": self.notes}
 
 
 def discover_nvidia() -> NvidiaInventory:
+    """List NVIDIA GPUs through NVML, else ``nvidia-smi``; never raises (the notes say why nothing was
+    found)."""
     inventory = NvidiaInventory()
     try:
         with nvml() as pynvml:
@@ -187,6 +195,8 @@ CUDA_PIP_PACKAGES = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-
 
 
 def cuda_pip_packages() -> dict[str, str]:
+    """Installed pip packages that ship CUDA libraries (nvidia-* wheels), name -> version: the CUDA EP
+    can load its libraries from them."""
     from importlib import metadata
 
     found = {}
@@ -198,8 +208,6 @@ def cuda_pip_packages() -> dict[str, str]:
 
 def cuda_findings(inventory: NvidiaInventory, wheel_cuda: str | None, pip_cuda: dict[str, str]):
     """Driver, CUDA and cuDNN against what the installed onnxruntime-gpu was built for."""
-    from onnxaccel.system.findings import ERROR, INFO, OK, WARN, Finding
-
     findings = []
     if not inventory.gpus:
         return findings

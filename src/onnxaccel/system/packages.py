@@ -28,6 +28,8 @@ _PROBE_FILES = ("onnxruntime/capi/build_and_package_info.py", "onnxruntime/__ini
 
 @dataclass
 class OrtInstall:
+    """Which ONNX Runtime distributions are installed and which one's files are on disk (the build
+    that imports), with the CUDA version it was built against."""
     distributions: dict[str, str]
     module_path: str | None = None
     #: The distribution whose build is on disk, from build_and_package_info.py (canonical name).
@@ -39,10 +41,13 @@ class OrtInstall:
     overwritten: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The install as JSON-ready values."""
         return dict(self.__dict__)
 
 
 def inspect_ort_install() -> OrtInstall:
+    """Read the installed ONNX Runtime distributions and the on-disk build's package info, without
+    importing onnxruntime."""
     install = OrtInstall(installed_distributions())
     spec = importlib.util.find_spec("onnxruntime")  # finds, does not import
     if spec is None or not spec.submodule_search_locations:
@@ -96,6 +101,9 @@ def preferred_distribution(vendor: str | None) -> str:
 
 
 def package_findings(install: OrtInstall, vendor: str | None) -> list[Finding]:
+    """Findings about the ONNX Runtime install for a machine with ``vendor``'s GPUs: none installed, several
+    distributions overwriting one module, a module on disk from another build than the one installed; each
+    with its fix."""
     dists = install.distributions
     if not dists:
         extra = {"nvidia": "cuda", "amd": "migraphx"}.get(vendor or "", "cpu")

@@ -24,6 +24,7 @@ WHEEL_HIP_SONAME = "7"
 
 @dataclass
 class RocmInstall:
+    """A ROCm install as found on disk: its root, release, HIP and MIGraphX libraries, other releases."""
     root: str
     exists: bool
     #: From ``<root>/.info/version`` (written by the rocm-core package), e.g. "7.0.2-56".
@@ -34,10 +35,12 @@ class RocmInstall:
     releases: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The install as JSON-ready values."""
         return dict(self.__dict__)
 
 
 def inspect_rocm(root: Path | None = None) -> RocmInstall:
+    """Read the ROCm install at ``root`` (default: $ROCM_PATH or /opt/rocm) from its files only."""
     root = root or rocm_root()
     install = RocmInstall(str(root), root.is_dir())
     if install.exists:

@@ -26,11 +26,13 @@ METRICS = ("utilization_pct", "memory_used_bytes", "power_w", "temperature_c", "
 
 @dataclass
 class MetricStats:
+    """Running count, sum and peak of one metric; readings that are None (no sensor) are skipped."""
     count: int = 0
     total: float = 0.0
     peak: float | None = None
 
     def add(self, value: float | None) -> None:
+        """Count ``value`` (None is skipped)."""
         if value is None:
             return
         self.count += 1
@@ -39,14 +41,17 @@ class MetricStats:
 
     @property
     def mean(self) -> float | None:
+        """Mean of the values counted, or None when there were none."""
         return self.total / self.count if self.count else None
 
     def to_dict(self) -> dict:
+        """Mean and peak as JSON-ready values."""
         return {"mean": self.mean, "peak": self.peak}
 
 
 @dataclass
 class GpuStats:
+    """Mean and peak of every metric of one GPU over a sampling run (the aggregate of its GpuSamples)."""
     gpu: int
     name: str
     vendor: str
@@ -55,12 +60,14 @@ class GpuStats:
     metrics: dict[str, MetricStats] = field(default_factory=lambda: {m: MetricStats() for m in METRICS})
 
     def add(self, sample: GpuSample) -> None:
+        """Fold one reading of this GPU into the statistics."""
         self.samples += 1
         self.memory_total_bytes = sample.memory_total_bytes or self.memory_total_bytes
         for metric in METRICS:
             self.metrics[metric].add(getattr(sample, metric))
 
     def to_dict(self) -> dict:
+        """The statistics as JSON-ready values: one {mean, peak} per metric."""
         return {"gpu": self.gpu, "name": self.name, "vendor": self.vendor, "samples": self.samples,
                 "memory_total_bytes": self.memory_total_bytes,
                 **{metric: stats.to_dict() for metric, stats in self.metrics.items()}}
@@ -82,6 +89,7 @@ class SamplerOverhead:
         return (self.thread_cpu_ms + self.child_cpu_ms) / 1e3 / self.interval_s if self.interval_s else 0.0
 
     def to_dict(self) -> dict:
+        """The cost as JSON-ready values, per sample and as a share of one CPU core."""
         return {"samples": self.samples, "interval_s": self.interval_s,
                 "thread_cpu_ms_per_sample": self.thread_cpu_ms, "wall_ms_per_sample": self.wall_ms,
                 "child_cpu_ms_per_sample": self.child_cpu_ms, "cpu_fraction_of_one_core": self.cpu_fraction}
@@ -89,6 +97,8 @@ class SamplerOverhead:
 
 @dataclass
 class TelemetrySummary:
+    """What a sampling run saw: per-GPU statistics, the backends used, the sampler's own cost, notes
+    and errors."""
     backends: list[str]
     duration_s: float
     interval_s: float
@@ -98,9 +108,11 @@ class TelemetrySummary:
     errors: list[str] = field(default_factory=list)
 
     def gpu(self, index: int, vendor: str | None = None) -> GpuStats | None:
+        """The statistics of GPU ``index`` (of ``vendor`` when given), or None."""
         return next((g for g in self.gpus if g.gpu == index and vendor in (None, g.vendor)), None)
 
     def to_dict(self) -> dict:
+        """The summary as JSON-ready values, with its schema version."""
         return {"schema": SCHEMA, "backends": self.backends, "duration_s": self.duration_s,
                 "interval_s": self.interval_s, "gpus": [g.to_dict() for g in self.gpus],
                 "overhead": self.overhead.to_dict(), "notes": self.notes, "errors": self.errors}
@@ -138,6 +150,7 @@ class TelemetryRecorder:
         return readings
 
     def summary(self) -> TelemetrySummary:
+        """The statistics so far and the cost per sample of taking them."""
         n = max(self.samples, 1)
         child = sum(getattr(b, "child_cpu_s", 0.0) for b in self.backends)
         overhead = SamplerOverhead(self.samples, self.interval, self.thread_cpu_s / n * 1e3, self.wall_s / n * 1e3,
@@ -148,6 +161,7 @@ class TelemetryRecorder:
 
 
 def check_interval(interval: float) -> float:
+    """The interval as a float; a UsageError that says what to pass for a non-positive or NaN one."""
     if not isinstance(interval, (int, float)) or math.isnan(interval) or interval <= 0:
         raise UsageError(f"The sampling interval must be a positive number of seconds, got {interval!r}.",
                          "e.g. --interval 0.5 (the drivers refresh utilization every ~0.1-1 s).")
@@ -165,6 +179,8 @@ class GpuSampler:
         self.recorder: TelemetryRecorder | None = None
 
     def start(self) -> GpuSampler:
+        """Open the backends (or the given ones) and start sampling in a background thread; a machine
+        without GPUs starts nothing and gives an empty summary."""
         if self._thread is not None:
             raise RuntimeError("GpuSampler.start() called twice")
         if self._given is None:
@@ -192,6 +208,7 @@ class GpuSampler:
                 return
 
     def stop(self) -> TelemetrySummary:
+        """Stop sampling, close the backends and return the summary."""
         if self.recorder is None:
             raise RuntimeError("GpuSampler.stop() before start()")
         self._stop.set()

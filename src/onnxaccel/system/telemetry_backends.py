@@ -14,10 +14,12 @@ Debian's rocm-smi 5.2.3); that message, not the empty JSON, is what the backend 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import dataclasses
 
 from onnxaccel.system.amd_diagnosis import explain_rocm_smi
 from onnxaccel.system.amd_parsers import ToolOutputError, parse_rocm_smi_json
+from onnxaccel.system.gpu_sample import GpuSample
+from onnxaccel.system.gpus_amd import import_amdsmi
 from onnxaccel.system.gpus_nvidia import NvmlUnavailable, nvml, nvml_optional
 from onnxaccel.system.tools import find_tool, run_tool
 
@@ -26,24 +28,8 @@ class BackendUnavailable(Exception):
     """The backend cannot read anything here; the message says why."""
 
 
-@dataclass(frozen=True)
-class GpuSample:
-    gpu: int
-    name: str
-    vendor: str
-    utilization_pct: float | None = None
-    memory_used_bytes: int | None = None
-    memory_total_bytes: int | None = None
-    power_w: float | None = None
-    temperature_c: float | None = None
-    gfx_clock_mhz: float | None = None
-    mem_clock_mhz: float | None = None
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
 class NvmlBackend:
+    """NVIDIA GPUs through NVML (nvidia-ml-py): utilization, memory, power, temperature, clocks."""
     name = "nvml"
     vendor = "nvidia"
 
@@ -53,6 +39,7 @@ class NvmlBackend:
         self.child_cpu_s = 0.0
 
     def open(self) -> None:
+        """Initialize NVML and list the GPUs; BackendUnavailable when NVML is missing or sees none."""
         stack = contextlib.ExitStack()
         try:
             self.nvml = stack.enter_context(nvml())
@@ -68,6 +55,7 @@ class NvmlBackend:
             raise BackendUnavailable("NVML sees no NVIDIA GPU")
 
     def read(self) -> list[GpuSample]:
+        """One reading of every GPU (power converted from NVML's milliwatts to watts)."""
         pynvml, samples = self.nvml, []
         for index, name, handle in self._handles:
             util = nvml_optional(pynvml, pynvml.nvmlDeviceGetUtilizationRates, handle)
@@ -87,12 +75,14 @@ class NvmlBackend:
         return samples
 
     def close(self) -> None:
+        """Shut NVML down."""
         if self._stack is not None:
             self._stack.close()
             self._stack = None
 
 
 class AmdSmiBackend:
+    """AMD GPUs through ROCm's amdsmi library: in-process, so cheap enough for a short interval."""
     name = "amdsmi"
     vendor = "amd"
 
@@ -102,8 +92,7 @@ class AmdSmiBackend:
         self._open = False
 
     def open(self) -> None:
-        from onnxaccel.system.gpus_amd import import_amdsmi
-
+        """Initialize amdsmi and list the GPUs; BackendUnavailable with the reason when it cannot."""
         amdsmi, why = import_amdsmi()
         if amdsmi is None:
             raise BackendUnavailable(why)
@@ -129,6 +118,7 @@ class AmdSmiBackend:
         return None if value == "N/A" else value
 
     def read(self) -> list[GpuSample]:
+        """One reading of every GPU (the hotspot temperature where the GPU has no edge sensor)."""
         amdsmi, samples = self.amdsmi, []
         for index, name, handle in self._handles:
             activity = self._get(amdsmi.amdsmi_get_gpu_activity, handle) or {}
@@ -153,6 +143,7 @@ class AmdSmiBackend:
         return samples
 
     def close(self) -> None:
+        """Shut amdsmi down."""
         if self._open:
             with contextlib.suppress(Exception):
                 self.amdsmi.amdsmi_shut_down()
@@ -188,19 +179,21 @@ class RocmSmiBackend:
             raise BackendUnavailable(str(exc)) from None
 
     def open(self) -> None:
+        """Check the tool runs and list the GPUs' names; BackendUnavailable with rocm-smi's reason."""
         if find_tool(self.executable) is None and "/" not in self.executable:
             raise BackendUnavailable(f"{self.executable} not found")
         readings = self._run("--showproductname", "--json")
-        self.names = {r.index: r.name or f"AMD GPU {r.index}" for r in readings}
+        self.names = {r.gpu: r.name or f"AMD GPU {r.gpu}" for r in readings}
         if not self.names:
             raise BackendUnavailable("rocm-smi lists no GPU")
 
     def read(self) -> list[GpuSample]:
-        return [GpuSample(r.index, self.names.get(r.index, r.name or f"AMD GPU {r.index}"), self.vendor,
-                          r.utilization_pct, r.memory_used_bytes, r.memory_total_bytes, r.power_w,
-                          r.temperature_c, r.gfx_clock_mhz, r.mem_clock_mhz) for r in self._run(*self.ARGS)]
+        """One reading of every card from one ``rocm-smi ... --json`` run."""
+        return [dataclasses.replace(r, name=self.names.get(r.gpu, r.name or f"AMD GPU {r.gpu}"), vendor=self.vendor)
+                for r in self._run(*self.ARGS)]
 
     def close(self) -> None:
+        """Nothing to release: each read is its own process."""
         return None
 
 

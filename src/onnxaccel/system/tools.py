@@ -22,6 +22,7 @@ def rocm_root() -> Path:
 
 
 def find_tool(name: str) -> str | None:
+    """The path of a command-line tool: on PATH, else in ROCm's ``bin`` folder; None when neither has it."""
     found = shutil.which(name)
     if found:
         return found
@@ -31,6 +32,7 @@ def find_tool(name: str) -> str | None:
 
 @dataclass(frozen=True)
 class ToolRun:
+    """What running a tool gave: its output, exit status, why it could not run, and its CPU time."""
     argv: tuple[str, ...]
     stdout: str = ""
     stderr: str = ""
@@ -42,6 +44,7 @@ class ToolRun:
 
     @property
     def ok(self) -> bool:
+        """Whether the tool ran and exited 0."""
         return self.error is None and self.returncode == 0
 
 

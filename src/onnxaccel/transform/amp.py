@@ -33,17 +33,21 @@ Locate = Callable[[set[str]], tuple[str | None, str]]
 
 @dataclass
 class AmpStep:
+    """One step of the mixed-precision search: how nodes were picked to stay FP32, which, and why."""
     method: str  # divergence | prefix-bisection
     nodes: list[str]
     op_types: list[str]
     detail: str
 
     def to_dict(self) -> dict:
+        """The step as JSON-ready values."""
         return {"method": self.method, "nodes": self.nodes, "op_types": self.op_types, "detail": self.detail}
 
 
 @dataclass
 class AmpResult:
+    """The outcome of the FP16 search: the model, the nodes kept in FP32, the steps taken and whether
+    the last candidate passed the accuracy gate."""
     proto: onnx.ModelProto = field(repr=False)
     keep_fp32: list[str]
     steps: list[AmpStep]
@@ -52,6 +56,7 @@ class AmpResult:
     verdict: Any = field(repr=False, default=None)
 
     def to_dict(self) -> dict:
+        """The result as JSON-ready values (the model itself left out)."""
         return {"passed": self.passed, "keep_fp32": self.keep_fp32, "steps": [s.to_dict() for s in self.steps],
                 "judgements": self.judgements}
 

@@ -20,7 +20,8 @@ from onnxaccel.model import Model
 from onnxaccel.precision import prepare_for_target
 from onnxaccel.precision.checkpoint import save_model
 from onnxaccel.target import Target
-from onnxaccel.transform.compile_cache import CacheKey, CacheUse, cache_key, cache_kind, record_compile
+from onnxaccel.engines.cache_key import CompileKey
+from onnxaccel.transform.compile_cache import CacheUse, cache_key, cache_kind, record_compile
 from onnxaccel.transform.graph import ort_optimize
 
 OPTIMIZED_FILE = "model.onnx"
@@ -32,7 +33,7 @@ def compile_cached(
     *,
     feeds: Mapping[str, np.ndarray] | None = None,
     strict: bool = False,
-    key: CacheKey | None = None,
+    key: CompileKey | None = None,
 ) -> tuple[Runner, CacheUse]:
     """Build a Runner for ``model`` (bound) on ``target`` using (and filling) its compile cache.
 
@@ -63,7 +64,7 @@ def compile_cached(
     return runner, CacheUse(key, hit, seconds, notes)
 
 
-def _ort_optimized(key: CacheKey, model: Model, target: Target, strict: bool):
+def _ort_optimized(key: CompileKey, model: Model, target: Target, strict: bool):
     entry = key.entry
     path = entry / OPTIMIZED_FILE
     hit = path.exists()
@@ -82,7 +83,7 @@ def _ort_optimized(key: CacheKey, model: Model, target: Target, strict: bool):
     return runner, hit, notes
 
 
-def _provider_cache(key: CacheKey, kind: str, model: Model, target: Target, strict: bool):
+def _provider_cache(key: CompileKey, kind: str, model: Model, target: Target, strict: bool):
     if kind == "migraphx":
         folder = key.entry / "mxr"
         hit = folder.is_dir() and any(folder.glob("*.mxr"))

@@ -51,12 +51,15 @@ _OPTION = {
 
 @dataclass
 class CalibrationTable:
+    """An INT8 calibration table written for an EP: where, in which format, how many tensors, and
+    the provider options that make the EP read it."""
     path: Path
     native: bool
     entries: int
     options: dict[str, str]
 
     def to_dict(self) -> dict:
+        """The table as JSON-ready values, its format named."""
         return {"path": str(self.path), "format": "tensorrt-text" if self.native else "ort-flatbuffers",
                 "entries": self.entries, "provider_options": self.options}
 

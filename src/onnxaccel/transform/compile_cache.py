@@ -12,7 +12,8 @@ What is cached, per kind of target:
 * ``tensorrt`` (TensorRT EP): ``trt_engine_cache_path`` and ``trt_timing_cache_path``.
 
 Each entry is a folder ``<cache_root>/compile/<kind>-<digest>`` with ``key.json`` (what it is keyed by,
-first-compile and warm-start seconds, hits). The digest covers every key field, so a new ONNX Runtime,
+first-compile and warm-start seconds, hits); the key is :class:`~onnxaccel.engines.cache_key.CompileKey`, the
+one the native MIGraphX engine's ``.mxr`` cache uses too. The digest covers every key field, so a new ONNX Runtime,
 MIGraphX, ROCm, TensorRT or driver version, another GPU, another shape or precision, or an edited model
 gives a new entry: old programs are never loaded by a runtime that did not build them. ``cache list``
 marks entries built by other runtime versions as stale; ``cache clear --stale`` removes them.
@@ -20,26 +21,20 @@ marks entries built by other runtime versions as stale; ``cache clear --stale`` 
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onnxaccel.model import Model, content_hash
+from onnxaccel.engines.cache_key import CompileKey, compile_cache_dir, compile_key
+from onnxaccel.model import Model
 from onnxaccel.paths import KEY_FILE, record_cache_use
-from onnxaccel.paths import cache_root
-from onnxaccel.target import Target
+from onnxaccel.target import Target, parse_target
 from onnxaccel.transform.runtime_info import host_id, runtime_versions
 
 #: Provider options that only point at caches; they are not part of what a program was compiled from.
 _CACHE_OPTIONS = {"migraphx_model_cache_dir", "trt_engine_cache_enable", "trt_engine_cache_path",
                   "trt_timing_cache_enable", "trt_timing_cache_path", "graph_optimization_level"}
-
-
-def compile_cache_dir() -> Path:
-    return cache_root() / "compile"
 
 
 def cache_kind(target: Target) -> str | None:
@@ -50,33 +45,8 @@ def cache_kind(target: Target) -> str | None:
             "tensorrt": "tensorrt"}.get(target.device)
 
 
-@dataclass(frozen=True)
-class CacheKey:
-    kind: str
-    model: str
-    model_sha256: str
-    target: str
-    precision: str
-    shapes: dict[str, list[int]]
-    runtime: dict[str, str]
-    host: str
-
-    @property
-    def digest(self) -> str:
-        text = json.dumps(self.to_dict(), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-    @property
-    def entry(self) -> Path:
-        return compile_cache_dir() / f"{self.kind}-{self.digest}"
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "model": self.model, "model_sha256": self.model_sha256, "target": self.target,
-                "precision": self.precision, "shapes": self.shapes, "runtime": self.runtime, "host": self.host}
-
-
 def cache_key(model: Model, target: Target, *, runtime: dict[str, str] | None = None, host: str | None = None
-              ) -> CacheKey:
+              ) -> CompileKey:
     """The key for compiling ``model`` (bound) for ``target``.
 
     ``runtime`` and ``host`` default to what is installed here (:func:`runtime_versions`, :func:`host_id`);
@@ -87,14 +57,9 @@ def cache_key(model: Model, target: Target, *, runtime: dict[str, str] | None = 
         raise ValueError(f"{target} has no compile cache")
     if not model.is_bound:
         model = model.bind()
-    options = tuple((k, v) for k, v in target.options if k not in _CACHE_OPTIONS)
-    clean = dataclasses.replace(target, options=options)
-    return CacheKey(
-        kind=kind, model=model.source, model_sha256=content_hash(model.path), target=str(clean),
-        precision=target.precision, shapes={k: list(v) for k, v in sorted(model.input_shapes.items())},
-        runtime=dict(sorted((runtime if runtime is not None else runtime_versions(target)).items())),
-        host=host if host is not None else host_id(target),
-    )
+    return compile_key(kind, model, target, model.input_shapes,
+                       runtime=runtime if runtime is not None else runtime_versions(target),
+                       host=host if host is not None else host_id(target), not_keyed=_CACHE_OPTIONS)
 
 
 @dataclass
@@ -115,9 +80,11 @@ class CacheEntry:
 
     @property
     def name(self) -> str:
+        """The entry's folder name, ``<kind>-<digest>``."""
         return self.path.name
 
     def to_dict(self) -> dict:
+        """The entry as JSON-ready values, as ``cache list --json`` prints it."""
         return {"name": self.name, "path": str(self.path), "key": self.key, "size_bytes": self.size_bytes,
                 "files": self.files, "created": self.created, "last_used": self.last_used,
                 "first_compile_seconds": self.first_compile_seconds, "warm_start_seconds": self.warm_start_seconds,
@@ -125,6 +92,8 @@ class CacheEntry:
 
 
 def read_entry(path: Path) -> CacheEntry:
+    """One cache folder read back: its key, size, times and hits; an unreadable ``key.json`` gives an
+    entry with ``problem`` set instead of raising, so ``cache list`` still shows it."""
     files = [p for p in path.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)
     try:
@@ -140,6 +109,7 @@ def read_entry(path: Path) -> CacheEntry:
 
 
 def list_entries() -> list[CacheEntry]:
+    """Every entry under the compile cache, most recently used first."""
     root = compile_cache_dir()
     if not root.is_dir():
         return []
@@ -155,7 +125,7 @@ def remove_entries(entries: list[CacheEntry]) -> int:
     return freed
 
 
-def record_compile(key: CacheKey, *, seconds: float, hit: bool) -> dict:
+def record_compile(key: CompileKey, *, seconds: float, hit: bool) -> dict:
     """Update ``key.json`` after a compile: first-compile time on a miss, warm-start time on a hit."""
     return record_cache_use(key.entry, key.to_dict(), seconds=seconds, hit=hit)
 
@@ -163,8 +133,6 @@ def record_compile(key: CacheKey, *, seconds: float, hit: bool) -> dict:
 def _is_stale(key: dict) -> bool:
     """True when the entry was built by other runtime versions than the ones installed here."""
     try:
-        from onnxaccel.target import parse_target
-
         target = parse_target(key["target"])
         return dict(key.get("runtime", {})) != runtime_versions(target)
     except Exception:  # noqa: BLE001 - an entry we cannot even parse is stale
@@ -175,12 +143,13 @@ def _is_stale(key: dict) -> bool:
 class CacheUse:
     """How a compile used the cache: the key, whether it hit, and the time the session took."""
 
-    key: CacheKey | None
+    key: CompileKey | None
     hit: bool
     seconds: float
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The use as JSON-ready values: the entry folder, digest, hit, seconds, key and notes."""
         key = self.key
         return {"entry": str(key.entry) if key else None, "digest": key.digest if key else None, "hit": self.hit,
                 "seconds": self.seconds, "key": key.to_dict() if key else None, "notes": self.notes}

@@ -19,6 +19,8 @@ def model_at(path: Path, like: Model) -> Model:
 
 
 def join(results: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Outputs of several runs joined into one array per name (concatenated along the batch, or flattened
+    where shapes differ), so the accuracy gate compares all samples at once."""
     if len(results) == 1:
         return dict(results[0])
     joined = {}

@@ -7,9 +7,12 @@ import dataclasses
 import functools
 from pathlib import Path
 
+from onnxaccel.engines.ort import probe_provider
 from onnxaccel.errors import OnnxAccelError
-from onnxaccel.target import Target
+from onnxaccel.target import Target, parse_target
+from onnxaccel.transform.cached_compile import compile_cached
 from onnxaccel.transform.calibration_table import compute_ranges, write_table
+from onnxaccel.transform.compile_cache import KEY_FILE, cache_kind
 from onnxaccel.transform.evaluate import model_at
 from onnxaccel.transform.report import OptimizeReport
 
@@ -21,7 +24,6 @@ def loads_here(target: Target) -> bool:
         return False
     if target.device == "cpu":
         return True
-    from onnxaccel.engines.ort import probe_provider
 
     try:
         return probe_provider(target) is None
@@ -61,8 +63,6 @@ def accuracy_and_timing(report: OptimizeReport, gate, output: Path, options) -> 
                                     "the model was trained on; give --eval-data for a meaningful check")
     native_target = None
     if options.native:
-        from onnxaccel.target import parse_target
-
         native_target = parse_target(report.run_with)
     if native_target is not None and not loads_here(dataclasses.replace(native_target, precision="fp32")):
         gate.spec = options.graph_gate  # the model is the FP32 graph: judge it as FP32
@@ -96,9 +96,6 @@ def accuracy_and_timing(report: OptimizeReport, gate, output: Path, options) -> 
 
 def compile_timings(output: Path, gate, target: Target) -> dict:
     """First compile and warm start of the saved model on ``target`` through the compile cache."""
-    from onnxaccel.transform.cached_compile import compile_cached
-    from onnxaccel.transform.compile_cache import cache_kind
-
     probe = dataclasses.replace(target, precision="fp32")
     if not loads_here(probe):
         return {"status": "not-run", "target": str(target),
@@ -115,8 +112,6 @@ def compile_timings(output: Path, gate, target: Target) -> dict:
     record_first = first.seconds
     if first.hit:
         import json
-
-        from onnxaccel.transform.compile_cache import KEY_FILE
 
         recorded = json.loads((first.key.entry / KEY_FILE).read_text()).get("first_compile_seconds")
         record_first = recorded if recorded is not None else first.seconds

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import onnx
 
+from onnxaccel.engines.ort import capture_native_stderr, import_ort, probe_provider, runtime_log_severity
 from onnxaccel.errors import MissingDependencyError, ModelError, UsageError
 from onnxaccel.target import Target
 
@@ -46,6 +47,7 @@ class GraphStep:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The step as JSON-ready values."""
         return {"requested": self.requested, "level": self.level, "provider": self.provider,
                 "fusions": self.fusions, "notes": self.notes}
 
@@ -76,8 +78,6 @@ def choose_level(requested: str, target: Target) -> tuple[str, str, list[str]]:
 
 def ort_optimize(proto: onnx.ModelProto, level: str, provider: str) -> onnx.ModelProto:
     """Run ONNX Runtime's graph optimizations at ``level`` with ``provider`` and return the saved graph."""
-    from onnxaccel.engines.ort import capture_native_stderr, import_ort, runtime_log_severity
-
     ort = import_ort()
     so = ort.SessionOptions()
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _ORT_LEVEL[level])
@@ -134,8 +134,6 @@ def transformer_fusions(proto: onnx.ModelProto, *, model_type: str = "bert", use
 
 
 def _loads(target: Target) -> bool:
-    from onnxaccel.engines.ort import probe_provider
-
     try:
         return probe_provider(target) is None
     except Exception:  # noqa: BLE001 - a provider that cannot even be probed does not load

@@ -14,6 +14,7 @@ from onnxaccel.errors import ModelVersionError, UsageError
 
 
 def default_opset(proto: onnx.ModelProto) -> int:
+    """The model's default-domain opset version (0 when it declares none)."""
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 

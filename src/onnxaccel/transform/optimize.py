@@ -21,24 +21,33 @@ from pathlib import Path
 
 import onnx
 
+from onnxaccel.calibration import SYNTHETIC_WARNING, CalibrationData, load_calibration
 from onnxaccel.compare import GateSpec
+from onnxaccel.engines.ort_ep_options import calibration_table_refusal
 from onnxaccel.errors import UsageError
 from onnxaccel.inputs import ImagePreprocess
 from onnxaccel.model import Model, load_model
 from onnxaccel.precision.checkpoint import save_model
 from onnxaccel.precision.fp16 import convert_fp16_detailed, name_unnamed_nodes, set_metadata
-from onnxaccel.precision.int8 import Int8Settings, needs_reduce_range
+from onnxaccel.precision.int8 import Int8Settings, needs_reduce_range, quantized_node_count
 from onnxaccel.target import NATIVE_PRECISION, Target
 from onnxaccel.transform import graph
-from onnxaccel.calibration import SYNTHETIC_WARNING, CalibrationData, load_calibration
+from onnxaccel.transform.amp import auto_mixed_precision
+from onnxaccel.transform.evaluate import model_at
 from onnxaccel.transform.files import OPTIMIZED_FROM_KEY, check_output_path
 from onnxaccel.transform.gate import CPU, DivergenceFinder, Gate, gate_samples, need_finder
+from onnxaccel.transform.gate_report import accuracy_and_timing, loads_here, native_precision
 from onnxaccel.transform.int8 import quantize_dynamic_proto, quantize_static_proto
+from onnxaccel.transform.opset import convert_opset, default_opset, set_ir_version
 from onnxaccel.transform.report import ModelSummary, OptimizeReport, StepRecord
+from onnxaccel.transform.shapes import fix_shapes
+from onnxaccel.transform.simplify import simplify
 
 
 @dataclass
 class OptimizeOptions:
+    """What ``onnxaccel optimize`` was asked to do: where to write, for which target, which shapes,
+    precision and checks."""
     output: Path
     target: Target = CPU
     force: bool = False
@@ -72,6 +81,7 @@ class OptimizeOptions:
 
     @property
     def precision(self) -> str:
+        """The precision the output model has: int8, fp16 (also for --amp) or fp32."""
         return "int8" if self.int8 else ("fp16" if self.fp16 or self.amp else "fp32")
 
 
@@ -118,23 +128,17 @@ def _transform_and_gate(proto, model: Model, bound: Model, reference: Model, out
                 options.gate, candidate_target=_eval_target(options.target, report), find_divergence=find_divergence)
     proto = _precision_step(proto, options, calibration, gate, steps, report, source=model.source)
     if options.ir_version:
-        from onnxaccel.transform.opset import set_ir_version
-
         proto = steps.run("ir-version", lambda p: set_ir_version(p, options.ir_version), proto)
     set_metadata(proto, OPTIMIZED_FROM_KEY, Path(model.path).name)
     names = ", ".join(s.name for s in report.steps)
     save_model(proto, output, converter=f"optimize ({names})" if names else "optimize")
     report.after = ModelSummary.of(output, proto)
-    from onnxaccel.transform.gate_report import accuracy_and_timing
 
     accuracy_and_timing(report, gate, output, options)
 
 
 def _opset_first(proto, bound: Model, options: OptimizeOptions, steps: _Steps, folder: Path):
     """Convert to ``options.opset``; return the new proto and the bound model the gate's reference runs."""
-    from onnxaccel.transform.evaluate import model_at
-    from onnxaccel.transform.opset import convert_opset, default_opset
-
     before = default_opset(proto)
     proto = steps.run("opset", lambda p: convert_opset(p, options.opset), proto,
                       {"opset": options.opset, "from": before})
@@ -174,8 +178,6 @@ def _check_options(options: OptimizeOptions) -> None:
         if options.int8 and options.int8.mode != "static":
             raise UsageError("--native INT8 needs calibration (--int8 static).", "Use --int8 static --native.")
         if options.int8 and target.device == "migraphx":
-            from onnxaccel.engines.ort_ep_options import calibration_table_refusal
-
             raise calibration_table_refusal()
     if options.int8 and options.int8.mode == "static" and not options.calibration:
         raise UsageError("--int8 static needs calibration data.",
@@ -188,8 +190,6 @@ def _check_options(options: OptimizeOptions) -> None:
 def _graph_steps(proto: onnx.ModelProto, bound: Model, options: OptimizeOptions, steps: _Steps) -> onnx.ModelProto:
     report = steps.report
     if options.fix_shape:
-        from onnxaccel.transform.shapes import fix_shapes
-
         fixed = {}
 
         def fix(p):
@@ -200,8 +200,6 @@ def _graph_steps(proto: onnx.ModelProto, bound: Model, options: OptimizeOptions,
         proto = steps.run("fix-shape", fix, proto)
         report.steps[-1].detail = {"shapes": fixed}
     if options.simplify:
-        from onnxaccel.transform.simplify import simplify
-
         proto = steps.run("simplify", simplify, proto, {"tool": "onnxslim"})
     fusions = options.transformer_fusions
     if fusions is None:
@@ -243,8 +241,6 @@ def _calibration(bound: Model, options: OptimizeOptions, report: OptimizeReport)
 
 def _eval_target(target: Target, report: OptimizeReport) -> Target:
     """The target the optimized model is judged on: the requested one when it loads here, else the CPU."""
-    from onnxaccel.transform.gate_report import loads_here
-
     engine = dataclasses.replace(target, precision="fp32")
     if loads_here(engine):
         return engine
@@ -259,14 +255,10 @@ def _precision_step(proto, options: OptimizeOptions, calibration, gate: Gate, st
     precision["requested"] = options.precision
     precision["native"] = options.native
     if options.native:
-        from onnxaccel.transform.gate_report import native_precision
-
         native_precision(proto, options, calibration, report)
         return proto
     provider = _fp16_provider(gate)
     if options.amp:
-        from onnxaccel.transform.amp import auto_mixed_precision
-
         blocked_by_op = {n.name for n in proto.graph.node if n.op_type in set(options.fp16_block_ops)}
         fp32 = proto
         holder = {}
@@ -313,7 +305,6 @@ def _precision_step(proto, options: OptimizeOptions, calibration, gate: Gate, st
                     report.notes.append("7-bit INT8 weights (reduce_range): this x86 CPU has no VNNI, where ONNX "
                                         "Runtime's U8S8 integer products can saturate")
             proto = steps.run("int8-dynamic", lambda p: quantize_dynamic_proto(p, settings, source=source), proto)
-        from onnxaccel.precision.int8 import quantized_node_count
 
         precision["int8"] = settings.to_dict()
         precision["quantized_nodes"] = quantized_node_count(proto)

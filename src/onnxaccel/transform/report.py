@@ -18,6 +18,8 @@ SCHEMA = "onnxaccel.optimize/1"
 
 @dataclass
 class ModelSummary:
+    """A model file at a glance (nodes, op counts, weight bytes per type, opset, inputs, precision),
+    for the before/after of an optimize report."""
     path: str
     size_bytes: int
     nodes: int
@@ -30,6 +32,7 @@ class ModelSummary:
 
     @classmethod
     def of(cls, path: Path, proto: onnx.ModelProto | None = None) -> ModelSummary:
+        """Summarize the model at ``path`` (``proto`` when already loaded; external data is not read)."""
         proto = proto if proto is not None else onnx.load(str(path), load_external_data=False)
         ops = Counter((f"{n.domain}." if n.domain not in ("", "ai.onnx") else "") + n.op_type for n in proto.graph.node)
         meta = {p.key: p.value for p in proto.metadata_props}
@@ -43,6 +46,7 @@ class ModelSummary:
                    proto.ir_version, meta.get(PRECISION_KEY, "fp32"), inputs)
 
     def to_dict(self) -> dict:
+        """The summary as JSON-ready values."""
         return {"path": self.path, "size_bytes": self.size_bytes, "nodes": self.nodes, "ops": self.ops,
                 "weights_bytes_by_type": self.weights, "opset": self.opset, "ir_version": self.ir_version,
                 "precision": self.precision, "inputs": self.inputs}
@@ -50,18 +54,22 @@ class ModelSummary:
 
 @dataclass
 class StepRecord:
+    """One optimize step: its name, how long it took, the node count after it and its details."""
     name: str
     seconds: float
     nodes_after: int
     detail: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        """The step as JSON-ready values (seconds rounded to 0.1 ms)."""
         return {"name": self.name, "seconds": round(self.seconds, 4), "nodes_after": self.nodes_after,
                 "detail": self.detail}
 
 
 @dataclass
 class OptimizeReport:
+    """What ``onnxaccel optimize`` did: the model before and after, each step, precision and
+    accuracy results, compile times and warnings."""
     source: str
     output: str
     target: str
@@ -85,6 +93,7 @@ class OptimizeReport:
         return sorted((r for r in rows if r[1] != r[2]), key=lambda r: (-abs(r[2] - r[1]), r[0]))
 
     def to_dict(self) -> dict:
+        """The report as JSON-ready values, with its schema version and the op count changes."""
         return {
             "schema": SCHEMA, "source": self.source, "output": self.output, "target": self.target,
             "passed": self.passed, "created": self.created,

@@ -23,13 +23,12 @@ import re
 from importlib import metadata
 from pathlib import Path
 
+from onnxaccel.engines.ort import installed_distributions
 from onnxaccel.target import Target
 
 
 def runtime_versions(target: Target) -> dict[str, str]:
     """Versions of everything that builds or runs a compiled program for ``target``."""
-    from onnxaccel.engines.ort import installed_distributions
-
     found = {f"dist:{name}": version for name, version in installed_distributions().items()}
     with contextlib.suppress(Exception):
         import onnxruntime

@@ -37,6 +37,7 @@ MASK_FILL = -10000.0  # Hugging Face BERT's extended-mask fill before transforme
 
 @dataclass(frozen=True)
 class BertConfig:
+    """Size of a BERT encoder built by the zoo."""
     layers: int
     hidden: int
     heads: int
@@ -48,6 +49,7 @@ class BertConfig:
 
     @property
     def head_size(self) -> int:
+        """Hidden size per attention head."""
         return self.hidden // self.heads
 
     def parameter_count(self) -> int:

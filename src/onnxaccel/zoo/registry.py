@@ -33,6 +33,7 @@ class ZooEntry:
     default_dims: dict[str, int] = field(default_factory=dict, hash=False)
 
     def to_dict(self) -> dict:
+        """JSON-ready description of the zoo entry."""
         return {
             "name": self.name,
             "description": self.description,
