@@ -69,7 +69,7 @@ _ARENA = ("kNextPowerOfTwo", "kSameAsRequested")
 #         it reads only from ORT_MIGRAPHX_* variables is per flavour in engines/ort_flavour.py, applied when a
 #         session is built (engines/ort_ep_options.py).
 #   ROCm: onnxruntime/core/providers/rocm/rocm_execution_provider_info.cc, ORT 1.17-1.22 (v1.22.1 vendored:
-#         tests/engines_migraphx/upstream/ort_rocm_info_v1.22.1.txt).
+#         tests/engines/migraphx/upstream/ort_rocm_info_v1.22.1.txt).
 #   TensorRT: onnxruntime/core/providers/tensorrt/tensorrt_execution_provider_info.cc (1.20-1.31).
 PROVIDER_OPTIONS: dict[str, dict[str, object]] = {
     "cpu": {},

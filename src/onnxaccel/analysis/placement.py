@@ -274,7 +274,7 @@ def graph_capture_verdict(placement: Placement, *, memcpy: int, control_flow: tu
             why = "graph capture is a GPU feature"
         elif requested == "MIGraphXExecutionProvider":
             # Nor in microsoft/onnxruntime onnxruntime/core/providers/migraphx/migraphx_execution_provider_info.h
-            # at 03c1250 (tests/engines_migraphx/upstream/ort_info_h_03c1250.txt).
+            # at 03c1250 (tests/engines/migraphx/upstream/ort_info_h_03c1250.txt).
             why = ("the MIGraphX EP has no graph-capture option (none in the option table of onnxruntime-migraphx "
                    "1.27.1); it compiles each partition into one MIGraphX program instead")
         else:

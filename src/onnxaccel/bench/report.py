@@ -20,6 +20,8 @@ from pathlib import Path
 
 from onnxaccel.bench.cells import CellResult
 from onnxaccel.bench.host import utc_now
+from onnxaccel.bench.report_html import to_html
+from onnxaccel.bench.report_text import to_csv, to_markdown
 from onnxaccel.errors import OnnxAccelError, UsageError
 
 SCHEMA = "onnxaccel.bench/2"
@@ -143,15 +145,9 @@ def render(report: BenchReport, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(clean(report.to_dict()), indent=1) + "\n"
     if fmt == "csv":
-        from onnxaccel.bench.report_text import to_csv  # cycle: report_text and report_html import BenchReport
-
         return to_csv(report)
     if fmt == "markdown":
-        from onnxaccel.bench.report_text import to_markdown
-
         return to_markdown(report)
-    from onnxaccel.bench.report_html import to_html
-
     return to_html(report)
 
 

@@ -7,11 +7,14 @@ attached to a bug report as one file. Every piece of text from the model, target
 from __future__ import annotations
 
 from html import escape
+from typing import TYPE_CHECKING
 
 from onnxaccel.bench import svg
 from onnxaccel.bench.cells import CellResult
-from onnxaccel.bench.report import BenchReport
 from onnxaccel.bench.report_text import ROW_HEADERS, cell_row, series_name
+
+if TYPE_CHECKING:  # only for annotations: report.py imports this module to render
+    from onnxaccel.bench.report import BenchReport
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1a1a1a;max-width:1500px}

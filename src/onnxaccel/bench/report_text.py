@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import TYPE_CHECKING
 
 from onnxaccel.bench.cells import CellResult
-from onnxaccel.bench.report import BenchReport
+
+if TYPE_CHECKING:  # only for annotations: report.py imports this module to render
+    from onnxaccel.bench.report import BenchReport
 
 ROW_HEADERS = ("cell", "status", "batch", "session s", "first ms", "p50 ms", "p99 ms", "p99.9 ms", "cv",
                "items/s", "h2d / d2h ms", "TFLOP/s", "% peak", "accuracy", "GPU util %", "power W", "GPU mem GB")

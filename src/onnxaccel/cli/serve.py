@@ -102,7 +102,7 @@ def serve_command(
 ) -> None:
     """Serve SOURCE until SIGTERM; options a --config can set resolve as flag > config > default (cli/groups.py);
     a model's own config.json in a repository then overrides the result for that model."""
-    from onnxaccel.serve.server import serve  # heavy (asyncio, ssl) and Ray below: loaded per command
+    from onnxaccel.serve.launch import serve  # heavy (asyncio, ssl) and Ray below: loaded per command
 
     tuned = load_tuned(config)
     tgt = build_target(target, precision, ep_option, tuned)

@@ -14,7 +14,7 @@ NOT EXECUTED ON AMD HARDWARE. The test suite runs this module against a real MIG
 source with only its reference target (scripts/build-migraphx-ref; ``ONNXACCEL_MIGRAPHX_TARGET=ref`` points
 the engine at ``get_target("ref")``): parsing, FP16/INT8 quantization, compile, run and the .mxr cache are
 executed there, on the CPU. What needs a GPU (the "gpu" target, ``offload_copy=False``, ``to_gpu``/
-``from_gpu``/``allocate_gpu``) is tested only against a stand-in module (tests/engines_migraphx/fake_migraphx)
+``from_gpu``/``allocate_gpu``) is tested only against a stand-in module (tests/engines/migraphx/fake_migraphx)
 held to the binding's source. Nothing here has run with real MIGraphX on a real AMD GPU.
 
 Beside it: migraphx_program (programs, bound runs), migraphx_calibration (quantization), migraphx_errors,

@@ -6,7 +6,7 @@ program needs once it exists: its build record, host/device arguments, the devic
 repeated-run binding. Split from engines/migraphx.py.
 
 NOT EXECUTED ON AMD HARDWARE: ``offload_copy=False`` (``to_gpu``/``from_gpu``/``allocate_gpu``) is tested only
-against the stand-in module (tests/engines_migraphx/fake_migraphx) held to the binding's source; the rest also
+against the stand-in module (tests/engines/migraphx/fake_migraphx) held to the binding's source; the rest also
 runs against the real reference-target build.
 """
 
@@ -86,7 +86,7 @@ class HostArguments:
 
     ``migraphx.argument(buffer)`` keeps only the buffer's address: its constructor is
     ``migraphx::argument(to_shape(info), info.ptr)`` with no ``py::keep_alive`` (ROCm/AMDMIGraphX
-    src/py/migraphx_py.cpp at f729a52, held by tests/engines_migraphx/upstream/mgx_py_argument.txt). An
+    src/py/migraphx_py.cpp at f729a52, held by tests/engines/migraphx/upstream/mgx_py_argument.txt). An
     argument made from a temporary (``np.ascontiguousarray`` of a strided array is a copy) points at freed
     memory as soon as the call returns. Keep this object alive for as long as MIGraphX may read the arguments.
     """

@@ -87,7 +87,7 @@ _NEVER_FILLED = ("The table is read into a local map and the member dynamic_rang
                  "receives is never assigned")
 
 #: ORT >= 1.23: the provider's own parser. Keys: the option-name strings of libonnxruntime_providers_migraphx.so
-#: in the PyPI wheels onnxruntime-migraphx 1.23.2 and 1.27.1 (tests/engines_migraphx/upstream/ort_wheel_*.txt),
+#: in the PyPI wheels onnxruntime-migraphx 1.23.2 and 1.27.1 (tests/engines/migraphx/upstream/ort_wheel_*.txt),
 #: equal to migraphx_execution_provider_info.h at 03c1250 less the two keys added after 1.27.1. Booleans:
 #: TryParseStringWithClassicLocale(bool) takes "0"/"1"/"False"/"false"/"True"/"true" (parse_string.h L80-92).
 #: INT8 table: at 03c1250 the constructor still reads the table into a local `dynamic_range_map` inside

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaccel.errors import InferenceError
-from onnxaccel.pipeline import prepare
+from onnxaccel.engines.pool import RunnerPool
+from onnxaccel.pipeline import BoundModel, ConvertedModel, ModelFromSource, RunnerFromVariant
 from onnxaccel.scale.datasets import Dataset, Unit
 from onnxaccel.scale.rows import RowReader
 from onnxaccel.target import parse_target
@@ -56,11 +57,14 @@ class BatchWorker:
         if spec.drop_device_id:
             target = dataclasses.replace(target, device_id=None)
         start = time.perf_counter()
-        prepared = prepare(spec.model, target, shapes=dict(spec.shapes) or None, batch=spec.batch)
+        # No feeds of its own (rows come per unit): bind and convert once, and build the runner in the thread
+        # that runs it (engines.pool), as serve's instances are built; CUDA graphs live per thread.
+        bound = BoundModel(ModelFromSource(spec.model), dict(spec.shapes) or None, batch=spec.batch)
+        self.pool = RunnerPool.build(RunnerFromVariant(ConvertedModel(bound, target)), 1, name="batch")
         self.compile_s = time.perf_counter() - start
-        self.runner = prepared.runner
-        self.model = prepared.model
-        self.warnings = prepared.warnings
+        self.runner = self.pool.runners[0]
+        self.model = bound()
+        self.warnings = list(dict.fromkeys(self.runner.warnings))
         self.fixed_batch = _fixed_batch(self.model)
         self.output_names = [o.name for o in self.model.outputs]
         self.reader = RowReader(spec.dataset, self.model)
@@ -81,7 +85,7 @@ class BatchWorker:
             pad = self.fixed_batch - rows
             feeds = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) for k, v in feeds.items()}
         start = time.perf_counter()
-        outputs = self.runner.run(feeds)
+        outputs = self.pool.submit(0, self.runner.run, feeds).result()
         run_s = time.perf_counter() - start
         result = {}
         for name in self.output_names:
@@ -98,8 +102,8 @@ class BatchWorker:
         return self.infer(unit, self.read(unit))
 
     def close(self) -> None:
-        """Release the worker's runner (and its session)."""
-        self.runner.close()
+        """Release the worker's runner (its session) and its thread."""
+        self.pool.close()
 
 
 def _fixed_batch(model) -> int | None:

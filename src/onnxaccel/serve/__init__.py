@@ -14,7 +14,7 @@ import importlib
 
 _EXPORTS = {
     "ServerConfig": "onnxaccel.serve.config", "ModelConfig": "onnxaccel.serve.config",
-    "serve": "onnxaccel.serve.server", "InferenceServer": "onnxaccel.serve.server",
+    "serve": "onnxaccel.serve.launch", "InferenceServer": "onnxaccel.serve.server",
     "ServeResult": "onnxaccel.serve.server",
     "ProtocolError": "onnxaccel.serve.protocol",
 }

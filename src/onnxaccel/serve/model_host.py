@@ -37,6 +37,7 @@ from onnxaccel.errors import OnnxAccelError
 from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.model_link import FRAME, HELLO, pack
+from onnxaccel.serve.processes import die_with_parent, name_process
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import ModelRepository
 from onnxaccel.serve.server import _set_gpu_wait
@@ -346,9 +347,7 @@ def host_main(source: str, model_defaults: dict, config: ServerConfig, socket_pa
               events, supervisor: int) -> None:
     """The model process (spawned by the supervisor). Reports ("models-ready", -1, described) or
     ("error", -1, (message, hint)) on ``events``."""
-    from onnxaccel.serve.workers import _die_with_parent, name_process  # cycle: workers imports this module
-
-    _die_with_parent(supervisor)
+    die_with_parent(supervisor)
     name_process("onnxaccel-model")
     if config.gil_switch_ms > 0:
         sys.setswitchinterval(config.gil_switch_ms / 1e3)

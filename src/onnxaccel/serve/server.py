@@ -231,17 +231,6 @@ def _QuietSignalsServer(config):  # noqa: N802 - a class factory used like a cla
     return _quiet_server_class()(config)
 
 
-def serve(source: str, model_defaults: dict, config: ServerConfig,
-          on_ready: Callable[[InferenceServer], None] | None = None) -> ServeResult:
-    """Serve until SIGTERM/SIGINT; blocking. Uses uvloop when installed (uvicorn's "auto" choice does too).
-    With ``config.workers`` > 1, a supervisor runs that many server processes (serve/workers.py)."""
-    if config.workers > 1 or config.shared_models:
-        from onnxaccel.serve.workers import serve_workers  # cycle: workers imports this module
-
-        return serve_workers(source, model_defaults, config, on_ready)
-    return run_server(InferenceServer(source, model_defaults, config, on_ready))
-
-
 def run_server(server: InferenceServer) -> ServeResult:
     """Run the server's event loop to completion (uvloop when installed) and return its result."""
     import sys

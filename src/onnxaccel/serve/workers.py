@@ -38,6 +38,7 @@ from multiprocessing.connection import wait
 from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.model_host import host_main
+from onnxaccel.serve.processes import die_with_parent, name_process
 from onnxaccel.serve.server import InferenceServer, ServeResult, run_server
 
 #: Seconds the supervisor waits for a worker beyond the drain timeout before killing it.
@@ -83,7 +84,7 @@ def _worker_main(index: int, source: str, model_defaults: dict, config: ServerCo
                  metrics_dir: str, events, all_ready, supervisor: int) -> None:
     """One worker process: a whole server on the shared sockets. Reports ("ready", index, result) or
     ("error", index, message) on ``events``."""
-    _die_with_parent(supervisor)
+    die_with_parent(supervisor)
     name_process(f"onnxaccel-w{index}")
 
     def on_ready(server: InferenceServer) -> None:
@@ -100,26 +101,6 @@ def _worker_main(index: int, source: str, model_defaults: dict, config: ServerCo
         events.put(("error", index, (f"{type(exc).__name__}: {exc}", None)))
         raise SystemExit(1) from None
     raise SystemExit(0 if result.drained else 3)
-
-
-def _die_with_parent(supervisor: int) -> None:
-    """SIGTERM this worker when the supervisor dies (Linux prctl PR_SET_PDEATHSIG), so a killed supervisor
-    leaves no worker holding the port and the GPU; the worker then drains like on any SIGTERM."""
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() != supervisor:  # the supervisor died before prctl took effect (reparented)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def name_process(name: str) -> None:
-    """Name this process for ps, top and /proc/PID/comm (Linux prctl PR_SET_NAME, 15 bytes), so an operator
-    (and benchmarks/serve_throughput.py's CPU breakdown) tells the model process from the decoding workers."""
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15])  # 15 = PR_SET_NAME
 
 
 def _latch(event) -> Callable[[], bool]:

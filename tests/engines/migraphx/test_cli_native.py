@@ -1,7 +1,7 @@
 """`run`, `compare`, `bench` and `serve` take the native engine (`--target migraphx@migraphx`) as a real
 process, and say how to install MIGraphX when it is missing.
 
-NOT EXECUTED ON AMD HARDWARE: the subprocesses import the stand-in module (tests/engines_migraphx/fake_migraphx,
+NOT EXECUTED ON AMD HARDWARE: the subprocesses import the stand-in module (tests/engines/migraphx/fake_migraphx,
 put first on PYTHONPATH), which computes on the CPU with ONNX Runtime.
 """
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 UPSTREAM = HERE / "upstream"
-REPO_ROOT = HERE.parents[1]
+REPO_ROOT = HERE.parents[2]
 
 
 @dataclass(frozen=True)

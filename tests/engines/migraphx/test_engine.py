@@ -1,7 +1,7 @@
 """The native MIGraphX engine drives the migraphx API as documented: parse with the bound shapes, quantize
 before compile, compile with the target's options, run numpy feeds, and report placement and compile time.
 
-NOT EXECUTED ON AMD HARDWARE: `migraphx` here is the stand-in (tests/engines_migraphx/fake_migraphx), which
+NOT EXECUTED ON AMD HARDWARE: `migraphx` here is the stand-in (tests/engines/migraphx/fake_migraphx), which
 computes with ONNX Runtime on the CPU. Numerics below compare the engine's outputs with ONNX Runtime's; they
 prove the data goes in and comes out right, not how MIGraphX's GPU kernels round.
 """
