@@ -11,7 +11,7 @@ bash benchmarks/gpu_session.sh setup > "$RES/setup.log" 2>&1
 export PYTHONPATH=$PWD/src:/tmp/serve-site:/tmp/ortgpu-site:/tmp/site
 T='cuda?fuse_conv_bias=1&prefer_nhwc=1'
 python3 -m onnxaccel.cli.main bench zoo:resnet50 -t cuda -t "$T" -p fp32,fp16 -b 1 --graph both --iobinding on \
-  --warmup 50 --runs 500 --report "$RES/bench_b1.json" > "$RES/bench_b1.txt" 2>&1
+  --warmup 100 --runs 2000 --report "$RES/bench_b1.json" > "$RES/bench_b1.txt" 2>&1
 echo "bench b1 rc=$?"; tail -22 "$RES/bench_b1.txt"
 python3 -m onnxaccel.cli.main bench zoo:resnet50 -t cuda -t "$T" -p fp16 -b 256 --graph both --iobinding on \
   --warmup 10 --runs 60 --report "$RES/bench_b256.json" > "$RES/bench_b256.txt" 2>&1
