@@ -102,7 +102,9 @@ def start_server(args, log: Path, spec: str = "1", extra: str = "") -> tuple[sub
     if parse_target(args.target).is_gpu:
         cmd += ["--arena-extend-strategy", "kSameAsRequested"]
     cmd += args.serve_args.split() + extra.split()  # last: a repeated option takes its last value
-    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    # SERVE_PYTHONPATH: run the server from another tree than the load generator (A/B of the server alone).
+    env = {**os.environ, "PYTHONPATH": os.environ["SERVE_PYTHONPATH"]} if os.environ.get("SERVE_PYTHONPATH") else None
+    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{http}"
     deadline = time.monotonic() + args.load_timeout
     while time.monotonic() < deadline:
