@@ -21,6 +21,7 @@ from onnxaccel.cli.common import (
     BatchOpt, JsonOpt, ShapeOpt, TargetOpt, console, err_console, handle_errors, note, print_json,
     resolve_target,
 )
+from onnxaccel.cli.groups import floats
 from onnxaccel.compare import DEFAULT_TOLERANCES, GateSpec
 from onnxaccel.errors import InputError, UsageError
 from onnxaccel.inputs import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
@@ -189,13 +190,6 @@ def _precision_from_target(tgt, fp16: bool, amp: bool, int8: str | None, native:
 
 
 def _preprocess(mean, std, resize, layout, bgr) -> ImagePreprocess:
-    def floats(text: str, option: str) -> tuple[float, ...]:
-        try:
-            return tuple(float(v) for v in text.split(","))
-        except ValueError:
-            raise InputError(f"{option} must be comma-separated numbers, got '{text}'.",
-                             f"e.g. {option} 0.5,0.5,0.5") from None
-
     if layout.lower() not in ("nchw", "nhwc"):
         raise InputError(f"--layout must be nchw or nhwc, got '{layout}'.", "Use --layout nchw or --layout nhwc.")
     return ImagePreprocess(resize=resize, mean=floats(mean, "--mean") if mean else IMAGENET_MEAN,
