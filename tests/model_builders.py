@@ -31,3 +31,21 @@ def make_mlp(path: Path, *, ir_version: int = 8, opset: int = 17, batch: str | i
     model.ir_version = ir_version
     onnx.save(model, str(path))
     return path
+
+
+def make_string_input_model(path: Path) -> Path:
+    """y = x * 2 (float: converts to FP16) beside s_out = Identity(s): a string input no feed can be drawn for."""
+    c = numpy_helper.from_array(np.full((1, 4), 2.0, np.float32), "c")
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "c"], ["y"], name="mul"), helper.make_node("Identity", ["s"], ["s_out"], name="id")],
+        "strings",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("s", TensorProto.STRING, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("s_out", TensorProto.STRING, [1])],
+        initializer=[c],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+
+from model_builders import make_string_input_model
 
 from onnxaccel import pipeline
 from onnxaccel.errors import InputError, ModelError
@@ -34,21 +35,7 @@ def fresh_cache(tmp_path, monkeypatch) -> Path:
 @pytest.fixture()
 def string_input_path(tmp_path) -> Path:
     """y = x * 2 (float, converts to FP16) beside s_out = Identity(s) (a string input nothing can synthesize)."""
-    c = numpy_helper.from_array(np.full((1, 4), 2.0, np.float32), "c")
-    graph = helper.make_graph(
-        [helper.make_node("Mul", ["x", "c"], ["y"], name="mul"), helper.make_node("Identity", ["s"], ["s_out"], name="id")],
-        "strings",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
-         helper.make_tensor_value_info("s", TensorProto.STRING, [1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4]),
-         helper.make_tensor_value_info("s_out", TensorProto.STRING, [1])],
-        initializer=[c],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "strings.onnx"
-    onnx.save(model, str(path))
-    return path
+    return make_string_input_model(tmp_path / "strings.onnx")
 
 
 def _count_convert(monkeypatch) -> list:

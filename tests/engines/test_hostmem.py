@@ -8,31 +8,23 @@ reused, and say why they are not pinned, with the runtime's own words.
 
 from __future__ import annotations
 
-import ctypes
 import os
 
 import numpy as np
 import pytest
+from host_libraries import library_loads
 
 from onnxaccel.engines.gpu_runtime import runtime_for
 from onnxaccel.engines.hostmem import GPU_WAIT, DeviceCopier, HostMemory, is_pinned, pin, set_gpu_wait
 from onnxaccel.engines.pool_io import join_rows
 
 
-def _loads(name: str) -> bool:
-    try:
-        ctypes.CDLL(name)
-    except OSError:
-        return False
-    return True
-
-
 #: These tests check the refusals of a machine without a GPU driver (CI); where a driver is present the
 #: refusal path cannot be reached and the calls would change the real device's settings. A HIP runtime without
 #: the amdgpu driver (Debian's libamdhip64.so.5 on CI) refuses, with the reason: tests/system/test_rocm_binaries.py.
-NO_NVIDIA_DRIVER = pytest.mark.skipif(_loads("libcuda.so.1"), reason="an NVIDIA driver is present")
+NO_NVIDIA_DRIVER = pytest.mark.skipif(library_loads("libcuda.so.1"), reason="an NVIDIA driver is present")
 NO_HIP = pytest.mark.skipif(os.path.isdir("/sys/module/amdgpu") and any(
-    _loads(f"libamdhip64.so{suffix}") for suffix in ("", ".7", ".6", ".5")), reason="a HIP runtime with the amdgpu "
+    library_loads(f"libamdhip64.so{suffix}") for suffix in ("", ".7", ".6", ".5")), reason="a HIP runtime with the amdgpu "
     "driver is present")
 
 

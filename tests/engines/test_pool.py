@@ -15,6 +15,7 @@ import time
 import numpy as np
 import onnxruntime as ort
 import pytest
+from host_libraries import library_loads
 
 import onnxaccel.engines.pool as pool_module
 import onnxaccel.engines.pool_io as pool_io
@@ -319,14 +320,6 @@ def test_arena_shrinkage_is_set_on_every_session_but_not_under_graphs(compiled):
 
 # -- the process's GPU runtime for callers outside engines ---------------------------------------------------
 
-def _loads(name: str) -> bool:
-    try:
-        ctypes.CDLL(name)
-    except OSError:
-        return False
-    return True
-
-
 def test_gpu_wait_and_pinning_of_a_cpu_target_do_nothing():
     cpu = parse_target("cpu")
     assert set_gpu_wait(cpu, "block") == ""
@@ -335,7 +328,7 @@ def test_gpu_wait_and_pinning_of_a_cpu_target_do_nothing():
     unpin_for_copies(cpu, buffer.ctypes.data)
 
 
-@pytest.mark.skipif(_loads("libcuda.so.1"), reason="an NVIDIA driver is present")
+@pytest.mark.skipif(library_loads("libcuda.so.1"), reason="an NVIDIA driver is present")
 def test_gpu_wait_of_a_cuda_target_says_why_it_was_not_set():
     assert "libcuda.so.1" in set_gpu_wait(parse_target("cuda"), "block")
 

@@ -27,6 +27,7 @@ import sys
 
 import numpy as np
 import pytest
+from host_libraries import library_loads
 
 from onnxaccel.engines.gpu_runtime import HIP_ERRORS
 from onnxaccel.engines.hostmem import DeviceCopier, HostMemory, is_pinned, pin, set_gpu_wait
@@ -36,14 +37,6 @@ from onnxaccel.system.telemetry_backends import BackendUnavailable, RocmSmiBacke
 from onnxaccel.system.tools import run_tool
 
 
-def _loads(name: str) -> bool:
-    try:
-        ctypes.CDLL(name)
-    except OSError:
-        return False
-    return True
-
-
 DRIVER_LOADED = os.path.isdir("/sys/module/amdgpu")
 pytestmark = pytest.mark.skipif(DRIVER_LOADED, reason="an amdgpu module is loaded here; these tests assert the "
                                                       "answers of a machine without it")
@@ -51,7 +44,7 @@ needs_rocminfo = pytest.mark.skipif(shutil.which("rocminfo") is None,
                                     reason="rocminfo not installed: apt-get install rocminfo")
 needs_rocm_smi = pytest.mark.skipif(shutil.which("rocm-smi") is None,
                                     reason="rocm-smi not installed: apt-get install rocm-smi librocm-smi64-1")
-needs_hip = pytest.mark.skipif(not _loads("libamdhip64.so.5"),
+needs_hip = pytest.mark.skipif(not library_loads("libamdhip64.so.5"),
                                reason="libamdhip64.so.5 not installed: apt-get install libamdhip64-5")
 
 NOT_LOADED = "ROCk module is NOT loaded, possibly no GPU devices"
