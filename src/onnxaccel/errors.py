@@ -5,6 +5,8 @@ The CLI prints both and exits with ``exit_code``; a traceback appears only with 
 
 from __future__ import annotations
 
+from onnxaccel.install import install_command
+
 
 class OnnxAccelError(Exception):
     """Base of every error onnxaccel raises on purpose."""
@@ -46,7 +48,7 @@ class MissingDependencyError(OnnxAccelError):
     def __init__(self, package: str, extra: str, purpose: str):
         super().__init__(
             f"{purpose} needs the Python package '{package}', which is not installed.",
-            f"pip install 'onnxaccel[{extra}]'",
+            install_command(extra),
         )
         self.package = package
         self.extra = extra

@@ -7,6 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from onnxaccel.install import install_mode
 from onnxaccel.cli.main import app
 from onnxaccel.errors import TargetError
 from onnxaccel.system.doctor import SCHEMA, run_doctor
@@ -38,7 +39,7 @@ def test_target_cuda_is_not_ready_here_exits_1_and_names_the_package_to_install(
     assert code == 1 and data["ok"] is False and data["requested"] == "cuda"
     [cuda] = data["targets"]
     assert cuda["ready"] is False and cuda["built"] is False
-    assert "pip install 'onnxaccel[cuda]'" in cuda["fix"] and "onnxruntime-gpu" in cuda["fix"]
+    assert install_mode().install("cuda") in cuda["fix"] and "onnxruntime-gpu" in cuda["fix"]
     assert any("no NVIDIA GPU found" in w for w in cuda["warnings"])
 
 

@@ -17,6 +17,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from onnxaccel.install import install_command
 from onnxaccel.cli.common import JsonOpt, console, handle_errors
 from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.system.telemetry import TelemetryRecorder, TelemetrySummary, check_interval
@@ -47,7 +48,7 @@ def monitor_command(
     backends, notes = open_backends()
     if not backends:
         raise OnnxAccelError("No GPU to monitor: " + "; ".join(notes) + ".",
-                             "On an NVIDIA machine install the driver and `pip install 'onnxaccel[nvidia]'`; on AMD "
+                             f"On an NVIDIA machine install the driver and `{install_command('nvidia')}`; on AMD "
                              "install ROCm (amdsmi or rocm-smi). `onnxaccel doctor` explains what is missing.")
     recorder = TelemetryRecorder(backends, interval, notes)
     try:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from onnxaccel.install import install_command
 from onnxaccel.errors import MissingDependencyError, ProviderOptionError, TargetError
 from onnxaccel.target import PROVIDER_OPTIONS, SESSION_OPTIONS, Target
 
@@ -130,7 +131,7 @@ def _install_hint() -> str:
     return ("MIGraphX comes with ROCm, not from PyPI: on Ubuntu with AMD's ROCm repository, "
             f"`sudo apt install migraphx`, then `export PYTHONPATH={ROCM_PYTHON_DIR}:$PYTHONPATH`; or use a ROCm "
             "container (docker/Dockerfile.rocm). See docs/AMD.md. Without it, --target migraphx runs through "
-            "ONNX Runtime's MIGraphX EP (pip install 'onnxaccel[migraphx]').")
+            f"ONNX Runtime's MIGraphX EP ({install_command('migraphx')}).")
 
 
 def migraphx_version(mgx) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 import numpy as np
 from packaging.version import Version
 
+from onnxaccel.install import install_command, swap_command
 from onnxaccel.engines.base import CPU, PlacedNode, Placement, Runner
 from onnxaccel.engines.feed_check import FeedCheck
 from onnxaccel.engines.ort_binding import OrtBoundRun, host_value, inference_error, is_raw_elem, raw_ortvalue
@@ -322,19 +323,18 @@ def _check_provider_built(ort, target: Target, version: Version) -> None:
         raise TargetError(
             f"The ROCm execution provider was removed from ONNX Runtime in 1.23 (microsoft/onnxruntime#25181); "
             f"the installed onnxruntime is {version}.",
-            "On AMD GPUs use --target migraphx with onnxruntime-migraphx (pip install 'onnxaccel[migraphx]'); "
-            "the ROCm EP exists only in onnxruntime-rocm <= 1.22 (pip install 'onnxaccel[rocm]').",
+            f"On AMD GPUs use --target migraphx with onnxruntime-migraphx ({install_command('migraphx')}); "
+            f"the ROCm EP exists only in onnxruntime-rocm <= 1.22 ({install_command('rocm')}).",
         )
     if target.provider in available:
         return
     package, extra = PROVIDER_PACKAGE[target.device]
     installed = installed_distributions()
     have = ", ".join(f"{k} {v}" for k, v in installed.items()) or "none"
-    hint = f"Install {package} instead: pip uninstall -y {' '.join(installed) or 'onnxruntime'} && " \
-           f"pip install 'onnxaccel[{extra}]'."
+    hint = f"Install {package} instead: {swap_command(list(installed), extra)}."
     if len(installed) > 1:
         hint = (f"Several onnxruntime packages are installed ({have}); they overwrite one another's module. "
-                f"Uninstall all of them, then pip install 'onnxaccel[{extra}]'.")
+                f"Uninstall all of them, then {install_command(extra)}.")
     raise ProviderUnavailableError(
         f"{target.provider} is not part of the installed ONNX Runtime ({have}; it has: {', '.join(available)}).",
         hint,

@@ -12,6 +12,8 @@ import platform
 import sys
 from dataclasses import dataclass, field
 
+from onnxaccel.install import describe as describe_install
+from onnxaccel.install import install_command, swap_command
 from onnxaccel.engines.ort import ROCM_EP_REMOVED, import_ort
 from onnxaccel.errors import OnnxAccelError
 from onnxaccel.system.environment import EnvSetting, environment_findings, relevant_environment
@@ -97,7 +99,9 @@ def run_doctor(target: str | None = None) -> DoctorReport:
     nvidia, amd = discover_nvidia(), discover_amd()
     vendor = "nvidia" if nvidia.gpus else "amd" if amd.gpus else None
     install = inspect_ort_install()
-    findings = package_findings(install, vendor)
+    findings = [Finding(INFO, "onnxaccel-install", describe_install(),
+                        "Fix commands below install the way onnxaccel was installed.")]
+    findings += package_findings(install, vendor)
     runtime, ort_problem = _runtime()
     if ort_problem:
         findings.append(Finding(ERROR, "ort-import-failed", "import onnxruntime failed", ort_problem,
@@ -180,14 +184,14 @@ def _verdict(label: str, device: str, runtime: dict, install: OrtInstall, nvidia
     verdict = TargetVerdict(label, provider, ready=False, built=built)
     package, extra = PROVIDER_PACKAGE[device]
     dists = install.distributions
-    swap = f"pip uninstall -y {' '.join(dists) or 'onnxruntime'} && pip install 'onnxaccel[{extra}]'"
+    swap = swap_command(list(dists), extra)
     if not runtime:
-        verdict.cause, verdict.fix = "ONNX Runtime cannot be imported", f"pip install 'onnxaccel[{extra}]'"
+        verdict.cause, verdict.fix = "ONNX Runtime cannot be imported", install_command(extra)
     elif device == "rocm" and _version(runtime) >= ROCM_EP_REMOVED:
         verdict.cause = (f"the ROCm EP was removed in ONNX Runtime 1.23 (microsoft/onnxruntime#25181); "
                          f"this is {runtime['version']}")
-        verdict.fix = "Use --target migraphx (pip install 'onnxaccel[migraphx]'); the ROCm EP exists only in " \
-                      "onnxruntime-rocm <= 1.22 (pip install 'onnxaccel[rocm]')."
+        verdict.fix = (f"Use --target migraphx ({install_command('migraphx')}); the ROCm EP exists only in "
+                       f"onnxruntime-rocm <= 1.22 ({install_command('rocm')}).")
     elif not built:
         have = ", ".join(f"{k} {v}" for k, v in dists.items()) or "no onnxruntime"
         verdict.cause = f"{provider} is not part of the installed ONNX Runtime ({have})"

@@ -14,6 +14,7 @@ import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from onnxaccel.install import install_command
 from onnxaccel.system.findings import ERROR, INFO, OK, WARN, Finding
 from onnxaccel.system.tools import run_tool
 
@@ -31,7 +32,7 @@ def nvml() -> Iterator[object]:
     try:
         import pynvml
     except ImportError:
-        raise NvmlUnavailable("nvidia-ml-py is not installed (pip install 'onnxaccel[nvidia]')") from None
+        raise NvmlUnavailable(f"nvidia-ml-py is not installed ({install_command('nvidia')})") from None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from onnxaccel.install import install_command
 from onnxaccel.engines.ort import ORT_DISTRIBUTIONS, installed_distributions
 from onnxaccel.system.findings import ERROR, OK, WARN, Finding
 
@@ -109,7 +110,7 @@ def package_findings(install: OrtInstall, vendor: str | None) -> list[Finding]:
         extra = {"nvidia": "cuda", "amd": "migraphx"}.get(vendor or "", "cpu")
         return [Finding(ERROR, "ort-missing", "No ONNX Runtime is installed",
                         "onnxaccel runs models with ONNX Runtime (or native MIGraphX).",
-                        f"pip install 'onnxaccel[{extra}]'")]
+                        install_command(extra))]
     findings = []
     reinstall = ""
     listed = ", ".join(f"{k} {v}" for k, v in dists.items())
