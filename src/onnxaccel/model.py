@@ -339,6 +339,14 @@ def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
             continue
         info = {e.key: e.value for e in tensor.external_data}
         location = info.get("location")
+        if location and not _inside(path.parent, location):
+            raise ModelFormatError(
+                f"{path} points tensor '{tensor.name}' at the external data file '{location}', outside the model's "
+                f"folder {path.parent}: refused (a model may read only files beside it, as onnx's checker and "
+                "ONNX Runtime require).",
+                "Save the model with its external data files in its own folder (onnx.save_model(..., "
+                "save_as_external_data=True, location='NAME.data')).",
+            )
         if location and not (path.parent / location).exists():
             raise ModelFormatError(
                 f"{path} keeps tensor '{tensor.name}' in the external data file '{location}', which is "
@@ -355,6 +363,16 @@ def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
         available = max(0, size - offset) if length is None else min(int(length), max(0, size - offset))
         if available < declared:
             raise _too_big(path, tensor, declared, available, f"in '{location}' (offset {offset})")
+
+
+def _inside(folder: Path, location: str) -> bool:
+    """Whether external data ``location`` names a file inside ``folder`` (after resolving .. and links)."""
+    if Path(location).is_absolute():
+        return False
+    try:
+        return (folder / location).resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):
+        return False
 
 
 def _declared_bytes(tensor: onnx.TensorProto) -> int | None:

@@ -67,3 +67,28 @@ def test_honest_external_data_still_loads_and_runs(tmp_path):
     model = load_model(path)
     session = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"])
     assert session.run(None, {})[0] == pytest.approx(6.0)
+
+
+def _traversal_model(tmp_path: Path) -> Path:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 16)
+    tensor = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4], data_location=TensorProto.EXTERNAL)
+    for key, value in {"location": "../secret.bin", "offset": "0", "length": "16"}.items():
+        tensor.external_data.add(key=key, value=value)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [tensor])
+    path = tmp_path / "sub" / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize("extra", [[], ["-p", "fp16"]], ids=["fp32", "fp16"])
+def test_external_data_outside_the_model_folder_is_a_clean_refusal_even_without_checks(tmp_path, extra):
+    """Issue 21 item 9: `run --no-check -p fp16` on a traversal model said "internal error ... a bug"."""
+    path = _traversal_model(tmp_path)
+    proc = subprocess.run([str(Path(sys.executable).parent / "onnxaccel"), "run", str(path), "--no-check", *extra],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == ModelFormatError.exit_code, proc.stderr
+    text = " ".join(proc.stderr.split())
+    assert "'../secret.bin', outside the model's folder" in text and "a bug" not in text
