@@ -26,7 +26,7 @@ PACKAGE = "onnxaccel"
 LAYERS: dict[str, int] = {
     "errors": 1, "paths": 1, "install": 1, "__version__": 1,
     "target": 2, "protobuf_values": 2, "zoo": 2,
-    "model": 3, "model_shapes": 3, "synthesis": 4, "inputs": 5, "inputs_files": 5, "prepost": 5, "calibration": 5,
+    "model": 3, "model_shapes": 3, "model_data": 3, "synthesis": 4, "inputs": 5, "inputs_files": 5, "feeds_check": 4, "prepost": 5, "calibration": 5,
     "engines": 6, "precision": 6,
     "compare": 7, "pipeline": 7,
     "bench": 8, "serve": 8, "loadtest": 8, "analysis": 8, "transform": 8, "system": 8, "scale": 8,

@@ -14,21 +14,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import onnx
 
 from onnxaccel.errors import InputError
-# The file readers live in inputs_files; IMAGE_SUFFIXES, IMAGENET_*, ImagePreprocess and load_image are
+# The file readers live in inputs_files; IMAGE_SUFFIXES, ImagePreprocess and load_image are
 # re-exported because calibration, the CLI, pipeline, scale and transform import them from here.
 from onnxaccel.inputs_files import (  # noqa: F401
-    IMAGE_SUFFIXES, IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess, load_image, read_npy, read_npz,
+    IMAGE_SUFFIXES, PRESETS, ImageInfo, ImagePreprocess, image_size, load_image,
+    read_image, read_npy, read_npz,
 )
+from onnxaccel.feeds_check import check_tensor, dtype_text, fits, validate_feeds
 from onnxaccel.model import Model, TensorSpec
+from onnxaccel.prepost.presets import PreprocessRequest, resolve_preprocess
 from onnxaccel.protobuf_values import read_pb
 from onnxaccel.synthesis import synthesize, synthesize_described
 
-__all__ = ["FeedOrigin", "FeedSet", "ImagePreprocess", "load_feeds", "load_image", "parse_value_ranges",
+__all__ = ["FeedOrigin", "FeedSet", "ImagePreprocess", "PreprocessRequest", "load_feeds", "load_image",
+           "parse_value_ranges",
            "prepare_feeds", "synthesize", "validate_feeds"]
 
 
@@ -42,6 +45,8 @@ class FeedOrigin:
     detail: str
     shape: tuple[int, ...] | None
     type: str
+    #: For an image: the preset, its parameters and the geometry applied (letterbox, crop).
+    image: ImageInfo | None = field(default=None, compare=False)
 
     @property
     def synthesized(self) -> bool:
@@ -54,10 +59,23 @@ class FeedOrigin:
         what = f"{self.type} {shape}".strip()
         return f"{self.name}: {what}, {self.source} ({self.detail})"
 
+    @property
+    def note(self) -> str | None:
+        """For an image fed without a preset (none by default): what was fed and how to choose one."""
+        info = self.image
+        if info is None or info.pre.preset != "none" or not info.pre.origin.startswith("default"):
+            return None
+        return (f"input '{self.name}': image fed as raw pixel values 0..255 (float, {info.pre.channel_order.upper()}, "
+                f"{info.pre.layout.upper()}, {info.fed[0]}x{info.fed[1]}) because the model's metadata names no "
+                f"preprocessing; choose one with --preprocess {'|'.join(PRESETS)}")
+
     def to_dict(self) -> dict:
-        """JSON-ready form of the origin."""
-        return {"name": self.name, "source": self.source, "detail": self.detail,
-                "shape": list(self.shape) if self.shape is not None else None, "type": self.type}
+        """JSON-ready form of the origin; images add ``preprocess`` (preset, parameters, geometry)."""
+        out = {"name": self.name, "source": self.source, "detail": self.detail,
+               "shape": list(self.shape) if self.shape is not None else None, "type": self.type}
+        if self.image is not None:
+            out["preprocess"] = self.image.to_dict()
+        return out
 
 
 @dataclass
@@ -99,7 +117,7 @@ def load_feeds(
     *,
     shapes: Mapping[str, Sequence[int]] | None = None,
     batch: int | None = None,
-    preprocess: ImagePreprocess | None = None,
+    preprocess: ImagePreprocess | PreprocessRequest | None = None,
     seed: int = 0,
     value_ranges: Mapping[str, tuple[float, float]] | None = None,
 ) -> tuple[Model, dict[str, Any]]:
@@ -118,7 +136,7 @@ def prepare_feeds(
     *,
     shapes: Mapping[str, Sequence[int]] | None = None,
     batch: int | None = None,
-    preprocess: ImagePreprocess | None = None,
+    preprocess: ImagePreprocess | PreprocessRequest | None = None,
     seed: int = 0,
     value_ranges: Mapping[str, tuple[float, float]] | None = None,
 ) -> FeedSet:
@@ -128,7 +146,11 @@ def prepare_feeds(
     number or JSON list (``sr=16000``, ``mask=1``, ``ids=[1,2,3]``), a 0-d array for a scalar input, else
     filled to the bound shape. A bare ``FILE.npz`` supplies every input it has arrays for; a bare ``.npy``,
     ``.pb`` or image goes to the model's only input. Given values bind the symbolic dims of their inputs
-    (unless ``shapes`` binds them); images are resized to the bound shape.
+    (unless ``shapes`` binds them); images bind symbolic H/W by their size after preprocessing
+    (``ImagePreprocess.natural_size``) and are then resized, cropped or letterboxed to the bound shape.
+    ``preprocess``: an ImagePreprocess is used as given; a PreprocessRequest or None is resolved against
+    the model's metadata (prepost.presets). Rank, fixed-dim and dtype mismatches of given arrays are
+    reported before anything about unbound dims.
     """
     values: dict[str, Any] = {}
     origins: dict[str, tuple[str, str]] = {}
@@ -194,21 +216,28 @@ def prepare_feeds(
             f"Unknown input name(s) in the given files: {', '.join(unknown)}.",
             f"The model's inputs are: {', '.join(sorted(input_names))}.",
         )
-    # Given tensors bind the symbolic dims of their inputs; one that contradicts a fixed dim binds nothing
-    # and is reported by validate_feeds with the axis and both shapes.
-    bindings = {}
+    # Rank, fixed dims and dtype first: a wrong array is reported as such, not as the dims it left unbound.
     for key, value in values.items():
         spec = model.input(key)
-        if spec.is_tensor and isinstance(value, np.ndarray) and _fits(spec, value):
+        if spec.is_tensor and isinstance(value, np.ndarray):
+            check_tensor(model, spec, value)
+    # Given tensors bind the symbolic dims of their inputs; images theirs by their size after preprocessing.
+    bindings: dict[str, tuple[int, ...]] = {}
+    for key, value in values.items():
+        spec = model.input(key)
+        if spec.is_tensor and isinstance(value, np.ndarray) and fits(spec, value):
             bindings[key] = tuple(value.shape)
+    pre = resolve_preprocess(model.metadata, preprocess) if images else ImagePreprocess()
+    for target, path in images.items():
+        bindings.update(_image_bindings(model.input(target), path, pre, shapes or {}, batch))
     bindings.update(shapes or {})
     bound = model.bind(bindings, batch=batch)
     for target, value in fills.items():
         shape = bound.input_shapes.get(target)
         values[target] = np.full(shape, value, dtype=value.dtype) if shape is not None else value
+    infos: dict[str, ImageInfo] = {}
     for target, path in images.items():
-        values[target] = load_image(path, bound.input(target), bound.input_shapes.get(target),
-                                    preprocess or ImagePreprocess())
+        values[target], infos[target] = read_image(path, bound.input(target), bound.input_shapes.get(target), pre)
     missing = [s.name for s in bound.inputs if s.name not in values]
     drawn = synthesize_described(bound, seed=seed, value_ranges=value_ranges, names=missing) if missing else {}
     for target, (value, how) in drawn.items():
@@ -222,9 +251,38 @@ def prepare_feeds(
         shape = tuple(value.shape) if isinstance(value, np.ndarray) else None
         if source == "literal" and spec.name in fills:
             detail = f"{detail}, filled to the bound shape"
+        if spec.name in infos:
+            detail = f"{detail}; {infos[spec.name].describe()}"
         result.append(FeedOrigin(spec.name, source, detail, shape,
-                                 _dtype_text(spec.np_dtype) if spec.is_tensor else spec.type_text))
+                                 dtype_text(spec.np_dtype) if spec.is_tensor else spec.type_text,
+                                 image=infos.get(spec.name)))
     return FeedSet(bound, feeds, result)
+
+
+def _image_bindings(spec: TensorSpec, path: Path, pre: ImagePreprocess, shapes: Mapping[str, Sequence[int]],
+                    batch: int | None) -> dict[str, tuple[int, ...]]:
+    """Bindings for an image input's symbolic H/W from the image's size after preprocessing: the dim names
+    (``height=(640,)``), or the input's full shape where a dim has no name. Nothing for dims ``shapes``
+    binds or for an input that is not a 4-D image tensor (read_image reports that)."""
+    if not spec.is_tensor or spec.shape is None or len(spec.shape) != 4 or spec.name in shapes:
+        return {}
+    h_axis, w_axis, c_axis = pre.axes()
+    free = [axis for axis in (h_axis, w_axis)
+            if not (isinstance(spec.shape[axis], int) and spec.shape[axis] > 0) and spec.shape[axis] not in shapes]
+    if not free:
+        return {}
+    natural = dict(zip((h_axis, w_axis), pre.natural_size(image_size(path))))
+    if all(isinstance(spec.shape[axis], str) for axis in free):
+        return {spec.shape[axis]: (natural[axis],) for axis in free}
+    full = []
+    for axis, dim in enumerate(spec.shape):
+        if isinstance(dim, int) and dim > 0:
+            full.append(dim)
+        elif isinstance(dim, str) and dim in shapes:
+            full.append(int(shapes[dim][0]))
+        else:
+            full.append(natural.get(axis) or (3 if axis == c_axis else (batch or 1)))
+    return {spec.name: tuple(full)}
 
 
 _NOT_LITERAL = object()
@@ -281,151 +339,6 @@ def _check_name(target: str, input_names: set[str]) -> None:
             f"--input names '{target}', which is not an input of the model.",
             f"Its inputs are: {', '.join(sorted(input_names))}.",
         )
-
-
-def validate_feeds(model: Model, feeds: Mapping[str, Any]) -> dict[str, Any]:
-    """Check names, types and shapes against the signature; cast only when the cast is lossless.
-
-    Tensors become C-contiguous numpy arrays of the input's dtype (0-d arrays stay 0-d; numpy unicode or
-    bytes arrays become the object arrays of str ONNX Runtime takes for strings); sequences become lists of
-    them, optionals None or their value.
-    """
-    names = {s.name for s in model.inputs}
-    unknown = sorted(set(feeds) - names)
-    if unknown:
-        raise InputError(
-            f"Unknown input name(s): {', '.join(unknown)}.",
-            f"The model's inputs are: {', '.join(sorted(names))}.",
-        )
-    missing = sorted(names - set(feeds))
-    if missing:
-        raise InputError(f"No value for input(s): {', '.join(missing)}.", "Give them with --input NAME=FILE.")
-    out = {}
-    for spec in model.inputs:
-        value = feeds[spec.name]
-        if spec.is_tensor:
-            out[spec.name] = _check_tensor(model, spec, value)
-        else:
-            out[spec.name] = _check_value(spec, spec.type_proto, value, spec.name)
-    return out
-
-
-def _check_value(spec: TensorSpec, tp, value: Any, where: str) -> Any:
-    """A sequence / optional / map value against its TypeProto; tensors inside are converted."""
-    kind = tp.WhichOneof("value") if tp is not None else "tensor_type"
-    if kind == "optional_type":
-        return None if value is None else _check_value(spec, tp.optional_type.elem_type, value, where)
-    if kind == "sequence_type":
-        if not isinstance(value, (list, tuple)):
-            raise InputError(
-                f"Input '{where}' is a {spec.type_text}; the value given is a {type(value).__name__}, not a list.",
-                f"Give it as an ONNX SequenceProto: --input {spec.name}=FILE.pb.",
-            )
-        return [_check_value(spec, tp.sequence_type.elem_type, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if kind == "map_type":
-        if not isinstance(value, dict):
-            raise InputError(f"Input '{where}' is a {spec.type_text}; the value given is not a map.",
-                             f"Give it as an ONNX MapProto: --input {spec.name}=FILE.pb.")
-        return value
-    if value is None or isinstance(value, (list, dict)):
-        raise InputError(f"Input '{where}' expects a tensor; the value given is {type(value).__name__}.",
-                         "Check that the file belongs to this input.")
-    elem = tp.tensor_type.elem_type if tp is not None else spec.elem_type
-    return _convert_dtype(np.asarray(value), _np_dtype(elem, spec), where)
-
-
-def _np_dtype(elem_type: int, spec: TensorSpec) -> np.dtype:
-    try:
-        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
-    except (KeyError, TypeError, ValueError):
-        return spec.np_dtype
-
-
-def _check_tensor(model: Model, spec: TensorSpec, value: Any) -> np.ndarray:
-    if value is None or isinstance(value, (list, dict)):
-        raise InputError(f"Input '{spec.name}' expects a tensor; the value given is {type(value).__name__}.",
-                         "Check that the file belongs to this input.")
-    arr = _convert_dtype(np.asarray(value), spec.np_dtype, spec.name)
-    if spec.shape is not None:
-        if arr.ndim != len(spec.shape):
-            raise InputError(
-                f"Input '{spec.name}' expects rank {len(spec.shape)} {spec.shape_text()}; the value given "
-                f"has shape {list(arr.shape)}.",
-                "Reshape the array, or check that it belongs to this input.",
-            )
-        for axis, (dim, got) in enumerate(zip(spec.shape, arr.shape)):
-            if isinstance(dim, int) and dim > 0 and dim != got:
-                raise InputError(
-                    f"Input '{spec.name}' axis {axis} must be {dim} {spec.shape_text()}; the value given "
-                    f"has shape {list(arr.shape)}.",
-                    "Resize or reshape the data to the model's input shape.",
-                )
-    bound = model.input_shapes.get(spec.name)
-    if bound is not None and tuple(arr.shape) != tuple(bound):
-        raise InputError(
-            f"Input '{spec.name}' is bound to shape {list(bound)} but the value given has shape "
-            f"{list(arr.shape)}.",
-            f"Bind it to the data: --shape {spec.name}={'x'.join(map(str, arr.shape))}.",
-        )
-    return arr
-
-
-def _convert_dtype(arr: np.ndarray, want: np.dtype, where: str) -> np.ndarray:
-    """Lossless conversion to ``want``; C-contiguous; 0-d stays 0-d (np.ascontiguousarray makes it 1-d)."""
-    if arr.dtype != want:
-        if want.kind == "O" and arr.dtype.kind in "US":
-            # ONNX Runtime takes string tensors as object arrays of str (numpy unicode arrays are refused).
-            arr = np.vectorize(_text, otypes=[object])(arr) if arr.size else arr.astype(object)
-        elif want.kind == "O" and arr.dtype.kind == "O":
-            pass
-        elif arr.dtype.kind == "V" and not _is_ml(arr.dtype) and arr.dtype.itemsize == want.itemsize:
-            arr = arr.view(want)  # an ml_dtypes array saved by np.save reads back as raw bytes ('|V2')
-        elif want.kind == "b" and arr.dtype.kind == "O" and all(isinstance(v, (bool, np.bool_)) for v in arr.flat):
-            arr = arr.astype(bool)
-        elif _is_ml(want) and arr.dtype.kind in "iu" and _int_fits(arr, want):
-            arr = arr.astype(want)  # int4/uint4 given as int8/uint8 values inside their range
-        elif np.can_cast(arr.dtype, want, casting="safe"):
-            arr = arr.astype(want)
-        else:
-            hint = f"Save it as {want.name}, e.g. np.save(path, array.astype(np.{want.name}))."
-            if _is_ml(want):
-                hint = (f"Save it as {want.name}: np.save(path, array.astype(ml_dtypes.{want.name})), or write a "
-                        f".pb with onnx.numpy_helper.from_array(array.astype(ml_dtypes.{want.name})).")
-            elif want.kind == "O":
-                hint = "Save it as text: np.save(path, np.array(['...'])) (numpy unicode, no pickles)."
-            raise InputError(f"Input '{where}' expects {_dtype_text(want)}; the value given is "
-                             f"{_dtype_text(arr.dtype)}.", hint)
-    if want.kind == "O" and arr.size and not all(isinstance(v, (str, bytes)) for v in arr.flat):
-        raise InputError(f"Input '{where}' expects strings; the value given holds other objects.",
-                         "Save it as text: np.save(path, np.array(['...'])).")
-    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def _is_ml(dtype: np.dtype) -> bool:
-    return dtype.kind == "V" and dtype.type.__module__.startswith("ml_dtypes")
-
-
-def _int_fits(arr: np.ndarray, want: np.dtype) -> bool:
-    try:
-        info = ml_dtypes.iinfo(want)
-    except (ValueError, TypeError):
-        return False
-    return not arr.size or (int(arr.min()) >= int(info.min) and int(arr.max()) <= int(info.max))
-
-
-def _dtype_text(dtype: np.dtype) -> str:
-    return "string" if dtype.kind in "OUS" else dtype.name
-
-
-def _fits(spec: TensorSpec, value: np.ndarray) -> bool:
-    if spec.shape is None:
-        return True
-    return len(spec.shape) == value.ndim and all(
-        not isinstance(d, int) or d == g for d, g in zip(spec.shape, value.shape))
 
 
 def _target_of(model: Model, path: Path) -> str:

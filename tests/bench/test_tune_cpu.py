@@ -21,7 +21,7 @@ FAST = ["--duration", "0.15", "--confirm-duration", "0.3", "--warmup", "3"]
 def tuned(tmp_path_factory, mlp_path):
     out = tmp_path_factory.mktemp("tune")
     config = out / "mlp-tuned.json"
-    proc = tune_cli("tune", str(mlp_path), "-t", "cpu", "-b", "1,8", "--threads", "1,2", *FAST, "-O", str(config),
+    proc = tune_cli("tune", str(mlp_path), "-t", "cpu", "-b", "1,8", "--threads", "1,2", *FAST, "-o", str(config),
                     "--report", str(out / "search.json"), "--report", str(out / "search.html"))
     assert proc.returncode == 0, proc.stderr
     return {"proc": proc, "config": config, "report": out / "search.json", "html": out / "search.html"}
@@ -77,7 +77,7 @@ def test_the_accuracy_gate_rejects_what_is_not_accurate(mlp_path):
 
 def test_an_impossible_latency_budget_is_an_error_with_a_hint(tmp_path, mlp_path):
     proc = tune_cli("tune", str(mlp_path), "-t", "cpu", "--latency-budget", "0.000001", *FAST,
-                    "-O", str(tmp_path / "c.json"))
+                    "-o", str(tmp_path / "c.json"))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "No configuration" in proc.stderr and "raise --latency-budget" in proc.stderr
     assert json.loads((tmp_path / "c.report.json").read_text())["cells"]  # what was measured is kept
@@ -127,7 +127,7 @@ def test_the_instances_stage_is_tried_and_its_count_reaches_the_config(tmp_path,
     `bench --config` measures that many sessions."""
     config = tmp_path / "mlp-tuned.json"
     proc = tune_cli("tune", str(mlp_path), "-t", "cpu?intra_op_num_threads=1", "-b", "8", "--precision", "fp32",
-                    "--instances", "2", *FAST, "-O", str(config), "--report", str(tmp_path / "search.json"))
+                    "--instances", "2", *FAST, "-o", str(config), "--report", str(tmp_path / "search.json"))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads((tmp_path / "search.json").read_text())["tune"]["candidates"]
     tried = [r for r in rows if "instances" in r["stage"]]

@@ -217,7 +217,7 @@ def test_serve_flag_beats_config_beats_default(tmp_path, mlp_path):
                                       "instances": 2}))
     model, served = _serve(mlp_path)
     assert model["state"] == "READY" and served["instance_group"][0]["count"] == 1  # the defaults
-    model, _ = _serve(mlp_path, "--config", str(config))
+    model, _ = _serve(mlp_path, "--config", str(config), "--allow-unavailable")
     assert model["state"] == "UNAVAILABLE" and "MIGraphX" in model["reason"]  # the configuration's target
     model, served = _serve(mlp_path, "--config", str(cpu_config))
     assert model["state"] == "READY" and served["instance_group"][0]["count"] == 2  # its instance count

@@ -8,7 +8,10 @@ from PIL import Image
 
 from onnxaccel import load_model
 from onnxaccel.errors import InputError
-from onnxaccel.inputs import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess, load_feeds, synthesize
+from onnxaccel.inputs_files import IMAGENET_MEAN, IMAGENET_STD
+from onnxaccel.inputs import (
+    ImagePreprocess, PreprocessRequest, load_feeds, synthesize,
+)
 
 
 def test_synthesized_feeds_match_the_bound_signature_and_are_seeded(mlp_path):
@@ -73,7 +76,8 @@ def test_image_becomes_a_normalized_contiguous_nchw_tensor(tmp_path, pretrained_
     color = (200, 100, 50)
     Image.new("RGB", (300, 120), color).save(tmp_path / "solid.png")
     model = load_model(pretrained_cls)
-    bound, feeds = load_feeds(model, [str(tmp_path / "solid.png")], shapes={"x": (1, 3, 48, 192)})
+    bound, feeds = load_feeds(model, [str(tmp_path / "solid.png")], shapes={"x": (1, 3, 48, 192)},
+                              preprocess=PreprocessRequest("imagenet"))
     x = feeds["x"]
     assert x.shape == (1, 3, 48, 192) and x.flags["C_CONTIGUOUS"]
     expected = (np.array(color) / 255.0 - np.array(IMAGENET_MEAN)) / np.array(IMAGENET_STD)

@@ -46,3 +46,39 @@ def test_every_operation_conforms_to_the_openapi_document(server):
     assert any(400 <= code < 500 for code in calls)  # invalid requests were generated and refused
     assert not failures, "\n\n".join(failures)
     assert server.proc.poll() is None  # still running
+
+
+#: Hostile or broken requests found by hand (issue 21) that the generated ones do not reach: each must get a
+#: 4xx with an {"error": ...} message, never a 5xx. (path suffix, body, extra headers)
+CORPUS = [
+    ("mlp/infer", b"[" * 100_000, {}),  # was 500 (RecursionError)
+    ("mlp/infer", b'{"inputs": [{"name": "x", "shape": [4611686018427387904, 0, 224, 224], "datatype": "FP32", '
+                  b'"data": []}]}', {}),  # was 500 (numpy: array is too big)
+    ("mlp/infer", b'{"inputs": [{"name": "x", "shape": [9223372036854775807, 9223372036854775807], '
+                  b'"datatype": "FP32", "data": []}]}', {}),
+    ("mlp/infer", b'{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": ' + b"[" * 5000
+                  + b"1" + b"]" * 5000 + b"}]}", {}),
+    ("mlp/infer", b'{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", '
+                  b'"parameters": {"binary_data_size": 16}}]}', {"Inference-Header-Content-Length": "99999"}),
+    ("mlp/infer", b'{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", '
+                  b'"parameters": {"binary_data_size": 16}}]}', {"Inference-Header-Content-Length": "-5"}),
+    ("mlp/infer", b"\x1f\x8b\x08\x00garbage", {"Content-Encoding": "gzip"}),
+    ("mlp/infer", b"{}", {"Content-Encoding": "br"}),
+    ("mlp/infer", b'{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}], '
+                  b'"outputs": [{"name": "nope"}]}', {}),
+    ("echo/infer", b'{"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["%%"], '
+                   b'"parameters": {"content_type": "base64"}}]}', {}),
+    ("nosuch/infer", b"{}", {}),
+]
+
+
+def test_a_hostile_corpus_gets_4xx_never_5xx(server):
+    import httpx
+
+    for suffix, body, headers in CORPUS:
+        response = httpx.post(f"{server.url}/v2/models/{suffix}", content=body, headers=headers, timeout=30)
+        assert 400 <= response.status_code < 500, (suffix, body[:80], response.status_code, response.text[:300])
+        assert response.json()["error"], body[:80]
+    deep = httpx.post(f"{server.url}/v2/repository/index", content=b"[" * 50_000)
+    assert deep.status_code == 400
+    assert server.proc.poll() is None

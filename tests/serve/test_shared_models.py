@@ -50,7 +50,7 @@ def shared_server(tmp_path, mlp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     # A long queue delay: the batch of 16 below runs when it is full, whichever workers its requests reached.
-    server = ServerProcess(repo, "--workers", "2", "--shared-models", "--max-batch", "16",
+    server = ServerProcess(repo, "--workers", "2", "--shared-models", "--model-control", "explicit", "--max-batch", "16",
                            "--max-queue-delay-ms", "1500", log=tmp_path / "serve.log", env={"TMPDIR": str(tmp)})
     server.tmp = tmp
     server.repo = repo

@@ -68,7 +68,8 @@ def infer_many(url: str, x: np.ndarray, count: int) -> list[np.ndarray]:
 def workers_server(tmp_path, mlp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    server = ServerProcess(mlp_path, "--workers", "2", "--max-batch", "8", log=tmp_path / "serve.log",
+    server = ServerProcess(mlp_path, "--workers", "2", "--max-batch", "8", "--model-control", "explicit",
+                           log=tmp_path / "serve.log",
                            env={"TMPDIR": str(tmp)})
     server.tmp = tmp
     yield server.wait_ready(120)

@@ -25,14 +25,17 @@ def test_refuses_to_overwrite_the_input_unless_forced(invoke, mlp_path, tmp_path
     assert forced.exit_code == 0, forced.output
 
 
-def test_existing_outputs_are_kept_unless_we_wrote_them(invoke, mlp_path, tmp_path):
+def test_existing_outputs_are_kept_unless_forced(invoke, mlp_path, tmp_path):
     foreign = tmp_path / "theirs.onnx"
     shutil.copyfile(mlp_path, foreign)
     result = invoke("optimize", mlp_path, "-o", foreign, "-t", "cpu")
     assert result.exit_code == 2 and "was not written by onnxaccel optimize" in result.output
     ours = tmp_path / "ours.onnx"
-    for _ in range(2):  # re-running over our own output is the normal workflow
-        assert invoke("optimize", mlp_path, "-o", ours, "-t", "cpu", "--no-compile-cache").exit_code == 0
+    assert invoke("optimize", mlp_path, "-o", ours, "-t", "cpu", "--no-compile-cache").exit_code == 0
+    again = invoke("optimize", mlp_path, "-o", ours, "-t", "cpu", "--no-compile-cache")
+    assert again.exit_code == 2 and "already exists" in again.output and "--force" in again.output
+    forced = invoke("optimize", mlp_path, "-o", ours, "-t", "cpu", "--no-compile-cache", "--force")
+    assert forced.exit_code == 0, forced.output
 
 
 def test_a_failed_gate_exits_1_and_still_writes_the_report(invoke, overflow_path, tmp_path):

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 
 from onnxaccel.analysis.graph_stats import GraphStats, graph_stats
 from onnxaccel.analysis.placement import CAPTURE_OPTIONS, PlacementReport, analyze_placement
+from onnxaccel.analysis.scaling import CostScaling, cost_scaling
 from onnxaccel.model import Model, load_model
+from onnxaccel.model_shapes import bind_examples
 from onnxaccel.pipeline import prepare
 from onnxaccel.target import Target
 
@@ -25,6 +27,13 @@ class InspectResult:
     providers: list[str] = field(default_factory=list)
     compile_seconds: float | None = None
     warnings: list[str] = field(default_factory=list)
+    #: Set when dims nothing bound took example values (inspect without a target): formulas in those dims.
+    scaling: CostScaling | None = None
+
+    @property
+    def shapes_text(self) -> str:
+        """``x=1x3x640x640`` for every bound input: the shapes the statistics (and placement) are for."""
+        return ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in self.model.input_shapes.items())
 
     @property
     def has_fallback(self) -> bool:
@@ -41,6 +50,12 @@ class InspectResult:
             "providers": self.providers,
             "compile_seconds": self.compile_seconds,
             "placement": self.placement.to_dict() if self.placement else None,
+            "shapes": {"input_shapes": {k: list(v) for k, v in self.model.input_shapes.items()},
+                       "source": "example values" if self.scaling else "resolved",
+                       "example_values": self.scaling.examples if self.scaling else {},
+                       "scaling": self.scaling.to_dict() if self.scaling else None},
+            "placement_shapes": ({k: list(v) for k, v in self.model.input_shapes.items()}
+                                 if self.placement else None),
             "warnings": self.warnings,
         }
 
@@ -55,13 +70,19 @@ def inspect_model(
 ) -> InspectResult:
     """Statistics for the bound shapes; with a target, compile it and analyze the placement too.
 
-    Never strict: the caller decides what a fallback means (the CLI's --strict fails after reporting it).
+    Without a target no shape is required: dims the resolution order leaves unbound take example values, and
+    the result carries formulas in them (:mod:`onnxaccel.analysis.scaling`). With a target, placement runs at
+    the resolved shapes (an unbound dim is the usual error naming it). Never strict: the caller decides what a
+    fallback means (the CLI's --strict fails after reporting it).
     """
     model = source if isinstance(source, Model) else load_model(source, check=check)
+    if target is None:
+        bound, examples = bind_examples(model, {k: tuple(v) for k, v in (shapes or {}).items()}, batch)
+        stats = graph_stats(bound)
+        scaling = cost_scaling(model, examples, stats, shapes, batch) if examples else None
+        return InspectResult(bound, stats, warnings=list(bound.notes), scaling=scaling)
     bound = model.bind(shapes, batch=batch)
     stats = graph_stats(bound)
-    if target is None:
-        return InspectResult(bound, stats, warnings=list(bound.notes))
 
     # With graph capture switched on, ONNX Runtime refuses to build a session it cannot capture, and there
     # would be no placement to show: analyze without the switch and let the verdict say what would happen.

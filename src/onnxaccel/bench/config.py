@@ -11,6 +11,7 @@ JSON, schema ``onnxaccel.config/1``::
       "target": "cuda:0/fp16?enable_cuda_graph=1&prefer_nhwc=1",
       "batch": 1,                           # binds axis 0 of every input whose first dim is free
       "shapes": {"sequence": [128]},        # --shape bindings (input name or symbolic dim -> dims)
+      "shape_buckets": "sequence=32,64,128",  # optional: --shape-buckets of bench and batch (null: none)
       "input_shapes": {"data": [1, 3, 224, 224]},   # what those bound to (for checking)
       "iobinding": true,
       "concurrency": 1,
@@ -58,6 +59,8 @@ class TunedConfig:
     concurrency: int = 1
     #: Sessions side by side (bench --instances; serve --instances).
     instances: int = 1
+    #: --shape-buckets text (engines/buckets.py ShapeBuckets.parse), e.g. "sequence=32,64,128"; None: no buckets.
+    shape_buckets: str | None = None
     model_sha256: str | None = None
     measured: dict = field(default_factory=dict)
     objective: dict = field(default_factory=dict)
@@ -78,6 +81,8 @@ class TunedConfig:
             args += ["--shape", f"{name}={'x'.join(map(str, dims))}"]
         if not self.iobinding:  # IO binding is the default of both commands
             args.append("--no-iobinding")
+        if self.shape_buckets:
+            args += ["--shape-buckets", self.shape_buckets]
         return args
 
     def check_model(self, path: str | os.PathLike) -> str | None:
@@ -97,7 +102,7 @@ class TunedConfig:
             "batch": self.batch, "shapes": {k: list(v) for k, v in self.shapes.items()},
             "input_shapes": {k: list(v) for k, v in self.input_shapes.items()}, "iobinding": self.iobinding,
             "concurrency": self.concurrency, "instances": self.instances, "measured": self.measured, "objective": self.objective,
-            "provenance": self.provenance,
+            "provenance": self.provenance, **({"shape_buckets": self.shape_buckets} if self.shape_buckets else {}),
         }
 
 
@@ -153,7 +158,8 @@ def load_config(path: str | os.PathLike) -> TunedConfig:
     if not isinstance(iobinding, bool):
         raise ConfigError(f"{where}: 'iobinding' must be true or false, got {iobinding!r}.", "e.g. \"iobinding\": true")
     return TunedConfig(
-        model=model, target=target, batch=batch, shapes=_shapes(data.get("shapes"), "shapes", where),
+        model=model, target=target, batch=batch, shape_buckets=_shape_buckets(data.get("shape_buckets"), where),
+        shapes=_shapes(data.get("shapes"), "shapes", where),
         input_shapes=_shapes(data.get("input_shapes"), "input_shapes", where), iobinding=iobinding,
         concurrency=concurrency, instances=instances, model_sha256=data.get("model_sha256"), measured=dict(data.get("measured") or {}),
         objective=dict(data.get("objective") or {}), provenance=dict(data.get("provenance") or {}), path=path,
@@ -178,3 +184,18 @@ def _shapes(value, key: str, where: str) -> dict[str, tuple[int, ...]]:
         raise ConfigError(f"{where}: '{key}' must map names to lists of positive integers, got {value!r}.",
                           f'e.g. "{key}": {{"sequence": [128]}}')
     return {k: tuple(v) for k, v in value.items()}
+
+
+def _shape_buckets(value, where: str) -> str | None:
+    """The ``shape_buckets`` text, checked by parsing it (ShapeBuckets.parse), or None when absent."""
+    if value is None:
+        return None
+    from onnxaccel.engines.buckets import ShapeBuckets  # lazy: the config module stays light
+    from onnxaccel.errors import ShapeError
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: 'shape_buckets' must be a string like \"sequence=32,64,128\", got {value!r}.",
+                          'e.g. "shape_buckets": "sequence=32,64,128,256"')
+    try:
+        return ShapeBuckets.parse(value).describe()
+    except ShapeError as exc:
+        raise ConfigError(f"{where}: 'shape_buckets': {exc.message}", exc.hint) from exc

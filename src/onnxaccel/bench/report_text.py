@@ -22,7 +22,7 @@ CSV_COLUMNS = (
     "d2h_ms", "gpu_name", "gpu_util_mean_pct", "gpu_util_peak_pct", "power_mean_w", "power_peak_w",
     "device_peak_bytes", "device_delta_bytes", "host_rss_bytes", "host_peak_rss_bytes", "flops_per_inference",
     "achieved_tflops", "peak_tflops", "pct_of_peak", "bound", "accuracy_passed", "accuracy_max_abs",
-    "accuracy_reference",
+    "accuracy_reference", "flops_partial",
 )
 
 
@@ -50,7 +50,8 @@ def cell_row(cell: CellResult) -> tuple:
     return (
         cell.id, "ok" if not cell.warnings else "ok (unstable)", cell.batch, _f(session.get("create_s"), 2),
         _f(cell.timing.get("first_run_ms"), 2), _f(lat.p50, 3), _f(lat.p99, 3), _f(lat.p999, 3), f"{lat.cv:.1%}",
-        _f(cell.throughput, 1), copies, _f(roof.get("achieved_tflops"), 3), _f(roof.get("pct_of_peak"), 1),
+        _f(cell.throughput, 1), copies, at_least(roof) + _f(roof.get("achieved_tflops"), 3),
+        _f(roof.get("pct_of_peak"), 1),
         accuracy_text(cell), _f((tel.get("utilization_pct") or {}).get("mean"), 0),
         _f((tel.get("power_w") or {}).get("mean"), 0), _f(memory / 1e9 if memory else None, 2),
     )
@@ -68,6 +69,23 @@ def accuracy_text(cell: CellResult, *, short: bool = False) -> str:
     max_abs = accuracy.get("max_abs")
     value = (f" {max_abs:.1e}" if short else f" max|err| {max_abs:.2g}") if isinstance(max_abs, (int, float)) else ""
     return ("ok" if short else "pass") + value if accuracy["passed"] else "FAIL" + value
+
+
+def at_least(roof: dict) -> str:
+    """"≥" before a FLOP/s figure whose FLOP count is partial (a lower bound), else nothing."""
+    return "≥" if roof.get("flops_partial") and roof.get("achieved_tflops") is not None else ""
+
+
+def partial_flops_note(report: BenchReport) -> str | None:
+    """A sentence saying which FLOP/s figures are lower bounds and why, or None when every count is complete."""
+    partial = [c for c in report.ok_cells if (c.roofline or {}).get("flops_partial")]
+    if not partial:
+        return None
+    roof = partial[0].roofline
+    inside = roof.get("subgraph_nodes") or 0
+    return (f"FLOP/s marked ≥ are lower bounds (partial: {roof.get('uncounted_nodes')} node(s) uncounted"
+            + (f", {inside} node(s) inside If/Loop/Scan subgraphs" if inside else "")
+            + "); `onnxaccel inspect` lists them.")
 
 
 def _f(value, digits: int) -> str:
@@ -98,7 +116,7 @@ def csv_row(cell: CellResult) -> dict:
         "flops_per_inference": roof.get("flops_per_inference"), "achieved_tflops": roof.get("achieved_tflops"),
         "peak_tflops": roof.get("peak_tflops"), "pct_of_peak": roof.get("pct_of_peak"), "bound": roof.get("bound"),
         "accuracy_passed": accuracy.get("passed"), "accuracy_max_abs": accuracy.get("max_abs"),
-        "accuracy_reference": accuracy.get("reference"),
+        "accuracy_reference": accuracy.get("reference"), "flops_partial": roof.get("flops_partial"),
     }
     for key in ("count", "mean_ms", "stddev_ms", "min_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p99_9_ms",
                 "max_ms", "cv", "unstable"):
@@ -126,6 +144,9 @@ def to_markdown(report: BenchReport) -> str:
              f"- CPU: {env.get('cpu')} ({env.get('logical_cpus')} logical)", "",
              "| " + " | ".join(ROW_HEADERS) + " |", "|" + "---|" * len(ROW_HEADERS)]
     lines += ["| " + " | ".join(_md(v) for v in cell_row(c)) + " |" for c in report.cells]
+    partial = partial_flops_note(report)
+    if partial:
+        lines += ["", partial]
     if report.failed_cells:
         lines += ["", "## Failed cells", "", "| cell | stage | error | hint |", "|---|---|---|---|"]
         for cell in report.failed_cells:

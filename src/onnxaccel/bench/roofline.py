@@ -27,6 +27,16 @@ class ModelCost:
     param_bytes: int
     activation_bytes: int
     io_bytes: int
+    #: Nodes whose arithmetic is not in ``flops`` (If/Loop/Scan, ops without a rule): ``flops`` is then a lower
+    #: bound, and so is every FLOP/s figure made from it (issue 23).
+    uncounted_nodes: int = 0
+    #: Nodes inside If/Loop/Scan bodies (their arithmetic is never counted).
+    subgraph_nodes: int = 0
+
+    @property
+    def partial(self) -> bool:
+        """True when ``flops`` leaves out some arithmetic (a lower bound)."""
+        return self.uncounted_nodes > 0
 
     def bytes_for(self, precision: str) -> int:
         """Estimated bytes moved per inference at ``precision``: weights once, activations written and read, I/O."""
@@ -36,7 +46,8 @@ class ModelCost:
     def to_dict(self) -> dict:
         """JSON-ready form of the cost."""
         return {"flops": self.flops, "param_bytes": self.param_bytes, "activation_bytes": self.activation_bytes,
-                "io_bytes": self.io_bytes}
+                "io_bytes": self.io_bytes, "flops_partial": self.partial, "uncounted_nodes": self.uncounted_nodes,
+                "subgraph_nodes": self.subgraph_nodes}
 
 
 def model_cost(bound_model) -> ModelCost:
@@ -49,7 +60,8 @@ def model_cost(bound_model) -> ModelCost:
     for spec in bound_model.inputs:
         shape = bound_model.input_shapes.get(spec.name, ())
         io += int(np.prod(shape)) * _itemsize(spec.dtype)
-    return ModelCost(stats.total_flops, stats.param_bytes, stats.activation_total_bytes, io)
+    return ModelCost(stats.total_flops, stats.param_bytes, stats.activation_total_bytes, io,
+                     uncounted_nodes=len(stats.uncounted), subgraph_nodes=stats.subgraph_nodes)
 
 
 def _itemsize(dtype: str) -> int:
@@ -73,6 +85,9 @@ class Roofline:
     bandwidth_gbps: float | None = None
     device: str | None = None
     source: str | None = None
+    #: Nodes whose arithmetic ``flops_per_inference`` leaves out: every rate here is then a lower bound.
+    uncounted_nodes: int = 0
+    subgraph_nodes: int = 0
 
     @property
     def pct_of_peak(self) -> float | None:
@@ -112,6 +127,9 @@ class Roofline:
             "bound": self.bound, "attainable_tflops": attainable,
             "pct_of_attainable": 100.0 * self.achieved_tflops / attainable if attainable else None,
             "spec_source": self.source,
+            # True: flops_per_inference and the rates are lower bounds (arithmetic in If/Loop/Scan not counted)
+            "flops_partial": self.uncounted_nodes > 0, "uncounted_nodes": self.uncounted_nodes,
+            "subgraph_nodes": self.subgraph_nodes,
         }
 
 
@@ -121,8 +139,9 @@ def roofline(cost: ModelCost, *, seconds_per_inference: float, precision: str, d
     achieved = cost.flops / seconds_per_inference / 1e12 if seconds_per_inference > 0 else 0.0
     moved = cost.bytes_for(precision)
     intensity = cost.flops / moved if moved else None
+    counts = {"uncounted_nodes": cost.uncounted_nodes, "subgraph_nodes": cost.subgraph_nodes}
     if spec is None:
-        return Roofline(cost.flops, achieved, moved, intensity)
+        return Roofline(cost.flops, achieved, moved, intensity, **counts)
     key = peak_key(precision, device, options, spec)
     return Roofline(cost.flops, achieved, moved, intensity, spec.peak(key), key, spec.bandwidth_gbps, spec.name,
-                    spec.source)
+                    spec.source, **counts)

@@ -80,6 +80,8 @@ class TuneSettings:
     #: Instance counts tried on the leader after the option stages: None = (2, 4) on GPUs and none on CPUs
     #: (where sessions would share the same cores); empty = none.
     instances: tuple[int, ...] | None = None
+    #: --shape-buckets text recorded in the configuration (bench and batch --config use it); not searched.
+    shape_buckets: str | None = None
 
     def sweep(self, duration: float) -> SweepSettings:
         """Sweep settings that time each candidate for ``duration`` seconds."""
@@ -309,7 +311,7 @@ class _Tuner:
             model=self.model.source, target=best.cell.effective_target, batch=best.cell.batch,
             shapes=dict(self.settings.shapes), input_shapes={k: tuple(v) for k, v in (best.input_shapes or {}).items()},
             iobinding=best.cell.iobinding, concurrency=best.cell.concurrency, instances=best.cell.instances,
-            model_sha256=file_sha256(self.model.path),
+            model_sha256=file_sha256(self.model.path), shape_buckets=self.settings.shape_buckets,
             measured={"p50_ms": best.latency.p50, "p99_ms": best.latency.p99,
                       "throughput_items_per_s": best.throughput, "speedup_vs_plain": speedup,
                       "accuracy_max_abs": (best.accuracy or {}).get("max_abs"),

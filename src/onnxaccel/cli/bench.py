@@ -8,13 +8,14 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from onnxaccel.bench.baseline import compare_reports
 from onnxaccel.bench.cells import grid
 from onnxaccel.bench.report import clean, load_report
-from onnxaccel.bench.report_text import accuracy_text
+from onnxaccel.bench.report_text import accuracy_text, partial_flops_note
 from onnxaccel.cli.common import (
     EpOptionOpt,
     InputOpt,
@@ -50,10 +51,18 @@ from onnxaccel.cli.groups import (
     modes,
     warn_if_not_tuned,
 )
+from onnxaccel.cli.tables import columns, new_table, number_column, si, text_column
 
 PrecisionsOpt = Annotated[str | None, typer.Option(
     "--precision", "-p", help="Comma-separated precisions to sweep, e.g. fp32,fp16,int8 (overrides the target's).")]
-ConfigOpt = config_option("model, target, batch, shapes, IO binding and instance count")
+ConfigOpt = config_option("model, target, batch, shapes, shape buckets, IO binding and instance count")
+ShapeBucketsOpt = Annotated[str | None, typer.Option(
+    "--shape-buckets", help="Pad inputs to the smallest of these sizes that fits, one session per bucket on targets "
+    "that compile per shape: DIM=SIZES (sequence=32,64,128,256), DIM,DIM=SIZES (height,width=320,480,640 or "
+    "320x480,...), dims by name or INPUT:AXIS (x:2,x:3=640,960). Times the --shape/--input size through its "
+    "bucket.")]
+ShapeSweepOpt = Annotated[bool, typer.Option(
+    "--shape-sweep", help="With --shape-buckets: compile, warm-up and latency of every bucket, each fed at its size.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -106,6 +115,8 @@ def bench_command(
     telemetry: Annotated[bool, typer.Option("--telemetry/--no-telemetry", help="Sample GPU utilization, memory and "
                          "power during GPU cells (every 0.1 s, in a background thread).")] = True,
     config: ConfigOpt = None,
+    shape_buckets: ShapeBucketsOpt = None,
+    shape_sweep: ShapeSweepOpt = False,
     strict: StrictOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -118,6 +129,11 @@ def bench_command(
     targets = [str(t) for t in build_targets(target, ep_option, tuned)]
     timing = TimingArgs.resolve(warmup=warmup, runs=runs, duration=duration, calls_per_sample=calls_per_sample,
                                 concurrency=concurrency, instances=instances, tuned=tuned)
+    spec = shape_buckets or (tuned.shape_buckets if tuned is not None else None)
+    if spec or shape_sweep:
+        _bench_buckets(spec, shape_sweep, bound, targets, precision, timing, inputs, value_range, seed, strict,
+                       as_json)
+        return
     reports = ReportArgs.resolve(report, resume=resume)
     given = InputArgs.resolve(inputs, value_range, seed)
     precisions = [p.strip().lower() for p in precision.split(",") if p.strip()] if precision else [None]
@@ -163,7 +179,56 @@ def bench_command(
         raise typer.Exit(1)
 
 
+def _bench_buckets(spec: str | None, sweep: bool, bound, targets: list[str], precision: str | None, timing,
+                   inputs, value_range, seed: int, strict: bool, as_json: bool) -> None:
+    """`bench --shape-buckets [--shape-sweep]`: one target, one batch, measured per bucket (bench/bucket_sweep.py)."""
+    import dataclasses
+
+    from onnxaccel.bench.bucket_sweep import bench_buckets, bucket_table_rows
+    from onnxaccel.engines.buckets import ShapeBuckets
+    from onnxaccel.errors import UsageError
+    from onnxaccel.target import parse_target
+
+    if not spec:
+        raise UsageError("--shape-sweep needs --shape-buckets.",
+                         "e.g. --shape-buckets sequence=32,64,128,256 --shape-sweep")
+    if len(targets) != 1 or len(bound.batches) != 1 or (precision and "," in precision):
+        raise UsageError("--shape-buckets measures one target at one batch size and precision.",
+                         "Give one --target, one --batch and one --precision (run bench again for another).")
+    target = parse_target(targets[0])
+    if precision:
+        target = dataclasses.replace(target, precision=precision.strip().lower())
+    given = InputArgs.resolve(inputs, value_range, seed)
+    result = bench_buckets(bound.source, target, ShapeBuckets.parse(spec), sweep=sweep, shapes=bound.shapes or None,
+                           batch=bound.batch, inputs=given.items, seed=given.seed,
+                           value_ranges=given.value_ranges or None, warmup=timing.warmup, runs=timing.runs,
+                           duration=timing.duration, strict=strict)
+    if as_json:
+        sys.stdout.write(json.dumps(clean(result.to_dict()), indent=2) + "\n")
+        return
+    console.print(f"[bold]{escape(result.model)}[/] on [bold]{escape(result.target)}[/], buckets "
+                  f"{escape(result.buckets.describe())} ("
+                  + ("a session per bucket" if result.per_bucket_sessions else "one session for every bucket") + ")")
+    table = columns(new_table(), ("bucket", "feed", "compile s", "warm ms", "p50 ms", "p99 ms", "items/s"),
+                    numbers=("compile s", "warm ms", "p50 ms", "p99 ms", "items/s"))
+    for row in bucket_table_rows(result):
+        table.add_row(*(escape(c) for c in row))
+    console.print(table)
+    for message in result.warnings:
+        warn(message)
+
+
 # -- shared with `tune` ---------------------------------------------------------------------------------
+
+class CountColumn(ProgressColumn):
+    """"done/total" where the total is known, just "done" where it is not (a --duration cell before its first
+    sample), never "0/None"."""
+
+    def render(self, task) -> Text:
+        """The count of ``task``."""
+        done = int(task.completed)
+        return Text(f"{done}/{int(task.total)}" if task.total is not None else str(done), style="progress.download")
+
 
 class SweepProgress:
     """Rich progress bars on stderr for sweep events: one bar for cells, one for the current cell's runs."""
@@ -171,7 +236,7 @@ class SweepProgress:
     def __init__(self, disable: bool = False):
         self.disable = disable or not err_console.is_terminal
         self.bar = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                            TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err_console,
+                            CountColumn(), TimeElapsedColumn(), console=err_console,
                             transient=True, disable=self.disable)
         self.cells = self.current = None
         self.quiet = disable
@@ -231,14 +296,10 @@ def render_report(report) -> None:
     env = report.environment
     console.print(f"[bold]{escape(str(report.model.get('source')))}[/]: onnxruntime {env.get('onnxruntime')}, "
                   f"{escape(str(env.get('cpu')))}")
-    table = Table(title_justify="left")
-    for header in ("target", "batch", "io", "session", "first", "p50 ms", "p99 ms", "cv", "items/s", "FLOP/s",
-                   "accuracy"):
-        table.add_column(header, justify="left" if header in ("target", "io", "accuracy") else "right",
-                         overflow="fold")
-    for cell in report.cells:
-        table.add_row(*terminal_row(cell), style=None if cell.ok else "red")
+    table, startup = bench_tables(report)
     console.print(table)
+    if startup.row_count:
+        console.print(startup)
     _render_notes(report)
     base = report.baseline
     if base:
@@ -251,6 +312,27 @@ def render_report(report) -> None:
                               + (f" {100 * delta:+.1f}% latency" if isinstance(delta, float) else ""))
 
 
+def bench_tables(report) -> tuple[Table, Table]:
+    """The report's main table (latency, throughput, FLOP/s, accuracy) and its startup table (session creation
+    and first run). Two tables, because eleven columns of numbers do not fit in 80 columns without splitting
+    numbers (issue 23)."""
+    table = new_table()
+    text_column(table, "target", min_width=6)
+    number_column(table, "batch")
+    text_column(table, "io", no_wrap=True)
+    for header in ("p50 ms", "p99 ms", "cv", "items/s", "FLOP/s"):
+        number_column(table, header)
+    text_column(table, "accuracy")
+    startup = columns(new_table("startup"), ("target", "batch", "session s", "first run ms"),
+                      numbers=("batch", "session s", "first run ms"))
+    for cell in report.cells:
+        row = terminal_row(cell)
+        table.add_row(*row[:3], *row[5:], style=None if cell.ok else "red")
+        if cell.ok:
+            startup.add_row(*row[:2], *row[3:5])
+    return table, startup
+
+
 def terminal_row(cell) -> list[str]:
     """The cells of one table row for ``cell`` (rich markup escaped)."""
     target = cell.cell.effective_target
@@ -259,23 +341,27 @@ def terminal_row(cell) -> list[str]:
     if not cell.ok:
         return [escape(str(target)), str(cell.batch or "-"), io, "-", "-", "-", "-", "-", "-", "-", "FAILED"]
     lat, session, roof = cell.latency, cell.session or {}, cell.roofline or {}
-    rate = si(roof["achieved_tflops"] * 1e12) if roof.get("achieved_tflops") is not None else "-"
-    if roof.get("pct_of_peak") is not None:
-        rate += f" ({roof['pct_of_peak']:.0f}% peak)"
-    return [escape(str(target)), str(cell.batch), io, f"{session.get('create_s', 0):.2f} s",
-            f"{cell.timing.get('first_run_ms', 0):.1f} ms", f"{lat.p50:.3f}", f"{lat.p99:.3f}", f"{lat.cv:.0%}",
+    rate = flops_rate_text(roof)
+    return [escape(str(target)), str(cell.batch), io, f"{session.get('create_s', 0):.2f}",
+            f"{cell.timing.get('first_run_ms', 0):.1f}", f"{lat.p50:.3f}", f"{lat.p99:.3f}", f"{lat.cv:.0%}",
             si(cell.throughput), rate, escape(accuracy_text(cell, short=True))]
 
 
-def si(value: float) -> str:
-    """3 significant digits with an SI prefix: 1.23k, 45.6M, 7.89T."""
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g}{prefix}"
-    return f"{value:.3g}"
+def flops_rate_text(roof: dict) -> str:
+    """Achieved FLOP/s for the table: "1.23T 45%" (share of the device's peak), "≥9.91k" when the model's FLOP
+    count is partial (arithmetic inside If/Loop/Scan bodies is not counted, so the rate is a lower bound)."""
+    if roof.get("achieved_tflops") is None:
+        return "-"
+    rate = ("≥" if roof.get("flops_partial") else "") + si(roof["achieved_tflops"] * 1e12)
+    if roof.get("pct_of_peak") is not None:
+        rate += f" {roof['pct_of_peak']:.0f}%"
+    return rate
 
 
 def _render_notes(report) -> None:
+    partial = partial_flops_note(report)
+    if partial:
+        note(partial)
     seen: set[str] = set()
     for cell in report.ok_cells:
         for message in (cell.session or {}).get("warnings") or []:

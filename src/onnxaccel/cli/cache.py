@@ -10,11 +10,11 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from onnxaccel.cli.common import (
     BatchOpt, JsonOpt, ShapeOpt, TargetOpt, console, handle_errors, note, print_json, resolve_target,
 )
+from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.errors import UsageError
 from onnxaccel.inputs import synthesize
 from onnxaccel.model import load_model, parse_shape_bindings
@@ -66,17 +66,18 @@ def list_command(as_json: JsonOpt = False) -> None:
     if not result.entries:
         console.print(f"no compile cache entries in {escape(result.root)}")
     else:
-        table = Table(title=f"compile caches in {escape(result.root)}", title_justify="left")
-        for col in ("entry", "model", "target", "shapes", "runtime", "size", "first", "warm", "hits", "last used"):
-            table.add_column(col, justify="right" if col in ("size", "first", "warm", "hits") else "left")
+        # 9 columns fit 80: the runtime version is left to --json (a stale entry is marked, which is what it
+        # tells), and seconds and sizes carry their unit in the header (issue 23)
+        table = columns(new_table(f"compile caches in {escape(result.root)}"),
+                        ("entry", "model", "target", "shapes", "size", "first s", "warm s", "hits", "used"),
+                        numbers=("size", "first s", "warm s", "hits", "used"))
         for e in result.entries:
             key = e.key
             shapes = " ".join(f"{k}={'x'.join(map(str, v))}" for k, v in key.get("shapes", {}).items())
-            runtime = key.get("runtime", {}).get("onnxruntime", "?")
             name = e.name + (" [red](stale)[/]" if e.stale else "")
             name += f" [red]({escape(e.problem)})[/]" if e.problem else ""
             table.add_row(name, escape(Path(key.get("model", "?")).name), escape(key.get("target", "?")),
-                          escape(shapes), f"ort {escape(runtime)}", _size(e.size_bytes), _secs(e.first_compile_seconds),
+                          escape(shapes), _size(e.size_bytes).replace(" ", ""), _secs(e.first_compile_seconds),
                           _secs(e.warm_start_seconds), str(e.hits), _when(e.last_used))
         console.print(table)
         console.print(f"{len(result.entries)} entr{'y' if len(result.entries) == 1 else 'ies'}, "
@@ -164,8 +165,9 @@ def _size(n: int) -> str:
 
 
 def _secs(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} s"
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _when(stamp: float | None) -> str:
-    return "-" if stamp is None else datetime.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M")
+    """Month, day and time of ``stamp``: short enough for an 80-column table (--json has the full time)."""
+    return "-" if stamp is None else datetime.datetime.fromtimestamp(stamp).strftime("%m-%d %H:%M")

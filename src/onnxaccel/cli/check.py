@@ -15,6 +15,7 @@ from onnxaccel.cli.common import (
     EpOptionOpt, JsonOpt, PrecisionOpt, StrictOpt, TargetOpt, console, err_console, handle_errors, note,
     print_json, resolve_target,
 )
+from onnxaccel.cli.tables import number_column, text_column
 from onnxaccel.errors import UsageError
 
 _STYLE = {"pass": "green", "fail": "bold red", "error": "red", "skipped": "yellow"}
@@ -42,7 +43,7 @@ def check_command(
                           "wrote.")] = None,
     filters: Annotated[list[str] | None, typer.Option("--filter", "-f", help="Run only cases whose name matches "
                        "this glob (e.g. '*conv*'); repeatable.")] = None,
-    keep_going: Annotated[bool, typer.Option("--keep-going/--fail-fast", "-k/-x", help="Run every case (default), "
+    keep_going: Annotated[bool, typer.Option("--keep-going/--fail-fast", " /-x", help="Run every case (default), "
                           "or stop at the first failure or error.")] = True,
     strict: StrictOpt = False,
     as_json: JsonOpt = False,
@@ -85,8 +86,9 @@ def render(report) -> None:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, expand=False)
     table.add_column("case", no_wrap=True, overflow="ellipsis", max_width=30)
     table.add_column("status", no_wrap=True, width=7)
-    table.add_column("time", justify="right", no_wrap=True, width=7)
-    table.add_column("worst error / reason", no_wrap=True, overflow="ellipsis", max_width=28)
+    number_column(table, "time", min_width=6)
+    # folds rather than cuts: a cut would hide the digits of the worst error (issue 23)
+    text_column(table, "worst error / reason")
     for case in report.cases:
         style = _STYLE.get(case.status, "")
         table.add_row(escape(_short(case.name, 30)), f"[{style}]{case.status}[/]", _seconds(case.seconds),

@@ -33,7 +33,7 @@ PrecisionOpt = Annotated[
 ]
 EpOptionOpt = Annotated[
     list[str] | None,
-    typer.Option("--ep-option", "-o", help="Provider or session option KEY=VALUE; repeatable. Unknown keys are "
+    typer.Option("--ep-option", help="Provider or session option KEY=VALUE; repeatable. Unknown keys are "
                  "rejected with the list of valid ones."),
 ]
 ShapeOpt = Annotated[

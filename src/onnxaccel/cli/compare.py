@@ -6,13 +6,13 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from onnxaccel.analysis.compare import TargetComparison, compare_targets
 from onnxaccel.cli.common import (
     BatchOpt, EpOptionOpt, JsonOpt, ShapeOpt, StrictOpt, ValueRangeOpt, console, err_console, handle_errors, note, print_json,
     resolve_target, warn,
 )
+from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.compare import check_tolerances, default_tolerances
 from onnxaccel.errors import UsageError
 from onnxaccel.inputs import parse_value_ranges
@@ -116,9 +116,9 @@ def _render(c: TargetComparison, divergence, bisect: bool) -> None:
         console.print(f"  {escape(run.target)}: {escape(run.placement['summary'])}")
     for text in dict.fromkeys(c.reference.warnings + c.candidate.warnings + c.notes):
         (warn if "fall" in text or "took" in text else note)(text)
-    table = Table(title=f"outputs (atol={r.atol:g}, rtol={r.rtol:g})", title_justify="left")
-    for col in ("output", "shape", "max abs", "mean abs", "rel L2", "cosine", "NaN/Inf", "result"):
-        table.add_column(col, justify="left" if col in ("output", "shape", "result") else "right", overflow="fold")
+    table = columns(new_table(f"outputs (atol={r.atol:g}, rtol={r.rtol:g})"),
+                    ("output", "shape", "max abs", "mean abs", "rel L2", "cosine", "NaN/Inf", "result"),
+                    numbers=("max abs", "mean abs", "rel L2", "cosine", "NaN/Inf"))
     for o in r.outputs:
         nonfinite = f"{o.nan[1] + o.inf[1]}" + (f" (ref {o.nan[0] + o.inf[0]})" if o.nan[0] + o.inf[0] else "")
         table.add_row(escape(o.name), "x".join(map(str, o.shape)), f"{o.max_abs:.3g}", f"{o.mean_abs:.3g}",
@@ -146,9 +146,8 @@ def _render_divergence(d) -> None:
     for cause in d.causes:
         console.print(f"  likely cause: weight {escape(cause)}")
     if d.found and d.inputs:
-        table = Table(title=f"inputs of {d.node}: within tolerance", title_justify="left")
-        for col in ("tensor", "from node", "rel L2", "max abs"):
-            table.add_column(col, justify="left" if col in ("tensor", "from node") else "right")
+        table = columns(new_table(f"inputs of {escape(d.node)}: within tolerance"),
+                        ("tensor", "from node", "rel L2", "max abs"), numbers=("rel L2", "max abs"))
         for i in d.inputs:
             table.add_row(escape(i.tensor), escape(i.node), f"{i.comparison.rel_l2:.3g}",
                           f"{i.comparison.max_abs:.3g}")

@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape as e
-from rich.table import Table
 
 from onnxaccel.cli.common import JsonOpt, console, handle_errors, print_json
+from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.engines.ort_flavour import OrtBuild, installed_build
 from onnxaccel.system.doctor import DoctorReport, run_doctor
 from onnxaccel.system.findings import ERROR, INFO, OK, WARN
@@ -65,9 +65,8 @@ def render(report: DoctorReport, build: OrtBuild | None = None) -> None:
     if build is not None:
         _render_build(build)
 
-    table = Table(title="Targets (a session was built on each)", title_justify="left")
-    for column in ("target", "provider", "verdict", "why / fix"):
-        table.add_column(column, overflow="fold")
+    table = columns(new_table("Targets (a session was built on each)"), ("target", "provider", "verdict", "why / fix"),
+                    numbers=())
     for verdict in report.targets:
         why = "" if verdict.ready else f"{e(verdict.cause or '')}\n[cyan]fix:[/] {e(verdict.fix or '-')}"
         if verdict.warnings:
@@ -76,9 +75,8 @@ def render(report: DoctorReport, build: OrtBuild | None = None) -> None:
                       "[green]ready[/]" if verdict.ready else "[bold red]not ready[/]", why)
     console.print(table)
 
-    gpus = Table(title="GPUs", title_justify="left")
-    for column in ("vendor", "#", "name", "arch", "memory", "free", "source"):
-        gpus.add_column(column)
+    gpus = columns(new_table("GPUs"), ("vendor", "#", "name", "arch", "memory", "free", "source"),
+                   numbers=("#", "memory", "free"))
     for gpu in report.nvidia.gpus:
         gpus.add_row("NVIDIA", str(gpu.index), e(gpu.name), f"sm {gpu.compute_capability or '?'}",
                      _gib(gpu.memory_total_bytes), _gib(gpu.memory_free_bytes), report.nvidia.source)
@@ -91,16 +89,12 @@ def render(report: DoctorReport, build: OrtBuild | None = None) -> None:
         console.print("[bold]GPUs[/]  none found")
 
     if report.environment:
-        env = Table(title="Environment", title_justify="left")
-        for column in ("variable", "value", "effect"):
-            env.add_column(column, overflow="fold")
+        env = columns(new_table("Environment"), ("variable", "value", "effect"), numbers=())
         for setting in report.environment:
             env.add_row(setting.name, e(setting.value), e(setting.effect))
         console.print(env)
 
-    findings = Table(title="Findings", title_justify="left", show_lines=False)
-    for column in ("", "finding", "fix"):
-        findings.add_column(column, overflow="fold")
+    findings = columns(new_table("Findings"), ("", "finding", "fix"), numbers=())
     for finding in report.findings:
         text = e(finding.title) + (f"\n[dim]{e(finding.detail)}[/]" if finding.detail else "")
         findings.add_row(_MARK[finding.severity], text, e(finding.fix))

@@ -6,13 +6,13 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from onnxaccel.analysis.inspect import InspectResult, inspect_model
 from onnxaccel.cli.common import (
     BatchOpt, EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, console, err_console, handle_errors, note,
     print_json, resolve_target, warn,
 )
+from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.errors import PlacementError
 from onnxaccel.model import parse_shape_bindings
 
@@ -68,9 +68,7 @@ def _render(result: InspectResult, top: int) -> None:
     producer = f"{m.proto.producer_name} {m.proto.producer_version}".strip() or "unknown producer"
     opsets = ", ".join(f"{d} {v}" for d, v in m.opsets.items())
     console.print(f"[bold]{escape(m.source)}[/]: IR {m.ir_version}, opsets {escape(opsets)}, {escape(producer)}")
-    io = Table(title="inputs and outputs", title_justify="left")
-    for col in ("", "name", "dtype", "declared shape", "bound shape"):
-        io.add_column(col)
+    io = columns(new_table("inputs and outputs"), ("", "name", "dtype", "declared shape", "bound shape"), numbers=())
     for spec in m.inputs:
         io.add_row("in", escape(spec.name), spec.dtype, escape(spec.shape_text()),
                    "x".join(map(str, m.input_shapes.get(spec.name, ()))))
@@ -84,12 +82,13 @@ def _render(result: InspectResult, top: int) -> None:
         f"activations: peak {_bytes(s.activation_peak_bytes)} live, {_bytes(s.activation_total_bytes)} if none "
         "were reused"
     )
+    if result.scaling is not None:
+        _render_scaling(result)
     if s.partial:
-        console.print(f"[yellow]{len(s.uncounted)} node(s) uncounted:[/] " + escape(", ".join(
-            f"{op} x{count}" for op, count in s.uncounted_by_op().items())), highlight=False)
-    ops = Table(title="ops", title_justify="left")
-    for col, justify in (("op", "left"), ("count", "right"), ("FLOPs", "right"), ("% FLOPs", "right")):
-        ops.add_column(col, justify=justify)
+        inside = f"; {s.subgraph_nodes} node(s) inside If/Loop/Scan subgraphs" if s.subgraph_nodes else ""
+        console.print(f"[yellow]partial FLOP count, {len(s.uncounted)} node(s) uncounted:[/] " + escape(", ".join(
+            f"{op} x{count}" for op, count in s.uncounted_by_op().items()) + inside), highlight=False)
+    ops = columns(new_table("ops"), ("op", "count", "FLOPs", "% FLOPs"), numbers=("count", "FLOPs", "% FLOPs"))
     by_op = s.flops_by_op()
     total = s.total_flops or 1
     for op, count in s.op_histogram.items():
@@ -99,11 +98,9 @@ def _render(result: InspectResult, top: int) -> None:
         console.print("parameters by dtype: " + ", ".join(
             f"{k} {v.count:,} ({_bytes(v.bytes)})" for k, v in s.parameters.items()))
     if top > 0:
-        table = Table(title=f"top {min(top, len(s.nodes))} nodes by FLOPs" if top < len(s.nodes) else "nodes",
-                      title_justify="left")
-        for col in ("#", "node", "op", "output shape", "MACs", "FLOPs", "params"):
-            table.add_column(col, justify="right" if col in ("#", "MACs", "FLOPs", "params") else "left",
-                             overflow="fold")
+        table = columns(new_table(f"top {min(top, len(s.nodes))} nodes by FLOPs" if top < len(s.nodes) else "nodes"),
+                        ("#", "node", "op", "output shape", "MACs", "FLOPs", "params"),
+                        numbers=("#", "MACs", "FLOPs", "params"))
         for n in (s.top_nodes(top) if top < len(s.nodes) else s.nodes):
             shape = n.output_shapes[0] if n.output_shapes else None
             table.add_row(str(n.index), escape(n.name), n.op_type, "x".join(map(str, shape)) if shape else "?",
@@ -118,23 +115,32 @@ def _render(result: InspectResult, top: int) -> None:
         _render_placement(result)
 
 
+def _render_scaling(result: InspectResult) -> None:
+    """The example values the totals above are at, and the formulas in those dims that fit."""
+    scaling = result.scaling
+    console.print(f"[yellow]shapes {escape(scaling.label())}[/]", highlight=False)
+    for name, metric in scaling.metrics.items():
+        formula = metric.formula()
+        console.print(f"  {name}: " + escape(formula if formula else
+                                              "no simple formula in these dims (see --json samples)"),
+                      highlight=False)
+
+
 def _render_placement(result: InspectResult) -> None:
     report = result.placement
     p = report.placement
-    console.print(f"\n[bold]placement on {escape(str(result.target))}[/] ({', '.join(result.providers)}; session "
-                  f"built in {result.compile_seconds * 1e3:.0f} ms): {escape(p.summary())}")
-    table = Table(title_justify="left")
-    for col, justify in (("provider", "left"), ("nodes", "right"), ("%", "right")):
-        table.add_column(col, justify=justify)
+    console.print(f"\n[bold]placement on {escape(str(result.target))}[/] at {escape(result.shapes_text)} "
+                  f"({', '.join(result.providers)}; session built in {result.compile_seconds * 1e3:.0f} ms): "
+                  f"{escape(p.summary())}")
+    table = columns(new_table(), ("provider", "nodes", "%"), numbers=("nodes", "%"))
     total = report.compute_nodes or 1
     for ep, count in report.per_provider().items():
         table.add_row(ep, str(count), f"{100 * count / total:.1f}")
     console.print(table)
     fallback = p.fallback if report.requested != "CPUExecutionProvider" else ()
     if fallback:
-        fb = Table(title=f"{len(fallback)} node(s) not on {report.requested}", title_justify="left")
-        for col in ("op", "node", "provider"):
-            fb.add_column(col)
+        fb = columns(new_table(f"{len(fallback)} node(s) not on {report.requested}"), ("op", "node", "provider"),
+                     numbers=())
         where = {n.name: ep for ep, nodes in p.nodes.items() for n in nodes}
         for n in fallback:
             fb.add_row(n.op_type, escape(n.name or "(unnamed)"), where.get(n.name, "?"))

@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from onnxaccel.cli.common import JsonOpt, ShapeOpt, console, err_console, handle_errors, print_json
+from onnxaccel.cli.tables import columns, new_table, si
 from onnxaccel.errors import UsageError
 from onnxaccel.model import parse_shape_bindings
 
@@ -31,13 +31,17 @@ def loadtest_command(
                                              "counts, e.g. 1,8,32.")] = "1,8,32",
     duration: Annotated[float, typer.Option("--duration", "-d", help="Measured seconds per level.")] = 10.0,
     warmup: Annotated[float, typer.Option("--warmup", help="Unmeasured seconds before each level.")] = 2.0,
-    protocol: Annotated[str, typer.Option("--protocol", "-i", help="http or grpc.")] = "http",
+    protocol: Annotated[str, typer.Option("--protocol", help="http or grpc.")] = "http",
     grpc_url: Annotated[str | None, typer.Option("--grpc-url", help="host:port of the gRPC endpoint (default: the "
                                                  "URL's host, port 8001).")] = None,
     binary: Annotated[bool, typer.Option("--binary", help="HTTP: send and receive tensors with the binary tensor "
                                          "extension instead of JSON (gRPC is always binary).")] = False,
     batch: Annotated[int, typer.Option("--batch", "-b", help="Rows per request (the batch axis).")] = 1,
     shape: ShapeOpt = None,
+    shape_mix: Annotated[str | None, typer.Option("--shape-mix", help="Mixed-length requests: DIM=SIZE,SIZE,... "
+                         "(e.g. sequence=20,50,100,200); requests cycle through the sizes, each set on every "
+                         "dynamic axis but the batch axis of the inputs --shape does not give. To compare a "
+                         "server with --shape-buckets against one without.")] = None,
     workers: Annotated[int, typer.Option("--workers", help="Client processes (0: automatic).")] = 0,
     max_requests: Annotated[int | None, typer.Option("--max-requests", help="Stop a level after this many "
                                                      "requests.")] = None,
@@ -57,7 +61,7 @@ def loadtest_command(
         url=url if "://" in url else f"http://{url}", model=model, protocol=protocol.lower(), binary=binary,
         concurrency=levels, duration_s=duration, warmup_s=warmup, batch=batch,
         shapes=parse_shape_bindings(shape or []), workers=workers, max_requests=max_requests, timeout_s=timeout,
-        grpc_url=grpc_url,
+        grpc_url=grpc_url, shape_mix=shape_mix,
     )
 
     def progress(level) -> None:
@@ -78,22 +82,24 @@ def loadtest_command(
 def _render(result, report: Path | None) -> None:
     cfg = result.config
     shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in result.input_shapes.items())
+    if cfg.shape_mix:
+        shapes = f"{shapes} (first of the mix {cfg.shape_mix})"
     transport = cfg.protocol + (" binary" if cfg.binary and cfg.protocol == "http" else
                                 " JSON" if cfg.protocol == "http" else "")
     server = result.server.get("name", "?") + " " + result.server.get("version", "")
     console.print(f"[bold]{escape(cfg.model)}[/] on {escape(cfg.url)} ({escape(server.strip())}), {transport}, "
                   f"inputs {shapes}, {cfg.duration_s:g} s per level")
-    table = Table(title="latency in ms; server: mean queue / run per request", title_justify="left")
-    for col in ("conc", "requests", "errors", "req/s", "infer/s", "p50", "p90", "p95", "p99", "server"):
-        table.add_column(col, justify="right")
+    table = columns(new_table("latency in ms; server: mean queue / run per request"),
+                    ("conc", "reqs", "errors", "req/s", "infer/s", "p50", "p90", "p95", "p99", "server"),
+                    numbers=("conc", "reqs", "req/s", "infer/s", "p50", "p90", "p95", "p99", "server"))
     for level in result.levels:
         lat = level.latency
-        fmt = (lambda v: "-" if v is None else f"{v:.2f}")
+        fmt = (lambda v: "-" if v is None else f"{v:.4g}")  # 4 significant digits: fits 80 columns
         errors = ", ".join(f"{k}:{v}" for k, v in level.errors.items()) or "0"
         server_times = "-" if level.server_queue_ms is None else \
-            f"{level.server_queue_ms:.2f}/{level.server_compute_ms:.2f}"
-        table.add_row(str(level.concurrency), str(level.requests), errors, f"{level.throughput:,.1f}",
-                      f"{level.inferences_per_s:,.1f}", fmt(lat and lat.p50), fmt(lat and lat.p90),
+            f"{level.server_queue_ms:.3g}/{level.server_compute_ms:.3g}"
+        table.add_row(str(level.concurrency), si(level.requests), errors, si(level.throughput),
+                      si(level.inferences_per_s), fmt(lat and lat.p50), fmt(lat and lat.p90),
                       fmt(lat and lat.p95), fmt(lat and lat.p99), server_times)
     console.print(table)
     if report is not None:

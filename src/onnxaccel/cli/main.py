@@ -11,10 +11,12 @@ from onnxaccel.cli import (
     batch, bench, cache, check, compare, doctor, inspect, loadtest, monitor, optimize, profile, run, serve, tune, zoo,
 )
 from onnxaccel.cli.common import STATE
+from onnxaccel.cli.flags import DeprecatedFlagsGroup
 from onnxaccel.engines.ort import set_runtime_log_level
 
 app = typer.Typer(
     name="onnxaccel",
+    cls=DeprecatedFlagsGroup,  # old short flags (-o for --ep-option, -O, loadtest -i) work one more release
     help="Take an ONNX model to fast, correct inference on AMD (MIGraphX), NVIDIA (CUDA) and CPU.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

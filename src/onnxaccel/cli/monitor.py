@@ -13,10 +13,12 @@ import time
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from onnxaccel.cli.tables import columns, new_table, number_column, text_column
 from onnxaccel.install import install_command
 from onnxaccel.cli.common import JsonOpt, console, handle_errors
 from onnxaccel.errors import OnnxAccelError, UsageError
@@ -36,8 +38,8 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def monitor_command(
-    interval: Annotated[float, typer.Option("--interval", "-i", help="Seconds between readings.")] = 1.0,
-    count: Annotated[int | None, typer.Option("--count", "-n", help="Stop after N readings (default: until "
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between readings.")] = 1.0,
+    count: Annotated[int | None, typer.Option("--count", help="Stop after N readings (default: until "
                      "Ctrl-C).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -93,9 +95,9 @@ def _fmt(value: float | None, unit: str, digits: int = 0) -> str:
 
 
 def _table(samples: list[GpuSample], elapsed: float, backends: list[str]) -> Table:
-    table = Table(title=f"GPUs ({', '.join(backends)}), {elapsed:.1f} s", title_justify="left")
-    for column in ("GPU", "name", "util", "memory", "power", "temp", "gfx clock", "mem clock"):
-        table.add_column(column, justify="right" if column not in ("name", "GPU") else "left")
+    table = columns(new_table(f"GPUs ({', '.join(backends)}), {elapsed:.1f} s"),
+                    ("GPU", "name", "util", "memory", "power", "temp", "gfx clock", "mem clock"),
+                    numbers=("util", "memory", "power", "temp", "gfx clock", "mem clock"))
     for s in samples:
         memory = "-" if s.memory_used_bytes is None else \
             f"{s.memory_used_bytes / 2**30:.1f}/{_fmt(s.memory_total_bytes and s.memory_total_bytes / 2**30, '', 1)} GiB"
@@ -114,9 +116,10 @@ def _live(recorder: TelemetryRecorder, interval: float, count: int | None) -> No
 def _render_summary(summary: TelemetrySummary) -> None:
     table = Table(title=f"Summary: {summary.overhead.samples} readings in {summary.duration_s:.1f} s "
                   f"(sampler: {summary.overhead.thread_cpu_ms + summary.overhead.child_cpu_ms:.1f} ms CPU per reading)",
-                  title_justify="left")
-    for column in ("GPU", "util mean/peak", "memory peak", "power mean/peak", "temp peak"):
-        table.add_column(column, justify="right" if column != "GPU" else "left")
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    text_column(table, "GPU")
+    for column in ("util mean/peak", "memory peak", "power mean/peak", "temp peak"):
+        number_column(table, column)
     for gpu in summary.gpus:
         m = gpu.metrics
         peak_mem = m["memory_used_bytes"].peak

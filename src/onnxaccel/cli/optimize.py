@@ -9,22 +9,23 @@ node, for AMP): DESIGN.md keeps features from importing one another, so the comp
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.panel import Panel
-from rich.table import Table
 
 from onnxaccel.cli.common import (
     BatchOpt, JsonOpt, ShapeOpt, TargetOpt, console, err_console, handle_errors, note, print_json,
     resolve_target,
 )
 from onnxaccel.cli.groups import floats
+from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.compare import DEFAULT_TOLERANCES, GateSpec
 from onnxaccel.errors import InputError, UsageError
-from onnxaccel.inputs import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
+from onnxaccel.inputs_files import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
 from onnxaccel.model import parse_shape_bindings
 from onnxaccel.precision.int8 import Int8Settings
 from onnxaccel.target import NATIVE_PRECISION
@@ -78,7 +79,7 @@ def optimize_command(
     ir_version: Annotated[int | None, typer.Option("--ir-version", help="Stamp this IR version (if the opset "
                           "allows).")] = None,
     simplify: Annotated[bool, typer.Option("--simplify/--no-simplify", help="Constant folding and cleanup with "
-                        "onnxslim (pip install 'onnxaccel[optimize]').")] = False,
+                        "onnxslim (pip install 'onnxaccel\\[optimize]').")] = False,
     graph_level: Annotated[str, typer.Option("--graph-level", help="ONNX Runtime graph optimization saved in the "
                            "model: auto (extended on cpu, basic elsewhere), none, basic, extended, all.")] = "auto",
     transformer_fusions: Annotated[bool | None, typer.Option("--transformer-fusions/--no-transformer-fusions",
@@ -95,7 +96,7 @@ def optimize_command(
                          "repeatable.")] = None,
     int8: Annotated[str | None, typer.Option("--int8", help="static (QDQ, needs --calibration) or dynamic "
                     "(transformer MatMuls).")] = None,
-    calibration: Annotated[str | None, typer.Option("--calibration", "-c", help="Calibration data: a folder of "
+    calibration: Annotated[str | None, typer.Option("--calibration", help="Calibration data: a folder of "
                            "images, an .npz named by input, a folder of .npy/.npz, or `synthetic` (testing "
                            "only).")] = None,
     calibration_samples: Annotated[int, typer.Option(help="Most calibration samples to use.")] = 128,
@@ -128,9 +129,14 @@ def optimize_command(
     layout: Annotated[str, typer.Option(help="Image tensor layout: nchw or nhwc.")] = "nchw",
     bgr: Annotated[bool, typer.Option("--bgr", help="Images as BGR.")] = False,
     seed: Annotated[int, typer.Option(help="Seed for synthesized inputs.")] = 0,
+    embed_preprocess: Annotated[str | None, typer.Option(
+        "--embed-preprocess", help="Put preprocessing into the graph: the image input then takes uint8 NHWC "
+        "pixels and the model does cast, scale, mean/std and the transpose (imagenet: /255 and ImageNet mean/std; "
+        "yolo, scale01: /255). Resize/crop/letterbox stay outside. Checked equal to host preprocessing.")] = None,
     compile_cache: Annotated[bool, typer.Option("--compile-cache/--no-compile-cache", help="Time a first compile "
                              "and a warm start through the compile cache.")] = True,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite -o even if it exists or is the input.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --output when it exists, even when it is the "
+                                        "input model.")] = False,
     no_check: Annotated[bool, typer.Option("--no-check", help="Skip the ONNX checker on the input.")] = False,
     report_path: Annotated[Path | None, typer.Option("--report", help="Also write the report as JSON here.")] = None,
     as_json: JsonOpt = False,
@@ -161,8 +167,9 @@ def optimize_command(
         native=native, native_table_format=table_format.lower(), eval_data=eval_data, eval_samples=eval_samples,
         seed=seed, gate=default_gate(precision, atol, rtol, max_error, min_topk_agreement, topk, min_cosine),
         graph_gate=default_gate("fp32", atol, rtol, max_error, min_topk_agreement, topk, min_cosine),
-        compile_cache=compile_cache,
+        compile_cache=compile_cache, embed_preprocess=embed_preprocess.lower() if embed_preprocess else None,
     )
+    refuse_existing_output(model, output, force)
     with err_console.status("optimizing...", spinner="dots") if not as_json else _nothing():
         report = optimize(model, options, find_divergence)
     data = report.to_dict()
@@ -175,6 +182,23 @@ def optimize_command(
         render(report, report_path)
     if not report.passed:
         raise typer.Exit(1)
+
+
+def refuse_existing_output(model: str, output: Path, force: bool) -> None:
+    """Refuse to replace an existing --output without --force, as --force's help says (issue 23: an earlier
+    output was overwritten silently). The input itself and files another tool wrote are left to
+    ``check_output_path``, whose messages say that the original would be lost / who did not write it."""
+    from onnxaccel.transform.files import written_by_us
+
+    output = Path(output).expanduser()
+    if force or not output.is_file() or not written_by_us(output):
+        return
+    source = Path(model).expanduser()
+    if source.exists() and os.path.samefile(output, source):
+        return
+    raise UsageError(f"--output {output} already exists.",
+                     f"Pass --force to overwrite it, or choose another --output (e.g. "
+                     f"{output.with_name(output.stem + '.new.onnx')}).")
 
 
 def _precision_from_target(tgt, fp16: bool, amp: bool, int8: str | None, native: bool):
@@ -214,9 +238,8 @@ def render(report, report_path: Path | None) -> None:
         note(message)
     before, after = report.before, report.after
     console.print(f"[bold]{escape(report.source)}[/] -> [bold]{escape(report.output)}[/] for {escape(report.target)}")
-    sizes = Table(title="model", title_justify="left")
-    for col in ("", "nodes", "size", "precision", "opset", "IR"):
-        sizes.add_column(col, justify="right" if col else "left")
+    sizes = columns(new_table("model"), ("", "nodes", "size", "precision", "opset", "IR"),
+                    numbers=("nodes", "size", "opset", "IR"))
     for label, summary in (("before", before), ("after", after)):
         if summary is not None:
             sizes.add_row(label, str(summary.nodes), _mb(summary.size_bytes), summary.precision, str(summary.opset),
@@ -224,17 +247,14 @@ def render(report, report_path: Path | None) -> None:
     console.print(sizes)
     changes = report.op_changes()
     if changes:
-        ops = Table(title="nodes by op type (changed)", title_justify="left")
-        for col in ("op", "before", "after", "delta"):
-            ops.add_column(col, justify="left" if col == "op" else "right")
+        ops = columns(new_table("nodes by op type (changed)"), ("op", "before", "after", "delta"),
+                      numbers=("before", "after", "delta"))
         for op, b, a in changes[:20]:
             ops.add_row(op, str(b), str(a), f"{a - b:+d}")
         if len(changes) > 20:
             ops.add_row(f"... {len(changes) - 20} more (see --json)", "", "", "")
         console.print(ops)
-    steps = Table(title="steps", title_justify="left")
-    for col in ("step", "seconds", "nodes after", "detail"):
-        steps.add_column(col, justify="right" if col in ("seconds", "nodes after") else "left")
+    steps = columns(new_table("steps"), ("step", "seconds", "nodes", "detail"), numbers=("seconds", "nodes"))
     for step in report.steps:
         detail = json.dumps(step.detail, default=str)
         steps.add_row(step.name, f"{step.seconds:.2f}", str(step.nodes_after), escape(detail[:90]))
@@ -267,9 +287,7 @@ def _render_precision(precision: dict) -> None:
         converted = ", ".join(f"{op} x{n}" for op, n in fp16["converted_by_op"].items())
         console.print(f"FP16: {fp16['converted_nodes']} node(s) converted ({converted})", markup=False)
         if fp16["kept_fp32_by_op"]:
-            table = Table(title="kept in FP32", title_justify="left")
-            for col in ("op", "nodes", "reason"):
-                table.add_column(col, justify="right" if col == "nodes" else "left")
+            table = columns(new_table("kept in FP32"), ("op", "nodes", "reason"), numbers=("nodes",))
             for op, entry in fp16["kept_fp32_by_op"].items():
                 table.add_row(escape(op), str(entry["nodes"]), escape(entry["reason"]))
             console.print(table)
@@ -284,9 +302,8 @@ def _render_accuracy(accuracy: dict, passed: bool) -> None:
     if not accuracy:
         return
     title = f"accuracy vs the original ({accuracy['samples']['count']} sample(s): {accuracy['samples']['source']})"
-    table = Table(title=escape(title), title_justify="left")
-    for col in ("check", "threshold", "value", "result", "detail"):
-        table.add_column(col, justify="right" if col in ("threshold", "value") else "left")
+    table = columns(new_table(escape(title)), ("check", "threshold", "value", "result", "detail"),
+                    numbers=("threshold", "value"))
     for check in accuracy.get("checks", []):
         table.add_row(check["name"], _fmt(check["threshold"]), _fmt(check["value"]),
                       "[green]pass[/]" if check["passed"] else "[bold red]FAIL[/]", escape(check["detail"]))

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from onnxaccel.analysis.kernels import choose_tool, run_kernel_profile
 from onnxaccel.analysis.profile import ProfileResult, profile_model
@@ -15,6 +14,7 @@ from onnxaccel.cli.common import (
     BatchOpt, EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, TargetOpt, ValueRangeOpt, console, handle_errors, note,
     print_json, resolve_target, warn,
 )
+from onnxaccel.cli.tables import columns, new_table, number_column, text_column
 from onnxaccel.errors import UsageError
 from onnxaccel.inputs import parse_value_ranges
 from onnxaccel.model import parse_shape_bindings
@@ -76,16 +76,15 @@ def _render(result: ProfileResult, top: int) -> None:
     console.print(f"profiled run: mean {d['run_ms']['mean']:.3f} ms (min {d['run_ms']['min']:.3f}, max "
                   f"{d['run_ms']['max']:.3f}); node time {d['node_total_ms_per_run']:.3f} ms per run over "
                   f"{result.node_count} nodes")
-    ops = Table(title="time per op type", title_justify="left")
-    for col in ("op", "provider", "nodes", "calls", "total ms", "mean us", "%"):
-        ops.add_column(col, justify="left" if col in ("op", "provider") else "right")
+    ops = columns(new_table("time per op type"), ("op", "provider", "nodes", "calls", "total ms", "mean us", "%"),
+                  numbers=("nodes", "calls", "total ms", "mean us", "%"))
     for o in result.profile.ops:
         ops.add_row(escape(o.op_type), _short(o.provider), str(o.nodes), str(o.calls), f"{o.total_us / 1e3:.3f}",
                     f"{o.mean_us:.1f}", f"{o.percent:.1f}")
     console.print(ops)
-    hot = Table(title=f"top {min(top, result.node_count)} nodes", title_justify="left")
-    for col in ("node", "op", "provider", "calls", "total ms", "mean us", "%"):
-        hot.add_column(col, justify="left" if col in ("node", "op", "provider") else "right")
+    hot = columns(new_table(f"top {min(top, result.node_count)} nodes"),
+                  ("node", "op", "provider", "calls", "total ms", "mean us", "%"),
+                  numbers=("calls", "total ms", "mean us", "%"))
     for n in result.hotspots(top):
         label = f"{escape(n.name)} [magenta](fused {n.fused} subgraph)[/]" if n.fused else escape(n.name)
         hot.add_row(label, escape(n.op_type), _short(n.provider), str(n.calls), f"{n.total_us / 1e3:.3f}",
@@ -106,10 +105,10 @@ def _render(result: ProfileResult, top: int) -> None:
 
 
 def _kernel_table(title: str, rows: list[dict], top: int) -> None:
-    table = Table(title=title, title_justify="left")
-    for col in ("kernel", "calls", "total ms", "mean us", "%"):
-        table.add_column(col, justify="left" if col == "kernel" else "right", overflow="ellipsis",
-                         max_width=70 if col == "kernel" else None)
+    table = new_table(title)
+    text_column(table, "kernel", max_width=70)
+    for col in ("calls", "total ms", "mean us", "%"):
+        number_column(table, col)
     for k in rows[:top]:
         table.add_row(escape(k["name"]), str(k["calls"]), f"{k['total_us'] / 1e3:.3f}", f"{k['mean_us']:.1f}",
                       f"{k['percent']:.1f}")

@@ -10,7 +10,6 @@ from typing import Annotated
 import numpy as np
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from onnxaccel.cli.common import (
     BatchOpt, EpOptionOpt, InputOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, ValueRangeOpt, console,
@@ -20,10 +19,13 @@ from onnxaccel.cli.groups import (
     InputArgs, IobindingOpt, ModelArgs, SeedOpt, TargetOpt, build_target, config_option, floats, iobinding as
     resolve_iobinding, load_tuned, warn_if_not_tuned,
 )
+from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.errors import InputError
-from onnxaccel.inputs import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
+from onnxaccel.inputs import PRESETS, PreprocessRequest
 from onnxaccel.model import Model
 from onnxaccel.pipeline import prepare
+from onnxaccel.prepost.detect import DEFAULT_CONF, DEFAULT_IOU
+from onnxaccel.prepost.post import POSTPROCESS, PostResult, choose_postprocess, postprocess
 from onnxaccel.protobuf_values import write_pb
 
 SCHEMA = "onnxaccel.run/1"
@@ -120,6 +122,10 @@ class RunResult:
     saved: str | None = None
     #: Where each input came from: given (file, literal, image) or synthesized (and how), shape and type.
     inputs: list[dict] = field(default_factory=list)
+    #: Image inputs -> the preset, its parameters and the geometry applied (also in ``inputs``).
+    preprocess: dict[str, dict] = field(default_factory=dict)
+    #: The post-processing applied (kind, who chose it, top-k with labels or detections).
+    postprocess: dict | None = None
 
     def to_dict(self) -> dict:
         """The result as `run --json` prints it (schema onnxaccel.run/1)."""
@@ -127,8 +133,8 @@ class RunResult:
             "schema": SCHEMA, "model": self.model, "target": self.target, "providers": self.providers,
             "iobinding": self.iobinding, "compile_seconds": self.compile_seconds, "latency_ms": self.latency_ms,
             "input_shapes": self.input_shapes, "placement": self.placement,
-            "inputs": self.inputs, "outputs": [o.to_dict() for o in self.outputs], "warnings": self.warnings,
-            "saved": self.saved,
+            "inputs": self.inputs, "preprocess": self.preprocess, "outputs": [o.to_dict() for o in self.outputs],
+            "postprocess": self.postprocess, "warnings": self.warnings, "saved": self.saved,
         }
 
 
@@ -154,9 +160,26 @@ def run_command(
                     "test data sets store them (every type: sequences, optionals, bfloat16, int4...).")] = None,
     iobinding: IobindingOpt = None,
     strict: StrictOpt = False,
-    mean: Annotated[str | None, typer.Option(help="Image normalization mean, e.g. 0.485,0.456,0.406.")] = None,
-    std: Annotated[str | None, typer.Option(help="Image normalization std, e.g. 0.229,0.224,0.225.")] = None,
-    resize: Annotated[int | None, typer.Option(help="Image shorter side before the center crop.")] = None,
+    preprocess: Annotated[str | None, typer.Option(
+        "--preprocess", help=f"Image preset: {'|'.join(PRESETS)}. imagenet: resize the short side to 256/224 of "
+        "the crop, center-crop, /255, ImageNet mean/std; yolo: letterbox to the model's size, gray 114 padding, "
+        "/255; scale01: /255; none: raw 0..255. (default: from the model's metadata (Ultralytics task=detect -> "
+        "yolo, onnxaccel.preprocess), else none with a note)")] = None,
+    postprocess: Annotated[str | None, typer.Option(
+        "--postprocess", help=f"{'|'.join(POSTPROCESS)}: top-k with ImageNet labels for 1000 classes; YOLOv8 "
+        "boxes with NMS, letterbox undone. (default: detect for Ultralytics task=detect, topk for an N x 1000 "
+        "output, else none)")] = None,
+    conf: Annotated[float, typer.Option("--conf", help="Detection score threshold (--postprocess detect).")
+                    ] = DEFAULT_CONF,
+    iou: Annotated[float, typer.Option("--iou", help="NMS IoU threshold (--postprocess detect).")] = DEFAULT_IOU,
+    draw: Annotated[Path | None, typer.Option("--draw", help="Draw the detections on the input image and write "
+                    "it here (e.g. out.jpg; --postprocess detect).")] = None,
+    mean: Annotated[str | None, typer.Option(help="Image normalization mean. (default: the preset's: "
+                    "0.485,0.456,0.406 for imagenet, 0,0,0 otherwise)")] = None,
+    std: Annotated[str | None, typer.Option(help="Image normalization std. (default: the preset's: "
+                   "0.229,0.224,0.225 for imagenet, 1,1,1 otherwise)")] = None,
+    resize: Annotated[int | None, typer.Option(help="Image shorter side before the center crop (imagenet "
+                      "preset). (default: crop size * 256/224, i.e. 256 for a 224 crop)")] = None,
     layout: Annotated[str, typer.Option(help="Image tensor layout: nchw or nhwc.")] = "nchw",
     bgr: Annotated[bool, typer.Option("--bgr", help="Feed images as BGR instead of RGB.")] = False,
     seed: SeedOpt = 0,
@@ -172,13 +195,13 @@ def run_command(
     tgt = build_target(target, precision, ep_option, tuned)
     iobinding = resolve_iobinding(iobinding, tuned)
     given = InputArgs.resolve(inputs, value_range, seed)
-    pre = ImagePreprocess(
-        resize=resize, mean=floats(mean, "--mean") if mean else IMAGENET_MEAN,
-        std=floats(std, "--std") if std else IMAGENET_STD, layout=layout.lower(),
-        channel_order="bgr" if bgr else "rgb",
-    )
-    if pre.layout not in ("nchw", "nhwc"):
+    if layout.lower() not in ("nchw", "nhwc"):
         raise InputError(f"--layout must be nchw or nhwc, got '{layout}'.", "Use --layout nchw or --layout nhwc.")
+    pre = PreprocessRequest(
+        preset=preprocess.lower() if preprocess else None, resize=resize,
+        mean=floats(mean, "--mean") if mean else None, std=floats(std, "--std") if std else None,
+        layout=layout.lower(), channel_order="bgr" if bgr else "rgb",
+    )
     prepared = prepare(model, tgt, inputs=list(given.items), shapes=bound.shapes, batch=bound.batch,
                        strict=strict, preprocess=pre, seed=given.seed, check=not no_check,
                        value_ranges=given.value_ranges)
@@ -186,7 +209,11 @@ def run_command(
     start = time.perf_counter()
     outputs = prepared.run(iobinding=iobinding)
     latency = (time.perf_counter() - start) * 1e3
-    warnings = list(prepared.warnings)
+    warnings = list(prepared.warnings) + [o.note for o in prepared.origins if o.note]
+    images = [(Path(o.image.source), o.image) for o in prepared.origins if o.image is not None and o.image.source]
+    kind, why = choose_postprocess(postprocess.lower() if postprocess else None, prepared.model.metadata, outputs)
+    post = postprocess_outputs(kind, why, outputs, prepared.model.metadata, images=images, k=topk, conf=conf,
+                               iou=iou, draw=draw)
     saved = None
     if save is not None:
         saved, skipped = save_outputs(save, outputs, prepared.model)
@@ -200,11 +227,21 @@ def run_command(
         placement=runner.placement.to_dict(),
         outputs=[OutputSummary.of(k, v, topk) for k, v in outputs.items()],
         warnings=warnings, saved=saved, inputs=[o.to_dict() for o in prepared.origins],
+        preprocess={o.name: o.image.to_dict() for o in prepared.origins if o.image is not None},
+        postprocess=post.to_dict(),
     )
     if as_json:
         print_json(result.to_dict())
         return
     _render(result)
+
+
+def postprocess_outputs(kind: str, why: str, outputs: dict, metadata: dict, **options) -> PostResult:
+    """prepost.post.postprocess, checking the thresholds first (a clear error rather than no boxes)."""
+    for flag in ("conf", "iou"):
+        if not 0 <= options[flag] <= 1:
+            raise InputError(f"--{flag} must be between 0 and 1, got {options[flag]}.", f"e.g. --{flag} 0.5")
+    return postprocess(kind, why, outputs, metadata, **options)
 
 
 def save_outputs(path: Path, outputs: dict, model: Model) -> tuple[str, list[str]]:
@@ -252,13 +289,13 @@ def _render(result: RunResult) -> None:
     console.print(f"placement: {result.placement['summary']}", markup=False)
     console.print(f"session created in {result.compile_seconds * 1e3:.1f} ms; first run "
                   f"{result.latency_ms:.2f} ms ({'IO binding' if result.iobinding else 'numpy in/out'})")
-    table = Table(title="outputs", title_justify="left")
-    for col in ("name", "dtype", "shape", "min", "max", "mean", "NaN/Inf"):
-        table.add_column(col, justify="right" if col in ("min", "max", "mean") else "left")
+    table = columns(new_table("outputs"), ("name", "dtype", "shape", "min", "max", "mean", "NaN/Inf"),
+                    numbers=("min", "max", "mean", "NaN/Inf"))
     for out in result.outputs:
         fmt = (lambda v: "-" if v is None else f"{v:.4g}")
         shape = f"[{out.shape[0]}]" if out.kind == "sequence" else "x".join(map(str, out.shape)) or "scalar"
-        table.add_row(out.name, out.dtype, "-" if out.kind == "none" else shape, fmt(out.min), fmt(out.max),
+        table.add_row(escape(out.name), out.dtype, "-" if out.kind == "none" else escape(shape), fmt(out.min),
+                      fmt(out.max),
                       fmt(out.mean), f"{out.nan}/{out.inf}" if out.nan or out.inf else "0")
     console.print(table)
     for out in result.outputs:
@@ -267,6 +304,30 @@ def _render(result: RunResult) -> None:
             console.print(f"top-{len(row)} {out.name}[{i}]: {ranked}", markup=False)
         if len(out.topk) > 8:
             console.print(f"... {len(out.topk) - 8} more rows (use --json or --save)")
+    if result.postprocess:
+        _render_post(result.postprocess)
     if result.saved:
         console.print(f"outputs saved to {result.saved}")
+
+
+def _render_post(post: dict) -> None:
+    """The post-processing: a detections table, or labelled top-k rows."""
+    if post["kind"] == "none":
+        return
+    console.print(f"postprocess {post['kind']} ({post['origin']}): {post['params']}", markup=False, highlight=False)
+    for message in post["notes"]:
+        note(message)
+    if post["kind"] == "topk":
+        for i, row in enumerate(post["topk"][:8]):
+            ranked = ", ".join(f"{r['label'] or r['index']} ({r['probability']:.3f})" for r in row)
+            console.print(f"top-{len(row)} {post['output']}[{i}]: {ranked}", markup=False, highlight=False)
+        return
+    for i, dets in enumerate(post["detections"]):
+        table = columns(new_table(f"detections, image {i} ({len(dets)})"), ("class", "score", "x1", "y1", "x2", "y2"),
+                        numbers=("score", "x1", "y1", "x2", "y2"))
+        for det in dets:
+            table.add_row(escape(det["class"]), f"{det['score']:.3f}", *(f"{v:.1f}" for v in det["box"]))
+        console.print(table)
+    if post.get("drawn"):
+        console.print(f"detections drawn on {post['drawn']}", markup=False, highlight=False)
 

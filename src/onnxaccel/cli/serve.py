@@ -13,9 +13,11 @@ from onnxaccel.cli.common import (
     EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, console, handle_errors, note, print_json, warn,
 )
 from onnxaccel.cli.groups import ModelArgs, build_target, config_option, instance_count, load_tuned
+from onnxaccel.engines.buckets import ShapeBuckets
 from onnxaccel.engines.pool import GPU_WAIT_MODES as GPU_WAIT
 from onnxaccel.errors import UsageError
 from onnxaccel.serve.config import ServerConfig
+from onnxaccel.serve.security import LOOPBACK_HOSTS, TOKEN_ENV, check_tls_files, read_token
 
 ConfigOpt = config_option("target, shapes and instance count apply to every model (a model's config.json still "
                           "overrides them)")
@@ -39,6 +41,16 @@ def serve_command(
     ep_option: EpOptionOpt = None,
     config: ConfigOpt = None,
     shape: ShapeOpt = None,
+    shape_buckets: Annotated[str | None, typer.Option("--shape-buckets", help="Sizes the model's symbolic dims "
+                             "are padded up to, e.g. sequence=32,64,128,256 or height,width=320,480,640: each "
+                             "bucket is compiled and warmed at load, a request runs in the smallest bucket that "
+                             "fits (batched with requests of that bucket) and its outputs are cropped back; a "
+                             "request that fits none gets 400. Without it, requests run at their own shapes. A "
+                             "model's config.json key shape_buckets overrides it.")] = None,
+    allow_unavailable: Annotated[bool, typer.Option("--allow-unavailable", help="Keep serving when no model "
+                                 "could be loaded (they answer 503 until loaded through the repository API, which needs "
+                                 "--model-control explicit); "
+                                 "by default such a server stops with the reasons.")] = False,
     host: Annotated[str, typer.Option(help="Address to listen on. 127.0.0.1 keeps the server private; 0.0.0.0 "
                     "exposes it to the network.")] = "127.0.0.1",
     http_port: Annotated[int, typer.Option("--http-port", help="HTTP port (0: any free port).")] = 8000,
@@ -91,6 +103,32 @@ def serve_command(
     direct_copy: Annotated[bool, typer.Option("--direct-copy/--no-direct-copy", help="With --shared-models and "
                            "graph capture: page-lock the workers' shared memory and copy each request straight to "
                            "the GPU; --no-direct-copy joins each batch on the host first.")] = True,
+    header_timeout: Annotated[float, typer.Option("--header-timeout", min=0.1, help="Seconds a request's line "
+                              "and headers may take; then 408 and the connection is closed (slow clients cannot "
+                              "hold connections).")] = 10.0,
+    body_timeout: Annotated[float, typer.Option("--body-timeout", min=0.1, help="Seconds allowed between two "
+                            "reads of a request body; then 408 and close.")] = 30.0,
+    keep_alive: Annotated[float, typer.Option("--keep-alive", min=0.1, help="Seconds an idle keep-alive "
+                          "connection stays open.")] = 30.0,
+    max_inflight_mb: Annotated[float, typer.Option("--max-inflight-mb", help="Request-body MB all connections "
+                               "together may hold; a body that would pass it gets 503 + Retry-After before it is "
+                               "read (at least --max-request-mb).")] = 256.0,
+    max_json_mb: Annotated[float, typer.Option("--max-json-mb", help="Largest JSON part of an inference "
+                           "request (parsed JSON takes ~10x its text); larger gets 413: send big tensors as "
+                           "binary data.")] = 16.0,
+    auth_token_file: Annotated[str | None, typer.Option("--auth-token-file", help="File holding a bearer token "
+                               f"every route but health needs (HTTP 'Authorization: Bearer TOKEN', gRPC metadata "
+                               f"'authorization'); or set {TOKEN_ENV}.")] = None,
+    auth_metrics: Annotated[bool, typer.Option("--auth-metrics", help="Require the token for /metrics too.")
+                            ] = False,
+    tls_cert: Annotated[str | None, typer.Option("--tls-cert", help="PEM certificate chain: serve HTTPS and "
+                        "gRPC over TLS (with --tls-key).")] = None,
+    tls_key: Annotated[str | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = None,
+    tls_client_ca: Annotated[str | None, typer.Option("--tls-client-ca", help="PEM CA: clients must present a "
+                             "certificate it signed (mutual TLS).")] = None,
+    model_control: Annotated[str, typer.Option("--model-control", help="Repository load/unload through the API: "
+                             "none (refused with 403) or explicit (as Triton's --model-control-mode). The index "
+                             "stays readable.")] = "none",
     ray: Annotated[str | None, typer.Option("--ray", help="Serve as a Ray Serve deployment: auto (RAY_ADDRESS, a "
                    "cluster running here, else a new local one), local, or the cluster's ADDRESS. One replica per GPU, "
                    "autoscaling on queued requests; HTTP only.")] = None,
@@ -107,6 +145,7 @@ def serve_command(
     tuned = load_tuned(config)
     tgt = build_target(target, precision, ep_option, tuned)
     shapes = ModelArgs.resolve(source, shape=shape, batch=None, tuned=tuned).shapes
+    buckets_text = _buckets_text(shape_buckets or getattr(tuned, "shape_buckets", None))
     defaults = {
         "target": str(tgt), "max_batch": max_batch, "max_queue_delay_ms": max_queue_delay_ms,
         "max_padding": max_padding,
@@ -114,16 +153,24 @@ def serve_command(
         "shapes": {k: list(v) for k, v in shapes.items()},
         "arena_extend_strategy": arena_extend_strategy, "gpu_mem_limit": gpu_mem_limit,
         "arena_shrinkage": arena_shrinkage, "session_per_batch_size": session_per_batch_size,
+        "shape_buckets": buckets_text or None,
     }
     server_config = ServerConfig(
         host=host, http_port=http_port, grpc_port=grpc_port if grpc else None,
         max_request_bytes=int(max_request_mb * 1024 * 1024), max_connections=max_connections,
         drain_timeout_s=drain_timeout, strict_readiness=strict_readiness, log_level=log_level, workers=workers,
         gil_switch_ms=gil_switch_ms, gpu_wait=_gpu_wait(gpu_wait), shared_models=shared_models,
-        direct_copy=direct_copy,
+        direct_copy=direct_copy, allow_unavailable=allow_unavailable,
+        header_timeout_s=header_timeout, body_timeout_s=body_timeout, keep_alive_s=keep_alive,
+        max_inflight_bytes=int(max_inflight_mb * 1024 * 1024), max_json_bytes=int(max_json_mb * 1024 * 1024),
+        auth_token=read_token(auth_token_file), auth_metrics=auth_metrics, tls_cert=tls_cert, tls_key=tls_key,
+        tls_client_ca=tls_client_ca, model_control=_model_control(model_control),
     )
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        warn(f"listening on {host}: the server has no authentication; anyone who reaches this address can use it.")
+    check_tls_files(tls_cert, tls_key, tls_client_ca)
+    if host not in LOOPBACK_HOSTS and not server_config.auth_token:
+        warn(f"listening on {host} without a token: anyone who reaches this address can use the server. Add one "
+             f"with --auth-token-file FILE (e.g. `openssl rand -hex 32 > FILE`) or the {TOKEN_ENV} environment "
+             "variable, and --tls-cert/--tls-key for TLS; see docs/SECURITY.md.")
 
     def on_ready(server) -> None:
         result = server.result()
@@ -146,6 +193,9 @@ def serve_command(
     if ray is not None and (workers > 1 or shared_models):
         raise UsageError("--workers runs several local server processes; with --ray, Ray Serve runs the replicas.",
                          "Drop --workers and use --replicas (or autoscaling) with --ray.")
+    if ray is not None and tls_cert:
+        raise UsageError("--tls-cert with --ray: Ray Serve's HTTP proxy, not this server, holds the port.",
+                         "Terminate TLS in front of the Ray cluster (a proxy or ingress), or serve without --ray.")
     if ray is not None:
         from onnxaccel.scale.serve_ray import run as serve_on_ray
 
@@ -157,6 +207,23 @@ def serve_command(
         print_json({"event": "stopped", **result.to_dict()})
     elif not result.drained:
         warn("some requests were still running when the drain timeout passed.")
+
+
+def _buckets_text(value) -> str | None:
+    """--shape-buckets (or the --config's shape_buckets, text or ShapeBuckets) as canonical text; a bad value
+    stops here, before any model loads."""
+    if not value:
+        return None
+    buckets = value if isinstance(value, ShapeBuckets) else ShapeBuckets.parse(str(value))
+    return buckets.describe()
+
+
+def _model_control(mode: str) -> str:
+    mode = mode.lower()
+    if mode not in ("none", "explicit"):
+        raise UsageError(f"--model-control {mode}: not a mode.", "Use none (default: no load/unload through the "
+                         "API) or explicit.")
+    return mode
 
 
 def _gpu_wait(mode: str) -> str:

@@ -11,11 +11,10 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from onnxaccel.bench.config import save_config
 from onnxaccel.bench.report import clean
-from onnxaccel.cli.bench import SweepProgress, si
+from onnxaccel.cli.bench import SweepProgress
 from onnxaccel.cli.common import (
     EpOptionOpt,
     InputOpt,
@@ -42,6 +41,7 @@ from onnxaccel.cli.groups import (
     check_positive,
     ints,
 )
+from onnxaccel.cli.tables import columns, new_table, si
 from onnxaccel.errors import UsageError
 from onnxaccel.target import PRECISIONS
 
@@ -80,7 +80,7 @@ def tune_command(
     instances: Annotated[str | None, typer.Option(help="Session counts to try side by side once the options are "
                          "chosen (throughput from several streams, as Triton's instance count). Default: 2,4 on "
                          "GPUs, none on CPUs; 1 turns the stage off.")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-O", help="Configuration file to write (default: "
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Configuration file to write (default: "
                       "MODELNAME-tuned.json).")] = None,
     report: ReportOpt = None,
     resume: Annotated[bool, typer.Option("--resume", help="Reuse the candidates already measured in the first "
@@ -88,6 +88,9 @@ def tune_command(
     inputs: InputOpt = None,
     seed: SeedOpt = 0,
     gpu: GpuOpt = None,
+    shape_buckets: Annotated[str | None, typer.Option("--shape-buckets", help="Shape buckets to record in the "
+                             "configuration (`shape_buckets`), used by bench and batch --config, e.g. "
+                             "sequence=32,64,128,256; tuned at the --shape size.")] = None,
     strict: StrictOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -110,6 +113,9 @@ def tune_command(
         raise UsageError(f"--latency-budget must be positive milliseconds, got {latency_budget}.",
                          "e.g. --latency-budget 10")
     output = (output or Path(f"{_stem(model)}-tuned.json")).expanduser()
+    if "=" in output.name:  # `tune -o KEY=VALUE` meant --ep-option until -o became --output (issue 23)
+        raise UsageError(f"--output {output} looks like a provider option, not a file.",
+                         f"-o is --output now; give provider options as --ep-option {output.name}.")
     if output.suffix.lower() != ".json":
         raise UsageError(f"--output {output} must be a .json file.", f"e.g. --output {output.with_suffix('.json')}")
     reports = ReportArgs.resolve(report, resume=resume, default_json=output.with_suffix(".report.json"))
@@ -122,6 +128,7 @@ def tune_command(
         threads=tuple(ints(threads, "--threads")) if threads else None, seed=given.seed, inputs=given.items,
         strict=strict, gpu_name=gpu,
         instances=tuple(n for n in ints(instances, "--instances") if n > 1) if instances else None,
+        shape_buckets=_bucket_text(shape_buckets),
     )
     command = "onnxaccel tune " + shlex.join([model, "--target", str(tgt)] + _flags(
         batch=batch, shape=shape, precision=precision, max_error=max_error, latency_budget=latency_budget))
@@ -137,10 +144,8 @@ def tune_command(
 
 
 def _render(result, output: Path, paths: list[Path]) -> None:
-    table = Table(title="candidates", title_justify="left")
-    for header in ("stage", "configuration", "items/s", "p50 ms", "p99 ms", "verdict"):
-        table.add_column(header, justify="right" if header in ("items/s", "p50 ms", "p99 ms") else "left",
-                         overflow="fold")
+    table = columns(new_table("candidates"), ("stage", "configuration", "items/s", "p50 ms", "p99 ms", "verdict"),
+                    numbers=("items/s", "p50 ms", "p99 ms"))
     for row in result.candidates:
         table.add_row(escape(row["stage"]), escape(row["id"]), si(row["throughput"]) if row["throughput"] else "-",
                       f"{row['p50_ms']:.3f}" if row["p50_ms"] is not None else "-",
@@ -166,6 +171,14 @@ def _flags(**values) -> list[str]:
         for item in value if isinstance(value, list) else [value]:
             out += [f"--{key.replace('_', '-')}", str(item)]
     return out
+
+
+def _bucket_text(spec: str | None) -> str | None:
+    """--shape-buckets checked now (before minutes of tuning), in its canonical form."""
+    if not spec:
+        return None
+    from onnxaccel.engines.buckets import ShapeBuckets
+    return ShapeBuckets.parse(spec).describe()
 
 
 def _stem(model: str) -> str:

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from onnxaccel.cli.common import JsonOpt, console, handle_errors, print_json
+from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.zoo import export_model, list_models, zoo_cache_dir
 
 
@@ -28,9 +28,8 @@ def list_command(as_json: JsonOpt = False) -> None:
         print_json({"schema": "onnxaccel.zoo/1", "cache_dir": str(zoo_cache_dir()),
                     "models": [e.to_dict() for e in entries]})
         return
-    table = Table(title=f"built-in models (use as zoo:NAME; cached in {zoo_cache_dir()})", title_justify="left")
-    for col in ("name", "family", "parameters", "description"):
-        table.add_column(col, justify="right" if col == "parameters" else "left")
+    table = columns(new_table(f"built-in models (use as zoo:NAME; cached in {zoo_cache_dir()})"),
+                    ("name", "family", "params", "description"), numbers=("params",))
     for e in entries:
         table.add_row(e.name, e.family, f"{e.parameters / 1e6:.1f} M", e.description)
     console.print(table)

@@ -7,7 +7,12 @@ new shape (measured in serve on an H200: ~220 ms a run for each new batch size).
 sequence=32,64,128,256`` pads a request of length 50 to 64 (at the end of the axis, with 0: the attention
 mask's "no token", BERT's [PAD] id), runs the bucket's program, and crops the outputs that carry the same dim
 back to 50. Image dims work the same way (``height,width=320,480,640``): padding at the bottom and right, with
-the letterbox gray where a preset says so.
+the letterbox gray where a preset says so. A dim is named by its dim_param (``sequence``) or by
+``INPUT:AXIS`` (``x:2,x:3=640,960``), which is friendlier where an exporter named the dims
+``p2o.DynamicDimension.1``.
+
+:class:`BucketedRunner` is a Runner over the buckets: a session per bucket on targets that compile per shape
+(:func:`compiles_per_shape`), one session otherwise; every run is bucket_for -> pad -> run -> crop.
 
 :class:`ShapeBuckets` is the value (parse, validate against a model, choose, pad, crop); the bucket batch
 axis (serve's padded batch sizes) stays with :class:`onnxaccel.engines.pool.RunnerPool`.
@@ -16,13 +21,16 @@ axis (serve's padded batch sizes) stays with :class:`onnxaccel.engines.pool.Runn
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from onnxaccel.engines.base import BoundRun, Runner
 from onnxaccel.errors import InputError, ShapeError
 from onnxaccel.model import Model
+from onnxaccel.target import Target
 
 
 @dataclass(frozen=True)
@@ -79,9 +87,29 @@ class ShapeBuckets:
         found: dict[str, list[tuple[int, str]]] = {}
         for spec in model.inputs:
             for axis, dim in enumerate(spec.shape or ()):
-                if isinstance(dim, str) and dim in self.dims:
+                if isinstance(dim, int):
+                    continue
+                named = f"{spec.name}:{axis}"
+                if named in self.dims:
+                    found.setdefault(spec.name, []).append((axis, named))
+                elif isinstance(dim, str) and dim in self.dims:
                     found.setdefault(spec.name, []).append((axis, dim))
         return found
+
+    def aliases(self, model: Model) -> dict[str, str]:
+        """Per bucketed dim named ``INPUT:AXIS``, the dim_param the model gives that axis (outputs that carry
+        the same dim_param are cropped by it; :meth:`bindings_for` binds it)."""
+        found = {}
+        for spec in model.inputs:
+            for axis, dim in enumerate(spec.shape or ()):
+                if f"{spec.name}:{axis}" in self.dims and isinstance(dim, str):
+                    found[f"{spec.name}:{axis}"] = dim
+        return found
+
+    def bindings_for(self, model: Model, bucket: Sequence[int]) -> dict[str, tuple[int]]:
+        """:meth:`bindings` with ``INPUT:AXIS`` dims bound through the dim_param of that axis."""
+        aliases = self.aliases(model)
+        return {aliases.get(d, d): (int(v),) for d, v in zip(self.dims, bucket)}
 
     def validate(self, model: Model) -> None:
         """Every bucketed dim must be a symbolic dim of some input; else a ShapeError naming the model's."""
@@ -89,10 +117,18 @@ class ShapeBuckets:
         missing = [d for d in self.dims if d not in used]
         if missing:
             symbolic = sorted({d for s in model.inputs for d in (s.shape or ()) if isinstance(d, str)})
+            axes = [f"{s.name}:{a}" for s in model.inputs for a, d in enumerate(s.shape or ())
+                    if not isinstance(d, int)]
             raise ShapeError(
                 f"--shape-buckets names {', '.join(missing)}, which no input of the model has as a symbolic dim.",
-                f"The model's symbolic input dims: {', '.join(symbolic) or 'none'}.",
+                f"The model's symbolic input dims: {', '.join(symbolic) or 'none'}; by INPUT:AXIS: "
+                f"{', '.join(axes) or 'none'}.",
             )
+        unnamed = [d for d in self.dims if ":" in d and d not in self.aliases(model)]
+        if unnamed:
+            raise ShapeError(f"--shape-buckets names {', '.join(unnamed)}: an axis the model leaves unnamed, "
+                             "which cannot be bound per bucket.",
+                             "Name the axis in the model (onnx.tools.update_model_dims) or bucket a named dim.")
 
     def actual(self, model: Model, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
         """The value of each bucketed dim in ``feeds`` (every input carrying a dim must agree)."""
@@ -153,6 +189,7 @@ class ShapeBuckets:
         for a dim (in the order of ``dims``). Other outputs (e.g. YOLO's anchors) stay as they are."""
         size = dict(zip(self.dims, bucket))
         specs = {s.name: s for s in model.outputs}
+        named = {alias: dim for dim, alias in self.aliases(model).items()}
         out = {}
         for name, value in outputs.items():
             shape = specs[name].shape if name in specs else None
@@ -162,7 +199,8 @@ class ShapeBuckets:
                 if axis == 0 or isinstance(dim, int):
                     continue
                 length = int(np.shape(value)[axis])
-                match = dim if dim in left else next((d for d in left if length == size[d]), None)
+                by_name = named.get(dim, dim)
+                match = by_name if by_name in left else next((d for d in left if length == size[d]), None)
                 if match is not None and length == size[match]:
                     index[axis] = slice(0, actual[match])
                     left.remove(match)
@@ -170,8 +208,189 @@ class ShapeBuckets:
         return out
 
 
-def bucket_models(model: Model, buckets: ShapeBuckets, *, batch: int | None = None) -> dict[tuple[int, ...], Model]:
-    """Per bucket, ``model`` bound at the bucket's sizes (and ``batch``): what a target that compiles per shape
-    compiles once each (its compile cache then keys each bucket by the bound shapes)."""
+def bucket_models(model: Model, buckets: ShapeBuckets, *, batch: int | None = None,
+                  shapes: Mapping[str, Sequence[int]] | None = None) -> dict[tuple[int, ...], Model]:
+    """Per bucket, ``model`` bound at the bucket's sizes (and ``batch``, and ``shapes`` for the dims no bucket
+    names): what a target that compiles per shape compiles once each (its compile cache then keys each bucket by
+    the bound shapes)."""
     buckets.validate(model)
-    return {b: model.bind(buckets.bindings(b), batch=batch) for b in buckets.sizes}
+    return {b: model.bind({**dict(shapes or {}), **buckets.bindings_for(model, b)}, batch=batch)
+            for b in buckets.sizes}
+
+
+#: Targets whose runtime compiles per input shape, so a bucket gets a session of its own. The MIGraphX EP
+#: re-parses and recompiles its program when an input's lengths differ from the compiled program's
+#: (ROCm/onnxruntime onnxruntime/core/providers/migraphx/migraphx_execution_provider.cc at 6ac4f7666aa4:
+#: "if (mgx_lens != ort_lens) ... input_shape_match = false" then "Input shape mismatch detected. Recompiling";
+#: vendored in tests/engines/migraphx/upstream/buckets_ep_recompile_ROCm_6ac4f76.txt); the native engine compiles a
+#: program per shape itself (engines/migraphx.py program_for); TensorRT builds an engine per optimization profile;
+#: the CUDA EP searches cuDNN algorithms per new shape (measured on the H200: ~220 ms a new batch size).
+PER_SHAPE_DEVICES = ("migraphx", "tensorrt", "cuda")
+
+
+def compiles_per_shape(target: Target) -> bool:
+    """Whether ``target`` pays a compile (or an algorithm search) for every new input shape: then each bucket
+    gets a session of its own, compiled at its bound shapes."""
+    return target.engine == "migraphx" or target.device in PER_SHAPE_DEVICES
+
+
+@dataclass
+class BucketStats:
+    """One bucket of a :class:`BucketedRunner`: its sizes, compile and warm-up seconds, and runs so far."""
+
+    bucket: tuple[int, ...]
+    label: str
+    compile_seconds: float = 0.0
+    warm_seconds: float | None = None
+    runs: int = 0
+
+    def to_dict(self) -> dict:
+        """JSON-ready values."""
+        return {"bucket": self.label, "sizes": list(self.bucket), "compile_seconds": self.compile_seconds,
+                "warm_seconds": self.warm_seconds, "runs": self.runs}
+
+
+class BucketedRunner(Runner):
+    """A Runner over shape buckets: ``run(feeds)`` pads the feeds to the smallest bucket they fit, runs that
+    bucket's session and crops the outputs back; feeds that fit no bucket raise an InputError naming the buckets.
+
+    ``compile`` turns a bound Model into a Runner (the pipeline's RunnerFromVariant(ConvertedModel(...)), or
+    engines.compile_model). ``per_bucket`` (default :func:`compiles_per_shape`) gives each bucket a session
+    compiled at its bound shapes, so a compile cache keys each bucket by those shapes; otherwise one session,
+    bound at the largest bucket, runs every bucket (ONNX Runtime's CPU EP takes any size of a dynamic dim).
+    ``shapes``: bindings of the dims no bucket names (``--shape``). ``pad_values``: the fill per input (default
+    0: the attention mask's "no token", BERT's [PAD] id).
+    The per-bucket sessions of a GPU target were written against the runtimes' documented behaviour; the MIGraphX
+    paths never ran on AMD hardware.
+    """
+
+    def __init__(self, model: Model, target: Target, buckets: ShapeBuckets,
+                 compile: Callable[[Model], Runner] | None = None, *, per_bucket: bool | None = None,
+                 batch: int | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
+                 pad_values: Mapping[str, float] | None = None):
+        buckets.validate(model)
+        self.buckets = buckets
+        self.target = target
+        self.pad_values = dict(pad_values or {})
+        self.per_bucket = compiles_per_shape(target) if per_bucket is None else per_bucket
+        self.bound = bucket_models(model, buckets, batch=batch, shapes=shapes)
+        self.model = self.bound[buckets.sizes[-1]]
+        self.stats = {b: BucketStats(b, buckets.label(b)) for b in buckets.sizes}
+        self.last: tuple[int, ...] | None = None
+        compile = compile or compile_for(target)
+        self.runners: dict[tuple[int, ...], Runner] = {}
+        try:
+            for bucket in buckets.sizes if self.per_bucket else (buckets.sizes[-1],):
+                start = time.perf_counter()
+                self.runners[bucket] = compile(self.bound[bucket])
+                self.stats[bucket].compile_seconds = time.perf_counter() - start
+        except BaseException:
+            self.close()
+            raise
+        first = next(iter(self.runners.values()))
+        self.placement = first.placement
+        self.warnings = list(dict.fromkeys(w for r in self.runners.values() for w in r.warnings))
+        self.compile_seconds = sum(s.compile_seconds for s in self.stats.values())
+
+    @property
+    def providers(self) -> list[str]:
+        """The providers of the buckets' sessions (the same target for every bucket)."""
+        return next(iter(self.runners.values())).providers
+
+    def runner_for(self, bucket: Sequence[int]) -> Runner:
+        """The session that runs ``bucket`` (its own, or the one shared session)."""
+        return self.runners.get(tuple(bucket)) or self.runners[self.buckets.sizes[-1]]
+
+    def warm_up(self, feeds: Mapping[str, np.ndarray] | None = None) -> dict[str, float]:
+        """Run every bucket once (zeros at the bucket's bound shapes, or ``feeds`` padded to it where they fit)
+        and record its seconds: the first run of a compiling target builds its kernels, so a request never pays
+        it. Returns warm-up seconds per bucket label."""
+        for bucket, model in self.bound.items():
+            sample = self._sample(model, bucket, feeds)
+            start = time.perf_counter()
+            self.runner_for(bucket).run(sample)
+            self.stats[bucket].warm_seconds = time.perf_counter() - start
+        return {s.label: s.warm_seconds for s in self.stats.values()}
+
+    def _sample(self, model: Model, bucket: tuple[int, ...], feeds: Mapping[str, np.ndarray] | None) -> dict:
+        if feeds is not None:
+            actual = self.buckets.actual(model, feeds)
+            if all(actual.get(d, 1) <= v for d, v in zip(self.buckets.dims, bucket)):
+                return self.buckets.pad(model, feeds, bucket, self.pad_values)
+        return {s.name: np.zeros(model.input_shapes[s.name], dtype=s.np_dtype)
+                for s in model.inputs if s.name in model.input_shapes}
+
+    def prepare(self, feeds: Mapping[str, np.ndarray]) -> tuple[tuple[int, ...], dict[str, int], dict]:
+        """The bucket ``feeds`` run in, their actual sizes, and the padded feeds."""
+        self.check_feeds(feeds)
+        bucket, actual = self.buckets.bucket_for(self.model, feeds)
+        return bucket, actual, self.buckets.pad(self.model, feeds, bucket, self.pad_values)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """bucket_for -> pad -> run -> crop."""
+        bucket, actual, padded = self.prepare(feeds)
+        outputs = self.runner_for(bucket).run(padded)
+        self._ran(bucket)
+        return self.buckets.crop(self.model, outputs, bucket, actual)
+
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> BoundRun:
+        """``feeds`` padded to their bucket and bound on that bucket's session; outputs come back cropped."""
+        bucket, actual, padded = self.prepare(feeds)
+        return _BucketBoundRun(self, bucket, actual, self.runner_for(bucket).bind(padded))
+
+    def _ran(self, bucket: tuple[int, ...]) -> None:
+        self.stats[bucket].runs += 1
+        self.last = bucket
+
+    def shrink_arenas(self) -> bool:
+        """Shrink every bucket session's arenas; True if all could."""
+        return all([r.shrink_arenas() for r in self.runners.values()])
+
+    def close(self) -> None:
+        """Close every bucket's session."""
+        for runner in self.runners.values():
+            runner.close()
+
+    def describe(self) -> dict:
+        """The first session's description plus the buckets: sizes, compile/warm seconds and runs per bucket,
+        the one that ran last, and whether each has a session of its own."""
+        found = super().describe()
+        found["shape_buckets"] = {**self.buckets.to_dict(), "per_bucket_sessions": self.per_bucket,
+                                  "buckets": [s.to_dict() for s in self.stats.values()],
+                                  "last": self.buckets.label(self.last) if self.last else None}
+        return found
+
+    def to_dict(self) -> dict:
+        """Same as :meth:`describe`."""
+        return self.describe()
+
+
+class _BucketBoundRun(BoundRun):
+    """A bound run at one bucket: ``update`` pads new feeds to it, ``outputs`` crops back to their sizes."""
+
+    def __init__(self, owner: BucketedRunner, bucket: tuple[int, ...], actual: dict[str, int], inner: BoundRun):
+        self.owner, self.bucket, self.actual, self.inner = owner, bucket, actual, inner
+
+    def update(self, feeds: Mapping[str, np.ndarray]) -> None:
+        owner = self.owner
+        bucket, actual = owner.buckets.bucket_for(owner.model, feeds)
+        if bucket != self.bucket:
+            raise InputError(f"These feeds fall in bucket {owner.buckets.label(bucket)}; this run is bound at "
+                             f"{owner.buckets.label(self.bucket)}.", "Bind again (runner.bind) for the new bucket.")
+        self.actual = actual
+        self.inner.update(owner.buckets.pad(owner.model, feeds, bucket, owner.pad_values))
+
+    def run(self) -> None:
+        self.inner.run()
+        self.owner._ran(self.bucket)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return self.owner.buckets.crop(self.owner.model, self.inner.outputs(), self.bucket, self.actual)
+
+
+def compile_for(target: Target, *, strict: bool = False) -> Callable[[Model], Runner]:
+    """The plain compile function for ``target`` (engines.compile_model, no precision conversion)."""
+    def compile(model: Model) -> Runner:
+        from onnxaccel.engines import compile_model  # lazy: engines/__init__ imports the engines
+        return compile_model(model, target, strict=strict)
+    return compile

@@ -52,9 +52,41 @@ def make_inputs(metadata: dict, batch: int, shapes: dict[str, tuple[int, ...]], 
             out[name] = rng.random(dims, dtype=np.float32).astype(dtype)
         elif dtype.kind == "b":
             out[name] = rng.random(dims) < 0.5
+        elif name.endswith(("attention_mask", "token_type_ids")):  # BERT's layout: values are 0/1 there
+            out[name] = (np.ones(dims) if name.endswith("mask") else np.zeros(dims)).astype(dtype)
         else:
             out[name] = rng.integers(0, 100, size=dims).astype(dtype)
     return out
+
+
+def parse_shape_mix(text: str | None) -> tuple[str, tuple[int, ...]] | None:
+    """``sequence=20,50,100,200``: a label and the sizes the requests cycle through (None for no mix)."""
+    if not text:
+        return None
+    label, sep, values = text.partition("=")
+    try:
+        sizes = tuple(int(v) for v in values.split(",") if v.strip())
+    except ValueError:
+        sizes = ()
+    if not sep or not label.strip() or not sizes or min(sizes) < 1:
+        raise UsageError(f"--shape-mix {text!r}: expected DIM=SIZE,SIZE,... with positive sizes.",
+                         "e.g. --shape-mix sequence=20,50,100,200 (every dynamic axis but the batch axis takes "
+                         "each size in turn).")
+    return label.strip(), sizes
+
+
+def make_input_mix(metadata: dict, batch: int, shapes: dict[str, tuple[int, ...]], mix: tuple[int, ...],
+                   seed: int) -> list[dict[str, np.ndarray]]:
+    """One set of inputs per size of ``mix``: every -1 axis but the batch axis (of the inputs ``shapes`` does not
+    give) takes that size. Requests cycle through them, so a server sees mixed lengths in equal shares (what
+    shape buckets are for: serve --shape-buckets)."""
+    sets = []
+    for index, size in enumerate(mix):
+        sized = dict(metadata)
+        sized["inputs"] = [{**t, "shape": [d if (d != -1 or axis == 0) else size for axis, d in enumerate(t["shape"])]}
+                           for t in metadata.get("inputs", [])]
+        sets.append(make_inputs(sized, batch, shapes, seed + index))
+    return sets
 
 
 async def _fetch_json(url: str, path: str) -> tuple[int, dict]:
@@ -73,11 +105,12 @@ async def _fetch_json(url: str, path: str) -> tuple[int, dict]:
 
 # --- one worker ---------------------------------------------------------------------------------------------
 
-async def _drive(config: LoadtestConfig, inputs: dict, concurrency: int, max_requests: int | None) -> dict:
-    """Keep ``concurrency`` requests outstanding; latencies of those finishing after the warm-up."""
+async def _drive(config: LoadtestConfig, inputs: list[dict], concurrency: int, max_requests: int | None) -> dict:
+    """Keep ``concurrency`` requests outstanding; latencies of those finishing after the warm-up. ``inputs``: the
+    input sets requests cycle through (one, or one per size of a shape mix)."""
     protocol = config.protocol
-    payload = http_payload(config.model, inputs, config.binary) if protocol == "http" else \
-        grpc_payload(config.model, inputs)
+    payloads = [http_payload(config.model, one, config.binary) if protocol == "http" else
+                grpc_payload(config.model, one) for one in inputs]
     grpc_caller = GrpcCaller(config.grpc_url) if protocol == "grpc" else None
     start = time.perf_counter()
     measure_from, stop_at = start + config.warmup_s, start + config.warmup_s + config.duration_s
@@ -91,6 +124,7 @@ async def _drive(config: LoadtestConfig, inputs: dict, concurrency: int, max_req
         conn = HttpConnection(config.url) if protocol == "http" else None
         try:
             while time.perf_counter() < stop_at and (max_requests is None or sent < max_requests):
+                payload = payloads[sent % len(payloads)]
                 sent += 1
                 t0 = time.perf_counter()
                 try:
@@ -128,7 +162,7 @@ async def _drive(config: LoadtestConfig, inputs: dict, concurrency: int, max_req
             "seconds": max(1e-9, min(time.perf_counter(), stop_at) - measure_from)}
 
 
-def _worker(config: LoadtestConfig, inputs: dict, concurrency: int, max_requests: int | None) -> dict:
+def _worker(config: LoadtestConfig, inputs: list[dict], concurrency: int, max_requests: int | None) -> dict:
     try:
         import uvloop
 
@@ -154,7 +188,9 @@ def run_loadtest(config: LoadtestConfig, progress=None) -> LoadtestReport:
     if status_m != 200:
         raise UsageError(f"The server has no ready model '{config.model}' (HTTP {status_m}: "
                          f"{metadata.get('error', '')}).", "Check --model against GET /v2/repository/index.")
-    inputs = make_inputs(metadata, config.batch, config.shapes, config.seed)
+    mix = parse_shape_mix(config.shape_mix)
+    inputs = make_input_mix(metadata, config.batch, config.shapes, mix[1], config.seed) if mix else \
+        [make_inputs(metadata, config.batch, config.shapes, config.seed)]
     levels = []
     pool = None
     try:
@@ -179,7 +215,7 @@ def run_loadtest(config: LoadtestConfig, progress=None) -> LoadtestReport:
         if pool is not None:
             pool.shutdown()
     return LoadtestReport(config, server if status == 200 else {},
-                          {k: list(v.shape) for k, v in inputs.items()}, levels)
+                          {k: list(v.shape) for k, v in inputs[0].items()}, levels)
 
 
 def _workers(requested: int, concurrency: int) -> int:

@@ -28,13 +28,17 @@ class LoadtestConfig:
     timeout_s: float = 30.0
     grpc_url: str | None = None  # host:port; default: the URL's host with port 8001
     seed: int = 0
+    #: ``sequence=20,50,100,200``: requests cycle through these sizes on every dynamic non-batch axis (None: one
+    #: shape for every request).
+    shape_mix: str | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
         return {"url": self.url, "grpc_url": self.grpc_url, "model": self.model, "protocol": self.protocol,
                 "binary": self.binary, "concurrency": list(self.concurrency), "duration_s": self.duration_s,
                 "warmup_s": self.warmup_s, "batch": self.batch, "workers": self.workers,
-                "max_requests": self.max_requests, "shapes": {k: list(v) for k, v in self.shapes.items()}}
+                "max_requests": self.max_requests, "shapes": {k: list(v) for k, v in self.shapes.items()},
+                "shape_mix": self.shape_mix}
 
 
 @dataclass

@@ -47,6 +47,8 @@ class _Pending:
     arrived: float = field(default_factory=time.perf_counter)
     #: perf_counter() after which it leaves the queue unrun (503); None: it waits as long as it takes.
     deadline: float | None = None
+    #: Its shape bucket and actual sizes, to crop its outputs back (ModelInstance.fit); None without buckets.
+    fitted: tuple | None = None
 
 
 class DynamicBatcher:
@@ -90,9 +92,10 @@ class DynamicBatcher:
         if len(self._queue) >= self.max_queue:
             raise ProtocolError(429, f"Model '{self.instance.config.name}' has {len(self._queue)} requests "
                                 f"waiting (max_queue {self.max_queue}); retry later.", retry_after=1)
+        feeds, fitted = self.instance.fit(feeds)  # padded to its shape bucket (a 400 when none fits)
         future = asyncio.get_running_loop().create_future()
         key = self.instance.batch_key(feeds)
-        pending = _Pending(feeds, rows, key, future)
+        pending = _Pending(feeds, rows, key, future, fitted=fitted)
         if timeout_s is not None:
             pending.deadline = pending.arrived + timeout_s
         self._queue.append(pending)
@@ -240,9 +243,11 @@ class DynamicBatcher:
         return self.instance.execute_joined(index, [p.feeds for p in batch])
 
     def _split(self, batch: list[_Pending], outputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
-        """Each request's rows of the joined outputs (views, no copies), in batch order."""
+        """Each request's rows of the joined outputs (views, no copies), in batch order, cropped back from its
+        shape bucket."""
+        crop = self.instance.crop
         if len(batch) == 1:
-            return [outputs]
+            return [crop(outputs, batch[0].fitted)]
         total = sum(p.rows for p in batch)
         bounds = np.cumsum([p.rows for p in batch])[:-1]
         for name, value in outputs.items():
@@ -251,4 +256,4 @@ class DynamicBatcher:
                                     f"{list(value.shape)}, not {total} rows: its first axis is not the batch; "
                                     "serve it with max_batch 1.")
         split = {n: np.split(v, bounds, axis=0) for n, v in outputs.items()}
-        return [{n: split[n][i] for n in outputs} for i in range(len(batch))]
+        return [crop({n: split[n][i] for n in outputs}, p.fitted) for i, p in enumerate(batch)]

@@ -5,7 +5,7 @@ A model's config::
     {"target": "cuda:0", "precision": "fp16", "max_batch": 32, "max_queue_delay_ms": 2, "max_padding": 0.25,
      "instances": 1, "shapes": {"sequence": 128}, "max_queue": 256, "timeout_ms": 30000,
      "arena_extend_strategy": "kSameAsRequested", "gpu_mem_limit": 8589934592, "arena_shrinkage": true,
-     "session_per_batch_size": true,
+     "session_per_batch_size": true, "shape_buckets": "sequence=32,64,128,256",
      "options": {"prefer_nhwc": "1"}}
 
 Every key is optional; the command line gives the defaults. Unknown keys are an error that names them.
@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onnxaccel.engines.buckets import ShapeBuckets
 from onnxaccel.errors import UsageError
 from onnxaccel.target import GRAPH_OPTION, Target, parse_target
 
@@ -61,6 +62,11 @@ class ModelConfig:
     arena_shrinkage: bool = False
     #: GPUs: one session per padded batch size, so no session ever changes input shape (see load_instance).
     session_per_batch_size: bool = True
+    #: Shape buckets of the model's symbolic dims (engines/buckets.py ShapeBuckets text, e.g.
+    #: ``sequence=32,64,128``): each request is padded to the smallest bucket that fits, batched only with
+    #: requests of the same bucket, and its outputs cropped back; every bucket is warmed at load. None: requests
+    #: run at their own shapes (batched only with requests of the same shape).
+    shape_buckets: str | None = None
     options: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -108,6 +114,14 @@ class ModelConfig:
     def shape_bindings(self) -> dict[str, tuple[int, ...]]:
         """The configured shapes as tuples (a bare integer binds a one-dimensional shape)."""
         return {k: tuple(v) if isinstance(v, list) else (int(v),) for k, v in self.shapes.items()}
+
+    def buckets(self) -> ShapeBuckets | None:
+        """The parsed ``shape_buckets`` (a ShapeError naming the text when it does not parse), or None."""
+        if not self.shape_buckets:
+            return None
+        if isinstance(self.shape_buckets, ShapeBuckets):
+            return self.shape_buckets
+        return ShapeBuckets.parse(str(self.shape_buckets))
 
     def to_dict(self) -> dict:
         """JSON-ready form of the model configuration (schema ``SCHEMA``)."""
@@ -181,7 +195,45 @@ class ServerConfig:
     #: --shared-models with graph capture: page-lock the workers' arenas in the model process and copy each
     #: request straight to the GPU (no host join); False joins on the host first.
     direct_copy: bool = True
+    #: Keep serving (503 for the models that failed) when no model could be loaded at start; False: a server
+    #: whose every model failed stops with the reasons and a non-zero exit.
+    allow_unavailable: bool = False
+    # -- connection discipline (serve/security.py; docs/SECURITY.md gives the reasons for each default) --
+    #: Seconds a request's line and headers may take from its first byte (or from the connection); then 408
+    #: and close (nginx client_header_timeout).
+    header_timeout_s: float = 10.0
+    #: Bytes a request's line and headers may take; then 431 and close (uvicorn's h11 default is 16 KiB; httptools
+    #: has no limit of its own).
+    max_header_bytes: int = 64 * 1024
+    #: Seconds allowed between two reads of a request body; then 408 and close (nginx client_body_timeout).
+    body_timeout_s: float = 30.0
+    #: Seconds an idle keep-alive connection stays open between requests (uvicorn timeout_keep_alive).
+    keep_alive_s: float = 30.0
+    #: Request-body bytes all connections together may hold; a body that would pass it gets 503 + Retry-After
+    #: before it is read. At least max_request_bytes.
+    max_inflight_bytes: int = 256 * 1024 * 1024
+    #: Largest all-JSON inference body (no binary tensor part): JSON numbers cost ~10x their text when parsed.
+    max_json_bytes: int = 16 * 1024 * 1024
+    #: Largest body on every route other than inference (repository index/load/unload, metadata, ...).
+    max_control_bytes: int = 64 * 1024
+    # -- security --
+    #: Bearer token every route but health (and /metrics unless auth_metrics) needs; None: no auth.
+    auth_token: str | None = field(default=None, repr=False)
+    auth_metrics: bool = False
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: With TLS: the CA that must sign client certificates (mutual TLS); None: no client certificate asked.
+    tls_client_ca: str | None = None
+    #: Repository load/unload through the API: "none" (refused, 403) or "explicit" (as Triton's
+    #: --model-control-mode).
+    model_control: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.max_inflight_bytes < self.max_request_bytes:
+            object.__setattr__(self, "max_inflight_bytes", self.max_request_bytes)
 
     def to_dict(self) -> dict:
-        """JSON-ready form of the server configuration."""
-        return dataclasses.asdict(self)
+        """JSON-ready form of the server configuration (the token itself left out)."""
+        data = dataclasses.asdict(self)
+        data["auth_token"] = "<set>" if self.auth_token else None
+        return data

@@ -24,6 +24,8 @@ SERVER_NAME = "onnxaccel"
 #: Protocol extensions offered (names as Triton's server metadata lists them).
 EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "model_configuration"]
 UNKNOWN_MODEL = "_unknown"
+#: Retry-After (seconds) on the 503s of a draining server: a client retries elsewhere, or here after a restart.
+DRAIN_RETRY_AFTER_S = 1
 
 
 def _stats_entry(name: str, s: dict) -> dict:
@@ -53,6 +55,9 @@ class InferenceService:
         self.draining = False
         self.loaded = False
         self.inflight = 0
+        #: Requests of this process waiting on each model: the queue gauge is 0 when none is (the batcher's own
+        #: count, read as requests leave, may still hold ones that left through a timeout).
+        self._waiting: dict[str, int] = {}
         self._idle = asyncio.Event()
         self._idle.set()
         #: With several workers: True once every worker has loaded its models (readiness waits for all).
@@ -112,7 +117,8 @@ class InferenceService:
     async def infer(self, request: InferRequest) -> tuple[dict[str, np.ndarray], str]:
         """Validate, queue, run; the requested outputs and the model version. Raises ProtocolError."""
         if self.draining:
-            raise ProtocolError(503, "The server is shutting down and accepts no new requests.")
+            raise ProtocolError(503, "The server is shutting down and accepts no new requests.",
+                                retry_after=DRAIN_RETRY_AFTER_S)
         entry = self._entry(request.model_name, request.model_version)
         entry = self.repository.ready(request.model_name)
         feeds, rows = entry.instance.validate(request)
@@ -120,7 +126,9 @@ class InferenceService:
         self.inflight += 1
         self._idle.clear()
         self.metrics.inflight.inc()
-        self.metrics.queue_length.labels(request.model_name).set(entry.batcher.queued + 1)
+        name = request.model_name
+        self._waiting[name] = self._waiting.get(name, 0) + 1
+        self.metrics.queue_length.labels(name).set(entry.batcher.queued + 1)
         try:
             try:
                 outputs, timing = await asyncio.wait_for(entry.batcher.submit(feeds, rows, timeout), timeout)
@@ -131,7 +139,9 @@ class InferenceService:
         finally:
             self.inflight -= 1
             self.metrics.inflight.dec()
-            self.metrics.queue_length.labels(request.model_name).set(entry.batcher.queued if entry.batcher else 0)
+            self._waiting[name] -= 1
+            queued = entry.batcher.queued if entry.batcher and self._waiting[name] else 0
+            self.metrics.queue_length.labels(name).set(min(queued, self._waiting[name]))
             if self.inflight == 0:
                 self._idle.set()
         self.metrics.observe_success(request.model_name, max(0.0, timing.queue_s), timing.compute_s, time.time())
@@ -143,8 +153,9 @@ class InferenceService:
 
     async def load(self, name: str) -> None:
         """Load (or reload) a model through the repository API; refused while draining."""
+        self._control_allowed("load", name)
         if self.draining:
-            raise ProtocolError(503, "The server is shutting down.")
+            raise ProtocolError(503, "The server is shutting down.", retry_after=DRAIN_RETRY_AFTER_S)
         self._single_process_only("load")
         entry = await self.repository.load(name)
         self.metrics.model_ready.labels(name).set(1 if entry.state == READY else 0)
@@ -153,9 +164,27 @@ class InferenceService:
 
     async def unload(self, name: str) -> None:
         """Unload a model (single-process servers only)."""
+        self._control_allowed("unload", name)
         self._single_process_only("unload")
         await self.repository.unload(name)
         self.metrics.model_ready.labels(name).set(0)
+
+    def _control_allowed(self, action: str, name: str) -> None:
+        """403 unless the server was started with --model-control explicit (Triton's --model-control-mode): an
+        anonymous unload would take a model down for everyone."""
+        if self.config.model_control != "explicit":
+            raise ProtocolError(403, f"Cannot {action} model '{name}': the repository control API is off. Start the "
+                                "server with --model-control explicit to allow load/unload requests.")
+
+    def check_load_parameters(self, name: str, parameters: dict) -> None:
+        """400 naming any load parameter this server does not apply: Triton's ``config`` (a config override)
+        and ``file:<path>`` (model files in the request) are not offered; a load reads the repository folder."""
+        self._control_allowed("load", name)
+        unsupported = sorted(k for k in parameters if k == "config" or k.startswith("file:"))
+        if unsupported:
+            raise ProtocolError(400, f"Load of model '{name}': parameter(s) {', '.join(unsupported)} are not "
+                                "supported (this server loads models from its repository folder only); edit "
+                                f"{name}/config.json or the model file there and load again without them.")
 
     def _single_process_only(self, action: str) -> None:
         if self.config.workers > 1 and not self.config.shared_models:

@@ -18,9 +18,10 @@ import numpy as np
 from onnxaccel.errors import MissingDependencyError
 from onnxaccel.serve.core import InferenceService
 from onnxaccel.serve.grpc_messages import SERVICE, messages
+from onnxaccel.serve.security import grpc_auth_interceptor, grpc_credentials
 from onnxaccel.serve.protocol import (
-    DATATYPES, InferRequest, ProtocolError, RequestedOutput, bad_request, datatype_of, element_count, from_bytes,
-    to_bytes,
+    DATATYPES, InferRequest, ProtocolError, RequestedOutput, bad_request, check_shape, datatype_of, element_count,
+    from_bytes, to_bytes,
 )
 
 #: InferTensorContents field for each datatype (open_inference_grpc.proto comments on each field).
@@ -51,6 +52,7 @@ def decode_grpc_request(msg) -> InferRequest:
                               f"{', '.join(DATATYPES)}.")
         if any(d < 0 for d in shape):
             raise bad_request(f"Input '{name}' has a negative dimension in shape {list(shape)}.")
+        check_shape(shape, name)
         if name in request.inputs:
             raise bad_request(f"Input '{name}' appears twice in the request.")
         if raw:
@@ -61,8 +63,40 @@ def decode_grpc_request(msg) -> InferRequest:
             request.inputs[name] = _from_contents(tensor, datatype, shape)
         request.datatypes[name] = datatype
     if msg.outputs:
-        request.outputs = [RequestedOutput(o.name) for o in msg.outputs]
+        names = dict.fromkeys(o.name for o in msg.outputs)  # each output once, in the order first asked
+        request.outputs = [RequestedOutput(name) for name in names]
     return request
+
+
+def _load_parameter_names(request) -> dict:
+    """The names of a RepositoryModelLoadRequest's ``parameters`` (field 3 of Triton's grpc_service.proto, a map
+    of ModelRepositoryParameter; the vendored descriptor leaves it out, so it arrives as an unknown field: each
+    map entry is a message whose field 1 is the key)."""
+    try:
+        from google.protobuf.unknown_fields import UnknownFieldSet
+    except ImportError:  # protobuf < 4.22: nothing to inspect, the load goes on as before
+        return {}
+    names = {}
+    for field in UnknownFieldSet(request):
+        if field.field_number != 3 or not isinstance(field.data, bytes):
+            continue
+        names[_map_key(field.data) or "parameters"] = None
+    return names
+
+
+def _map_key(entry: bytes) -> str:
+    """Field 1 (a length-delimited string) of a serialized map entry, or '' when it is not there first."""
+    if len(entry) < 2 or entry[0] != 0x0A:
+        return ""
+    length, offset, shift = 0, 1, 0
+    while offset < len(entry):
+        byte = entry[offset]
+        length |= (byte & 0x7F) << shift
+        offset += 1
+        shift += 7
+        if not byte & 0x80:
+            break
+    return entry[offset:offset + length].decode(errors="replace")
 
 
 def _from_contents(tensor, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -99,9 +133,11 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
     m = messages()
     limit = service.config.max_request_bytes
     # grpc answers RESOURCE_EXHAUSTED itself for messages above max_receive_message_length.
+    config = service.config
+    interceptors = [grpc_auth_interceptor(config.auth_token)] if config.auth_token else []
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", max(limit, 256 * 1024 * 1024)),
-                                      ("grpc.so_reuseport", 1 if reuse_port else 0)])
+                                      ("grpc.so_reuseport", 1 if reuse_port else 0)], interceptors=interceptors)
     codes = grpc.StatusCode
 
     async def guarded(context, call):
@@ -146,6 +182,7 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
         name = request.triton_model_name or request.model_name
 
         async def call():
+            service.check_load_parameters(name, _load_parameter_names(request))
             await service.load(name)
             return m.RepositoryModelLoadResponse(model_name=name, isLoaded=True)
         return await guarded(context, call)
@@ -188,5 +225,6 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
         for name, (fn, req) in rpcs.items()
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-    port = server.add_insecure_port(address)
+    credentials = grpc_credentials(config)
+    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     return server, port

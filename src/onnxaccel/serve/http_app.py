@@ -22,12 +22,17 @@ import zlib
 
 from onnxaccel.errors import MissingDependencyError
 from onnxaccel.serve.core import InferenceService
-from onnxaccel.serve.protocol import HEADER_LENGTH, ProtocolError, decode_http_request, encode_http_response
+from onnxaccel.serve.protocol import (
+    HEADER_LENGTH, ProtocolError, decode_http_request, encode_http_response, parse_json,
+)
+from onnxaccel.serve.security import HttpGuard
 
 _ERROR = {"content": {"application/json": {"schema": {"type": "object", "properties": {"error": {"type": "string"}},
                                                       "required": ["error"]}}}}
 ERRORS = {400: {"description": "Bad request", **_ERROR}, 404: {"description": "Unknown model or version", **_ERROR},
           503: {"description": "Not ready, shutting down, or overloaded", **_ERROR}}
+CONTROL_ERRORS = {**ERRORS, 403: {"description": "The repository control API is off (--model-control explicit "
+                                                 "turns it on)", **_ERROR}}
 INFER_ERRORS = {**ERRORS, 413: {"description": "Request too large", **_ERROR},
                 429: {"description": "The model's queue is full", **_ERROR}}
 _TENSOR = {"type": "object", "required": ["name", "shape", "datatype"], "properties": {
@@ -61,6 +66,8 @@ def create_app(service: InferenceService):
                               "statistics and model configuration extensions.")
     limit = service.config.max_request_bytes
     app.add_middleware(InferRoute, service=service)
+    # Added last, so outermost: auth, body limits, in-flight budget and body timeout come before any route.
+    app.add_middleware(HttpGuard, config=service.config)
 
     @app.exception_handler(ProtocolError)
     async def protocol_error(_request, exc: ProtocolError):
@@ -111,22 +118,19 @@ def create_app(service: InferenceService):
 
     @app.post("/v2/repository/index", responses=ERRORS, tags=["repository"])
     async def repository_index(request: Request):
-        body = await request.body()
-        ready_only = False
-        if body.strip():
-            try:
-                doc = json.loads(body)
-            except json.JSONDecodeError as exc:
-                raise ProtocolError(400, f"The request body is not valid JSON: {exc}.") from None
-            ready_only = bool(doc.get("ready", False)) if isinstance(doc, dict) else False
+        doc = _json_body(await request.body())
+        ready_only = bool(doc.get("ready", False)) if isinstance(doc, dict) else False
         return service.repository.index(ready_only)
 
-    @app.post("/v2/repository/models/{model_name}/load", responses=ERRORS, tags=["repository"])
-    async def repository_load(model_name: str):
+    @app.post("/v2/repository/models/{model_name}/load", responses=CONTROL_ERRORS, tags=["repository"])
+    async def repository_load(model_name: str, request: Request):
+        doc = _json_body(await request.body())
+        params = doc.get("parameters") if isinstance(doc, dict) else None
+        service.check_load_parameters(model_name, params if isinstance(params, dict) else {})
         await service.load(model_name)
         return {}
 
-    @app.post("/v2/repository/models/{model_name}/unload", responses=ERRORS, tags=["repository"])
+    @app.post("/v2/repository/models/{model_name}/unload", responses=CONTROL_ERRORS, tags=["repository"])
     async def repository_unload(model_name: str):
         await service.unload(model_name)
         return {}
@@ -136,6 +140,7 @@ def create_app(service: InferenceService):
         label = service.metric_label(model_name)
         try:
             body = await _read_body(request, limit)
+            _check_json_size(body, request.headers.get(HEADER_LENGTH), service.config.max_json_bytes)
             infer_request = decode_http_request(model_name, model_version, body,
                                                 request.headers.get(HEADER_LENGTH))
             outputs, version = await service.infer(infer_request)
@@ -179,6 +184,23 @@ async def _read_body(request, limit: int) -> bytes:
             raise ProtocolError(413, f"The request body exceeds {limit} bytes (--max-request-mb).")
         chunks.append(chunk)
     return _inflate(b"".join(chunks), request.headers.get("content-encoding", ""), limit)
+
+
+def _json_body(body: bytes) -> object:
+    """A control route's optional JSON body (empty: None); 400 when it does not parse."""
+    return parse_json(body) if body.strip() else None
+
+
+def _check_json_size(body, header_length: str | None, limit: int) -> None:
+    """413 for a JSON part over ``limit`` (--max-json-mb): parsed JSON numbers take about ten times their text
+    (a 62 MB body of zeros grew the server by 690 MB), binary tensors cost only their bytes."""
+    size = len(body)
+    if header_length is not None and header_length.strip().isdigit():
+        size = min(size, int(header_length))
+    if size > limit:
+        raise ProtocolError(413, f"The JSON part of the request is {size} bytes; this server parses at most {limit} "
+                            "bytes of JSON (--max-json-mb). Send large tensors as binary data (Triton's binary "
+                            "tensor extension: tritonclient's binary_data=True).")
 
 
 def _check_declared(declared: str | None, limit: int) -> None:
@@ -235,6 +257,7 @@ class InferRoute:
                 headers[key.decode()] = value.decode("latin-1")
         try:
             body = await self._body(receive, headers)
+            _check_json_size(body, headers.get(HEADER_LENGTH.lower()), service.config.max_json_bytes)
             request = decode_http_request(model_name, model_version, body, headers.get(HEADER_LENGTH.lower()))
             outputs, version = await service.infer(request)
             content, out_headers = encode_http_response(request, version, outputs)

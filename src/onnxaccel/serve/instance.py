@@ -5,6 +5,12 @@ session per padded size, bound and page-locked buffers, graph capture).
 A model batches dynamically when every input and every output has a variable first axis (a dim_param or
 unknown, as exporters write a dynamic batch): requests are then joined along axis 0 and the outputs split
 back by the same row counts. A model with a fixed first axis runs each request as sent.
+
+Other dynamic axes (a sequence length, an image's height and width): without shape buckets each request runs at
+its own shape and joins only requests of the same shape (the batcher's key is the trailing shape). With
+``shape_buckets`` (engines/buckets.py) each request is padded to the smallest bucket that fits (:meth:`fit`),
+so requests of one bucket join, and its outputs are cropped back (:meth:`crop`); every bucket is run once at
+load (:meth:`warm_buckets`) so no request pays for a compile or a kernel search.
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaccel.engines import Runner
+from onnxaccel.engines.buckets import ShapeBuckets
 from onnxaccel.engines.pool import RunnerPool
+from onnxaccel.errors import InputError
 from onnxaccel.model import Model
 from onnxaccel.serve.config import ModelConfig
-from onnxaccel.serve.protocol import InferRequest
+from onnxaccel.serve.protocol import InferRequest, bad_request
 from onnxaccel.serve.signature import ModelSignature
 from onnxaccel.target import Target
 
@@ -72,6 +80,10 @@ class ModelInstance:
     #: Per instance, a session per padded batch size; empty: one session.
     size_runners: list[dict[int, Runner]] = field(default_factory=list)
     pool: RunnerPool | None = None
+    #: Sizes of the model's symbolic dims each request is padded up to (None: requests run at their shapes).
+    shape_buckets: ShapeBuckets | None = None
+    #: Per bucket label, the seconds its warm-up runs took (compile or kernel search included).
+    bucket_warm_s: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.batching = has_batch_axis(self.model) and self.config.max_batch > 1
@@ -180,6 +192,59 @@ class ModelInstance:
         """The share of padding in a batch of ``rows`` run at its padded size (0 without padded sizes)."""
         padded = self.pool.bucket(rows)
         return (padded - rows) / padded if padded else 0.0
+
+    def fit(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], tuple | None]:
+        """``feeds`` padded to their shape bucket, and what :meth:`crop` needs to cut the outputs back (None
+        without buckets). A request that fits no bucket is a 400 naming the buckets."""
+        if self.shape_buckets is None:
+            return feeds, None
+        try:
+            bucket, actual = self.shape_buckets.bucket_for(self.model, feeds)
+        except InputError as exc:
+            raise bad_request(f"Model '{self.config.name}': {exc.message} {exc.hint}".strip()) from None
+        return self.shape_buckets.pad(self.model, feeds, bucket), (bucket, actual)
+
+    def crop(self, outputs: dict[str, np.ndarray], fitted: tuple | None) -> dict[str, np.ndarray]:
+        """One request's outputs cut back from its bucket to its own sizes (as they are without buckets)."""
+        if fitted is None or self.shape_buckets is None:
+            return outputs
+        bucket, actual = fitted
+        return self.shape_buckets.crop(self.model, outputs, bucket, actual)
+
+    def warm_buckets(self) -> dict[str, float]:
+        """Run every shape bucket once on every instance at every padded batch size (in the instances' threads),
+        so the first request of a bucket pays no compile (MIGraphX, TensorRT) or kernel search (cuDNN); the
+        seconds per bucket. Axes neither bucketed nor batch take the compile shapes' sizes."""
+        if self.shape_buckets is None:
+            return {}
+        sizes = self.buckets or (1,)
+        for bucket in self.shape_buckets.sizes:
+            start = time.perf_counter()
+            for size in sizes:
+                feeds = self._bucket_feeds(bucket, size)
+                for index in range(len(self.runners)):
+                    self.pool.submit(index, self.pool.run, index, feeds).result()
+            self.bucket_warm_s[self.shape_buckets.label(bucket)] = time.perf_counter() - start
+        return dict(self.bucket_warm_s)
+
+    def _bucket_feeds(self, bucket: Sequence[int], rows: int) -> dict[str, np.ndarray]:
+        """Zero feeds at ``bucket`` with ``rows`` on the batch axis (zeros: an attention mask of no tokens)."""
+        value = dict(zip(self.shape_buckets.dims, bucket))
+        feeds = {}
+        for spec in self.model.inputs:
+            compiled = self.model.input_shapes.get(spec.name, ())
+            shape = []
+            for axis, dim in enumerate(spec.shape or ()):
+                if isinstance(dim, int):
+                    shape.append(dim)
+                elif axis == 0 and self.batching:
+                    shape.append(rows)
+                elif f"{spec.name}:{axis}" in value or dim in value:
+                    shape.append(int(value.get(f"{spec.name}:{axis}", value.get(dim))))
+                else:
+                    shape.append(int(compiled[axis]) if axis < len(compiled) else 1)
+            feeds[spec.name] = np.zeros(shape, dtype=np.dtype(spec.dtype))
+        return feeds
 
     def warm_up(self) -> list[int]:
         """Run every padded batch size once on every instance, so no request pays for a kernel search."""

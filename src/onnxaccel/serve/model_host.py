@@ -40,7 +40,7 @@ from onnxaccel.serve.model_link import FRAME, HELLO, pack
 from onnxaccel.serve.processes import die_with_parent, name_process
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import ModelRepository
-from onnxaccel.serve.server import _set_gpu_wait
+from onnxaccel.serve.server import _set_gpu_wait, require_a_model
 from onnxaccel.target import Target
 
 logger = logging.getLogger(__name__)
@@ -139,6 +139,7 @@ class ModelHost:
         self.repository.require_models()
         _set_gpu_wait(self.model_defaults.get("target"), self.config.gpu_wait)
         await self.repository.load_all()
+        require_a_model(self.repository, self.config.allow_unavailable)
         self._release_gil_in_joins()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

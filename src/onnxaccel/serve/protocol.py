@@ -51,7 +51,8 @@ def datatype_of(dtype: np.dtype | str) -> str:
 class ProtocolError(Exception):
     """A request the server refuses: an HTTP status, the matching gRPC status name, and a message."""
 
-    GRPC = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 413: "RESOURCE_EXHAUSTED", 429: "RESOURCE_EXHAUSTED",
+    GRPC = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+            408: "DEADLINE_EXCEEDED", 413: "RESOURCE_EXHAUSTED", 429: "RESOURCE_EXHAUSTED",
             503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED", 500: "INTERNAL"}
 
     def __init__(self, status: int, message: str, *, retry_after: float | None = None):
@@ -118,10 +119,7 @@ def decode_http_request(model_name: str, model_version: str, body: bytes | memor
         head, binary = view[:json_length], view[json_length:]
     else:
         head, binary = view, view[:0]
-    try:
-        doc = json.loads(bytes(head))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise bad_request(f"The request body is not valid JSON: {exc}.") from None
+    doc = parse_json(bytes(head))
     if not isinstance(doc, dict):
         raise bad_request("The request body must be a JSON object with an 'inputs' list.")
     request = InferRequest(model_name=model_name, model_version=model_version)
@@ -161,6 +159,34 @@ def decode_http_request(model_name: str, model_version: str, body: bytes | memor
     return request
 
 
+def parse_json(text: bytes) -> object:
+    """JSON text -> object; 400 when it is not JSON or nests too deep for the parser (RecursionError: 100,000
+    nested '[' was a 500)."""
+    try:
+        return json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise bad_request(f"The request body is not valid JSON: {exc}.") from None
+    except RecursionError:
+        raise bad_request("The request body's JSON nests too deep; tensor data is at most as deep as its shape "
+                          "(flat lists are fine).") from None
+
+
+#: Largest element count of one tensor: numpy refuses arrays whose byte size passes the address space
+#: ("array is too big"), which was a 500; no tensor a request can carry comes near it.
+MAX_ELEMENTS = 2**48
+
+
+def check_shape(shape: tuple[int, ...], name: str) -> None:
+    """400 for a shape whose element count (zero-sized dimensions counted as 1) overflows what an array may
+    hold: [4611686018427387904, 0, 224, 224] has 0 elements but no array can take that shape."""
+    count = 1
+    for dim in shape:
+        count *= max(dim, 1)
+        if count > MAX_ELEMENTS:
+            raise bad_request(f"Input '{name}' has shape {list(shape)}, whose dimensions multiply past "
+                              f"{MAX_ELEMENTS} elements; no tensor of this server can be that large.")
+
+
 def _tensor_header(item: object, where: str) -> tuple[str, str, tuple[int, ...], dict]:
     if not isinstance(item, dict):
         raise bad_request(f"{where} must be a JSON object with name, shape, datatype and data.")
@@ -175,6 +201,7 @@ def _tensor_header(item: object, where: str) -> tuple[str, str, tuple[int, ...],
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                               for d in shape):
         raise bad_request(f"Input '{name}' needs a 'shape' list of non-negative integers, got {shape!r}.")
+    check_shape(tuple(shape), name)
     params = _parameters(item.get("parameters"), f"input '{name}'")
     _check_unsupported(params, f"input '{name}'")
     return name, datatype, tuple(shape), params
@@ -206,10 +233,13 @@ def _requested_outputs(value: object) -> list[RequestedOutput] | None:
         return None
     if not isinstance(value, list):
         raise bad_request("'outputs' must be a list of objects with a 'name'.")
-    out = []
+    out, seen = [], set()
     for index, item in enumerate(value):
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise bad_request(f"outputs[{index}] needs a 'name' string.")
+        if item["name"] in seen:  # each output comes back once, as over gRPC (one entry per name)
+            continue
+        seen.add(item["name"])
         params = _parameters(item.get("parameters"), f"output '{item['name']}'")
         _check_unsupported(params, f"output '{item['name']}'")
         if "classification" in params:

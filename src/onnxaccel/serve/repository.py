@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onnxaccel.errors import OnnxAccelError, UsageError
+from onnxaccel.engines.buckets import BucketedRunner, ShapeBuckets, compiles_per_shape
+from onnxaccel.errors import OnnxAccelError, ShapeError, UsageError
 from onnxaccel.model import ZOO_PREFIX, load_model
 from onnxaccel.engines import Runner
 from onnxaccel.pipeline import BoundModel, ConvertedModel, RunnerFromVariant
@@ -56,14 +57,19 @@ class ModelEntry:
 
 def load_instance(config: ModelConfig) -> ModelInstance:
     """Compile ``config.instances`` runners of the model, each in the thread that will run it, from one bound and
-    converted model (blocking; call it in a thread)."""
+    converted model (blocking; call it in a thread). With shape buckets, every bucket is warmed here."""
     start = time.perf_counter()
     model = load_model(config.source)
+    buckets = config.buckets()
+    if buckets is not None:
+        buckets.validate(model)
     target, notes = config.resolved_target(
         graph_ok=graph_capture_possible(model) and config.max_batch > 1 and config.session_per_batch_size)
     warnings = list(notes)
-    bound = BoundModel(model, _compile_shapes(model, config.shape_bindings()) or None, batch=1)
+    bound = BoundModel(model, _compile_shapes(model, config.shape_bindings(), buckets) or None, batch=1)
     compile_runner = RunnerFromVariant(ConvertedModel(bound, target))
+    if buckets is not None and compiles_per_shape(target):
+        compile_runner = _bucketed(model, target, buckets, config.shape_bindings())
 
     def make() -> Runner:  # in an instance's run thread (engines.pool.RunnerPool.build)
         runner = compile_runner()
@@ -71,6 +77,7 @@ def load_instance(config: ModelConfig) -> ModelInstance:
         return runner
 
     instance = ModelInstance.start(config, bound(), target, make, warnings)
+    instance.shape_buckets = buckets
     try:
         instance.warm_up()
     except Exception as exc:  # noqa: BLE001 - a model that cannot run at a padded size serves unpadded
@@ -81,20 +88,58 @@ def load_instance(config: ModelConfig) -> ModelInstance:
                              f"Serve it without {option} in the target.") from None
         instance.buckets = ()
         instance.warnings.append(f"batch padding disabled: warm-up failed ({exc})")
+    if buckets is not None:
+        _warm_buckets(instance, buckets)
     instance.load_seconds = time.perf_counter() - start
     return instance
 
 
-def _compile_shapes(model, given: dict) -> dict:
-    """Shapes to compile with: the config's, plus 1 for every other unnamed dynamic dim. A server takes any
-    size on such axes per request; the binding only gives the compile the shapes of its warm-up feeds."""
+def _bucketed(model, target, buckets: ShapeBuckets, given: dict) -> Callable[[], Runner]:
+    """On a target that compiles per input shape (MIGraphX EP and native, TensorRT, CUDA's per-shape algorithm
+    search), each runner of the pool is a BucketedRunner: a session per shape bucket, compiled at the bucket's
+    sizes. Requests reach it already padded to their bucket, so it only picks the bucket's session; a session
+    thus never sees a second sequence length (the MIGraphX EP would recompile on every change of bucket:
+    ROCm/onnxruntime migraphx_execution_provider.cc at 6ac4f7666aa4, cited in engines/buckets.py). With the
+    pool's session per padded batch size, every (batch size, bucket) pair has a session of its own."""
+    others = {k: v for k, v in given.items() if k not in buckets.dims} or None
+
+    def compile(bound_model):
+        return RunnerFromVariant(ConvertedModel(bound_model, target))()
+
+    return lambda: BucketedRunner(model, target, buckets, compile, batch=1, shapes=others)
+
+
+def _warm_buckets(instance: ModelInstance, buckets: ShapeBuckets) -> None:
+    """Warm every shape bucket; a bucket the model cannot run is a load failure naming it (not a 500 later)."""
+    try:
+        seconds = instance.warm_buckets()
+    except Exception as exc:  # noqa: BLE001 - reported as the model's load failure
+        instance.close()
+        raise UsageError(f"Model '{instance.config.name}': a shape bucket of {buckets.describe()} failed at warm-up: "
+                         f"{exc}", "Choose bucket sizes the model accepts (e.g. multiples of its stride).") from None
+    instance.warnings.append(f"{instance.config.name}: shape buckets {buckets.describe()} warmed ("
+                             + ", ".join(f"{label} {s * 1e3:.0f} ms" for label, s in seconds.items()) + ")")
+
+
+def _compile_shapes(model, given: dict, buckets: ShapeBuckets | None = None) -> dict:
+    """Shapes to compile with: the config's, the smallest bucket for bucketed dims, and for every other
+    symbolic dim the model's own default (zoo metadata) or else 1. A server takes any size on such axes per
+    request; the binding only gives the compile (and the warm-up feeds) a shape."""
     shapes = dict(given)
-    named = {d for s in model.inputs for d in (s.shape or ()) if isinstance(d, str)}
+    if buckets is not None:
+        shapes.update({d: v for d, v in buckets.bindings_for(model, buckets.sizes[0]).items() if d not in shapes})
+    try:
+        model.bind(shapes or None, batch=1)
+        return shapes
+    except ShapeError:  # symbolic dims with no default: bind them to 1 (per input, full shapes)
+        pass
+    named = {k: v[0] for k, v in shapes.items() if k not in {s.name for s in model.inputs}}
     for spec in model.inputs:
         if spec.name in shapes or spec.shape is None:
             continue
-        if any(d is None for d in spec.shape[1:]) and not named & set(given):
-            shapes[spec.name] = tuple(d if isinstance(d, int) else 1 for d in spec.shape)
+        if any(not isinstance(d, int) for d in spec.shape[1:]):
+            shapes[spec.name] = tuple(d if isinstance(d, int) else int(named.get(d, 1)) if axis else 1
+                                      for axis, d in enumerate(spec.shape))
     return shapes
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -25,7 +27,8 @@ from onnxaccel.serve.grpc_service import create_grpc_server
 from onnxaccel.serve.http_app import create_app
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.model_link import RemoteRepository
-from onnxaccel.serve.repository import ModelRepository
+from onnxaccel.serve.repository import READY, ModelRepository
+from onnxaccel.serve.security import http_protocol_class, uvicorn_tls
 from onnxaccel.serve.telemetry_bridge import gpu_source
 from onnxaccel.target import parse_target
 
@@ -157,15 +160,22 @@ class InferenceServer:
         http = uvicorn.Config(create_app(service), host=self.config.host, port=self.config.http_port,
                               log_level=self.config.log_level, access_log=False, lifespan="off",
                               limit_concurrency=self.config.max_connections, timeout_graceful_shutdown=5,
-                              timeout_keep_alive=30)
+                              timeout_keep_alive=self.config.keep_alive_s,
+                              http=http_protocol_class(self.config.header_timeout_s, self.config.max_header_bytes),
+                              h11_max_incomplete_event_size=self.config.max_header_bytes,
+                              **uvicorn_tls(self.config))
         http_server = _QuietSignalsServer(http)
+        # Bound here, not by uvicorn: uvicorn reports a port in use by logging and sys.exit(3) inside its task
+        # (uvicorn/server.py startup), which escapes the event loop as two tracebacks.
+        http_socket = self.http_socket if worker else listen_socket(self.config.host, self.config.http_port)
         grpc_server = None
         if self.config.grpc_port is not None:
-            grpc_server, self.grpc_port = create_grpc_server(service, f"{self.config.host}:{self.config.grpc_port}",
-                                                             reuse_port=worker)
-            if self.grpc_port == 0:
-                raise UsageError(f"Cannot listen for gRPC on {self.config.host}:{self.config.grpc_port}.",
-                                 "Pick another --grpc-port, or --grpc-port 0 to turn gRPC off.")
+            try:
+                grpc_server, self.grpc_port = self._grpc(service, worker)
+            except BaseException:
+                if not worker:
+                    http_socket.close()
+                raise
             await grpc_server.start()
 
         loop = asyncio.get_running_loop()
@@ -173,7 +183,7 @@ class InferenceServer:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_drain)
 
-        http_task = asyncio.ensure_future(http_server.serve(sockets=[self.http_socket] if worker else None))
+        http_task = asyncio.ensure_future(http_server.serve(sockets=[http_socket]))
         while not http_server.started and not http_task.done():
             await asyncio.sleep(0.02)
         if http_task.done():  # could not bind: uvicorn logs and exits
@@ -184,11 +194,12 @@ class InferenceServer:
             raise UsageError(f"Cannot listen for HTTP on {self.config.host}:{self.config.http_port}.",
                              "Pick another --http-port (is another server running?).")
         self.http_port = http_server.servers[0].sockets[0].getsockname()[1]
-        if not worker:
-            await service.load_all()
-        if self.on_ready is not None:
-            self.on_ready(self)
         try:
+            if not worker:
+                await service.load_all()
+            self._require_a_model(repository)
+            if self.on_ready is not None:
+                self.on_ready(self)
             await self._stop.wait()
             self.drained = await service.drain(self.config.drain_timeout_s)
         finally:
@@ -199,6 +210,29 @@ class InferenceServer:
             await repository.close()
             stop_gpu()
         return self.result()
+
+    def _grpc(self, service: InferenceService, worker: bool):
+        """The gRPC server and its port; a port in use is a UsageError naming it (grpc raises a RuntimeError)."""
+        address = f"{self.config.host}:{self.config.grpc_port}"
+        if not worker and self.config.grpc_port:  # checked first: grpc's C core logs its own bind error to stderr
+            listen_socket(self.config.host, self.config.grpc_port, "gRPC", "--grpc-port").close()
+        try:
+            server, port = create_grpc_server(service, address, reuse_port=worker)
+        except RuntimeError as exc:
+            if "bind" not in str(exc).lower():
+                raise
+            port = 0
+        if port == 0:  # grpc.aio's add_insecure_port returns 0 (or raises) when it cannot bind
+            raise port_in_use("gRPC", self.config.host, self.config.grpc_port, "--grpc-port")
+        return server, port
+
+    def _require_a_model(self, repository) -> None:
+        """A server (or a worker of several with its own models) whose every model failed to load stops with
+        their reasons, unless ``allow_unavailable``: a server answering only 503 looks healthy to a process
+        supervisor while serving nothing. With --shared-models the model process checks (model_host.py)."""
+        if self.config.model_socket:
+            return
+        require_a_model(repository, self.config.allow_unavailable)
 
     def request_drain(self) -> None:
         """Ask the running server to stop accepting work and drain."""
@@ -212,6 +246,43 @@ class InferenceServer:
         warnings = [w for e in service.repository.entries.values() for w in e.warnings] if service else []
         grpc = f"{self.config.host}:{self.grpc_port}" if self.grpc_port else None
         return ServeResult(f"http://{self.config.host}:{self.http_port}", grpc, models, self.drained, warnings)
+
+
+def require_a_model(repository, allow_unavailable: bool) -> None:
+    """A UsageError with every model's reason when none loaded, unless ``allow_unavailable``."""
+    entries = list(repository.entries.values())
+    if allow_unavailable or not entries or any(e.state == READY for e in entries):
+        return
+    reasons = "; ".join(f"{e.name}: {e.reason}" for e in entries)
+    raise UsageError(f"No model could be loaded, so the server stops. {reasons}",
+                     "Fix the model(s) above, or pass --allow-unavailable to serve anyway (the models answer 503 "
+                     "until loaded through POST /v2/repository/models/NAME/load with --model-control explicit).")
+
+
+def port_in_use(protocol: str, host: str, port: int, option: str) -> UsageError:
+    """The one-line error for a port another process holds: which, and how to choose another."""
+    return UsageError(f"The {protocol} port {host}:{port} is in use (another server running?); choose another "
+                      f"with {option} PORT, or {option} 0 for any free port.")
+
+
+def listen_socket(host: str, port: int, protocol: str = "HTTP", option: str = "--http-port") -> socket.socket:
+    """A listening TCP socket on host:port, as uvicorn binds it (SO_REUSEADDR, IPv6 for an IPv6 host); a port in
+    use is a UsageError naming it."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family = infos[0][0] if infos else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(infos[0][4] if infos else (host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            raise port_in_use(protocol, host, port, option) from None
+        raise UsageError(f"Cannot listen for {protocol} on {host}:{port}: {exc.strerror or exc}.",
+                         f"Check --host and {option}.") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _quiet_server_class():

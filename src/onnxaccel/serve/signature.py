@@ -77,6 +77,8 @@ class ModelSignature:
             "instance_group": [{"name": self.config.name, "count": self.config.instances,
                                 "kind": "KIND_GPU" if self.gpu else "KIND_CPU"}],
         }
+        if self.config.shape_buckets:  # model_config.proto "parameters": map<string, ModelParameter{string_value}>
+            config["parameters"] = {"shape_buckets": {"string_value": str(self.config.shape_buckets)}}
         if self.batching:
             config["dynamic_batching"] = {
                 "max_queue_delay_microseconds": int(self.config.max_queue_delay_ms * 1000)}

@@ -60,6 +60,55 @@ def _bind(host: str, port: int, *, what: str, hint: str, reuse_port: bool = Fals
     return sock
 
 
+#: The file naming the supervisor that made a temporary folder; a later start removes the folder once that
+#: process is gone (a SIGKILLed supervisor runs no cleanup of its own).
+OWNER_FILE = "owner.pid"
+STALE_PREFIXES = ("onnxaccel-metrics-", "onnxaccel-models-")
+
+
+def owned_tempdir(prefix: str, where: str | None = None) -> str:
+    """A private temporary folder with OWNER_FILE naming this process."""
+    path = tempfile.mkdtemp(prefix=prefix, dir=where)
+    with open(os.path.join(path, OWNER_FILE), "w") as out:
+        out.write(str(os.getpid()))
+    return path
+
+
+def reap_stale_dirs(where: str | None = None) -> list[str]:
+    """Remove the temporary folders of supervisors that died without cleaning up (this user's, whose owner pid
+    no longer runs); the removed paths."""
+    removed = []
+    for root in {where or tempfile.gettempdir(), "/tmp"}:
+        try:
+            names = os.listdir(root)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(root, name)
+            if not name.startswith(STALE_PREFIXES) or not _owner_gone(path):
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _owner_gone(path: str) -> bool:
+    try:
+        if os.stat(path).st_uid != os.getuid():
+            return False
+        with open(os.path.join(path, OWNER_FILE)) as handle:
+            pid = int(handle.read().strip())
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def _bind_http(host: str, port: int) -> socket.socket:
     """The listening socket every worker accepts from."""
     sock = _bind(host, port, what="HTTP", hint="Pick another --http-port (is another server running?).")
@@ -133,7 +182,8 @@ class WorkerPool:
             except UsageError:
                 self.http.close()
                 raise
-        self.metrics_dir = tempfile.mkdtemp(prefix="onnxaccel-metrics-")
+        reap_stale_dirs()
+        self.metrics_dir = owned_tempdir("onnxaccel-metrics-")
         self._previous_env = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
         # In the environment before any worker starts: prometheus_client picks its storage at import.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.metrics_dir
@@ -144,10 +194,10 @@ class WorkerPool:
         if config.shared_models:
             # A private folder (mode 0700: the socket carries pickles, so only this user may connect). Unix
             # socket paths are limited to 107 bytes (sun_path): a long TMPDIR falls back to /tmp.
-            self.socket_dir = tempfile.mkdtemp(prefix="onnxaccel-models-")
+            self.socket_dir = owned_tempdir("onnxaccel-models-")
             if len(os.path.join(self.socket_dir, "models.sock")) > 100:
-                os.rmdir(self.socket_dir)
-                self.socket_dir = tempfile.mkdtemp(prefix="oa-", dir="/tmp")
+                shutil.rmtree(self.socket_dir, ignore_errors=True)
+                self.socket_dir = owned_tempdir("onnxaccel-models-", "/tmp")
             self.worker_config = replace(self.worker_config, model_socket=os.path.join(self.socket_dir, "models.sock"))
         self.processes: dict[int, multiprocessing.Process] = {}
         self.ready_reports: dict[int, dict] = {}

@@ -153,3 +153,13 @@ class CacheUse:
         key = self.key
         return {"entry": str(key.entry) if key else None, "digest": key.digest if key else None, "hit": self.hit,
                 "seconds": self.seconds, "key": key.to_dict() if key else None, "notes": self.notes}
+
+
+def bucket_cache_keys(model: Model, target: Target, buckets, *, batch: int | None = None,
+                      runtime: dict[str, str] | None = None, host: str | None = None) -> dict[str, CompileKey]:
+    """Per shape bucket (engines/buckets.py ShapeBuckets), the key its program is cached under: each bucket's
+    model is bound at the bucket's sizes, and the bound shapes are part of every key, so each bucket compiles
+    once and is found again by its own entry."""
+    from onnxaccel.engines.buckets import bucket_models  # engines below transform: no cycle
+    return {buckets.label(b): cache_key(m, target, runtime=runtime, host=host)
+            for b, m in bucket_models(model, buckets, batch=batch).items()}

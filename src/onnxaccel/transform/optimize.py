@@ -33,9 +33,11 @@ from onnxaccel.precision.int8 import Int8Settings, needs_reduce_range, quantized
 from onnxaccel.target import NATIVE_PRECISION, Target
 from onnxaccel.transform import graph
 from onnxaccel.transform.amp import auto_mixed_precision
+from onnxaccel.transform.data_shapes import data_shapes
 from onnxaccel.transform.evaluate import model_at
 from onnxaccel.transform.files import OPTIMIZED_FROM_KEY, check_output_path
 from onnxaccel.transform.gate import CPU, DivergenceFinder, Gate, gate_samples, need_finder
+from onnxaccel.transform.embed_preprocess import embed_into_file
 from onnxaccel.transform.gate_report import accuracy_and_timing, loads_here, native_precision
 from onnxaccel.transform.int8 import quantize_dynamic_proto, quantize_static_proto
 from onnxaccel.transform.opset import convert_opset, default_opset, set_ir_version
@@ -78,6 +80,8 @@ class OptimizeOptions:
     #: The FP32 gate, for --native runs judged on the graph only (the provider is not here).
     graph_gate: GateSpec = field(default_factory=lambda: GateSpec(atol=1e-4, rtol=1e-3))
     compile_cache: bool = True
+    #: ``--embed-preprocess``: a preset to embed into the image input after the gate (transform/embed_preprocess.py).
+    embed_preprocess: str | None = None
 
     @property
     def precision(self) -> str:
@@ -97,9 +101,13 @@ def optimize(source: str | Model, options: OptimizeOptions,
     if options.amp:
         need_finder(find_divergence)  # before any work: AMP cannot search without it
     output = check_output_path(model.path, options.output, force=options.force)
-    bound = model.bind(options.shapes, batch=options.batch)
+    from_data = _data_bindings(model, options)
+    bound = model.bind({**from_data, **options.shapes}, batch=options.batch)
     target = options.target
     report = OptimizeReport(model.source, str(output), str(target), ModelSummary.of(model.path, model.proto))
+    if from_data:
+        report.notes.append(f"shapes from {options.eval_data or options.calibration}: " + ", ".join(
+            f"{k}={'x'.join(map(str, v))}" for k, v in from_data.items()) + " (--shape overrides)")
     proto = onnx.load(str(model.path))
     if (named := name_unnamed_nodes(proto)):
         report.notes.append(f"named {named} unnamed node(s) <OpType>_<index> so reports and block lists can refer "
@@ -114,6 +122,12 @@ def optimize(source: str | Model, options: OptimizeOptions,
             proto, reference = _opset_first(proto, bound, options, steps, Path(tmp))
         _transform_and_gate(proto, model, bound, reference, output, options, find_divergence, steps)
     return report
+
+
+def _data_bindings(model: Model, options: OptimizeOptions) -> dict[str, tuple[int, ...]]:
+    """Input shapes from the --eval-data (else --calibration) arrays, for what --shape leaves open
+    (docs/SHAPES.md, step 2 of the resolution order)."""
+    return data_shapes(options.eval_data or options.calibration, model, options.shapes, options.batch)
 
 
 def _transform_and_gate(proto, model: Model, bound: Model, reference: Model, output: Path,
@@ -135,6 +149,19 @@ def _transform_and_gate(proto, model: Model, bound: Model, reference: Model, out
     report.after = ModelSummary.of(output, proto)
 
     accuracy_and_timing(report, gate, output, options)
+    if options.embed_preprocess:
+        _embed(output, options, report)
+
+
+def _embed(output: Path, options: OptimizeOptions, report: OptimizeReport) -> None:
+    """Embed the preprocessing preset into the written model (after the gate, which compares float inputs) and
+    record it; the embedding checks itself against host preprocessing (embed_into_file)."""
+    done, worst = embed_into_file(output, options.embed_preprocess, seed=options.seed)
+    report.embedded_preprocess = {**done.to_dict(), "max_abs_diff_vs_host": worst}
+    report.notes.append(f"embedded preprocessing: {done.describe()}; equal to host preprocessing on random uint8 "
+                        f"pixels (max |diff| {worst:.2g}). The accuracy gate and timings above are of the model "
+                        "before embedding (float inputs).")
+    report.after = ModelSummary.of(output, onnx.load(str(output)))
 
 
 def _opset_first(proto, bound: Model, options: OptimizeOptions, steps: _Steps, folder: Path):

@@ -84,6 +84,8 @@ class OptimizeReport:
     notes: list[str] = field(default_factory=list)
     passed: bool = True
     created: float = field(default_factory=time.time)
+    #: What ``--embed-preprocess`` put into the graph (None: nothing).
+    embedded_preprocess: dict | None = None
 
     def op_changes(self) -> list[tuple[str, int, int]]:
         """(op, before, after) for every op whose count changed, largest change first."""
@@ -101,4 +103,5 @@ class OptimizeReport:
             "op_changes": [{"op": op, "before": b, "after": a, "delta": a - b} for op, b, a in self.op_changes()],
             "steps": [s.to_dict() for s in self.steps], "precision": self.precision, "accuracy": self.accuracy,
             "compile": self.compile, "run_with": self.run_with, "warnings": self.warnings, "notes": self.notes,
+            "embedded_preprocess": self.embedded_preprocess,
         }

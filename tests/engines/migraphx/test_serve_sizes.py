@@ -54,3 +54,43 @@ def test_one_session_when_asked(fake_mgx, mlp_file):
         assert outputs["probs"].shape == (3, 3)
     finally:
         instance.close()
+
+
+def _sequence_model(path):
+    """x[batch, sequence] float -> y = x * 2 (same dims): a dynamic sequence axis, like a transformer's."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["y"])], "seq",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence"])], [two])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_shape_buckets_get_a_session_each_on_a_per_shape_compiling_target(fake_mgx, tmp_path):
+    """Issue 20: served with --shape-buckets on MIGraphX (which compiles per input shape), every (padded batch
+    size, bucket) pair has a program of its own, compiled at its sizes, and mixed lengths answer unpadded
+    results. Before, one session per batch size saw every bucket's length (a recompile on each change)."""
+    from onnxaccel.engines.buckets import BucketedRunner
+
+    path = _sequence_model(tmp_path / "seq.onnx")
+    instance = load_instance(ModelConfig(name="seq", source=str(path), target="migraphx@migraphx", max_batch=2,
+                                         shape_buckets="sequence=4,8"))
+    try:
+        runners = instance.size_runners[0]
+        assert sorted(runners) == [1, 2] and all(isinstance(r, BucketedRunner) for r in runners.values())
+        assert all(r.per_bucket and sorted(r.runners) == [(4,), (8,)] for r in runners.values())
+        compiled = [c for name, c in fake_mgx._calls if name == "parse_onnx"]
+        shapes = sorted(tuple(c["map_input_dims"]["x"]) for c in compiled)
+        assert shapes == [(1, 4), (1, 8), (2, 4), (2, 8)]  # one program per (batch size, bucket), each at its size
+        for length in (3, 8, 5):
+            x = np.arange(length, dtype=np.float32)[None]
+            padded, actual = instance.shape_buckets.bucket_for(instance.model, {"x": x})
+            feeds = instance.shape_buckets.pad(instance.model, {"x": x}, padded)
+            out, _ = instance.execute(0, feeds)
+            out = instance.shape_buckets.crop(instance.model, out, padded, actual)
+            np.testing.assert_allclose(out["y"], 2 * x)
+    finally:
+        instance.close()

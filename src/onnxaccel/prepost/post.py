@@ -1,0 +1,100 @@
+"""Post-processing of `run`'s outputs: which one applies (``--postprocess`` or the model), and its result.
+
+Default: ``detect`` when Ultralytics metadata says task=detect, ``topk`` when an output is a [N, 1000]
+classifier output, else ``none``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from onnxaccel.errors import InputError
+from onnxaccel.inputs_files import ImageInfo
+from onnxaccel.prepost.detect import DEFAULT_CONF, DEFAULT_IOU, Detection, decode_yolov8
+from onnxaccel.prepost.draw import draw_detections
+from onnxaccel.prepost.presets import ultralytics_meta
+from onnxaccel.prepost.topk import IMAGENET_CLASSES, Ranked, classifier_rows, topk
+
+POSTPROCESS = ("topk", "detect", "none")
+
+
+@dataclass
+class PostResult:
+    """What post-processing found: the kind, who chose it, and top-k rows or detections per image."""
+
+    kind: str
+    origin: str
+    output: str | None = None
+    topk: list[list[Ranked]] = field(default_factory=list)
+    detections: list[list[Detection]] = field(default_factory=list)
+    params: dict = field(default_factory=dict)
+    drawn: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (the ``postprocess`` entry of `run --json`)."""
+        out: dict = {"kind": self.kind, "origin": self.origin, "output": self.output, "params": self.params,
+                     "notes": self.notes}
+        if self.kind == "topk":
+            out["topk"] = [[r.to_dict() for r in row] for row in self.topk]
+        if self.kind == "detect":
+            out["detections"] = [[d.to_dict() for d in dets] for dets in self.detections]
+            out["drawn"] = self.drawn
+        return out
+
+
+def choose_postprocess(requested: str | None, metadata: Mapping[str, str], outputs: Mapping[str, object]
+                       ) -> tuple[str, str]:
+    """The post-processing to apply and why: ``requested`` wins, else the rules in the module docstring."""
+    if requested is not None:
+        if requested not in POSTPROCESS:
+            raise InputError(f"--postprocess must be one of {', '.join(POSTPROCESS)}, got '{requested}'.",
+                             "e.g. --postprocess detect for a YOLOv8 detector, topk for a classifier.")
+        return requested, "--postprocess"
+    if ultralytics_meta(metadata).task == "detect":
+        return "detect", "Ultralytics metadata task=detect"
+    for value in outputs.values():
+        rows = classifier_rows(value) if isinstance(value, np.ndarray) else None
+        if rows is not None and rows.shape[1] == IMAGENET_CLASSES:
+            return "topk", "a [N, 1000] output (ImageNet classes)"
+    return "none", "default"
+
+
+def postprocess(kind: str, origin: str, outputs: Mapping[str, object], metadata: Mapping[str, str], *,
+                images: Sequence[tuple[Path, ImageInfo]] = (), k: int = 5, conf: float = DEFAULT_CONF,
+                iou: float = DEFAULT_IOU, draw: Path | None = None) -> PostResult:
+    """Apply ``kind`` to ``outputs``; ``images`` are the image feeds (path, what preprocessing did)."""
+    if draw is not None and kind != "detect":
+        raise InputError(f"--draw needs --postprocess detect (the post-processing is {kind}).",
+                         "Add --postprocess detect, or drop --draw.")
+    if kind == "none":
+        return PostResult(kind, origin)
+    if kind == "topk":
+        for name, value in outputs.items():
+            if isinstance(value, np.ndarray) and classifier_rows(value) is not None:
+                return PostResult(kind, origin, output=name, topk=topk(value, k), params={"k": k})
+        raise InputError("--postprocess topk: no output is a classifier output [N, C].",
+                         "Use --postprocess none for this model.")
+    name, value = next(iter(outputs.items()))
+    meta = ultralytics_meta(metadata)
+    info = images[0][1] if images else None
+    letterbox = info.letterbox if info is not None else None
+    result = PostResult(kind, origin, output=name, params={"conf": conf, "iou": iou})
+    if info is not None and letterbox is None:
+        result.notes.append(f"the image was not letterboxed (preprocess {info.pre.preset}): boxes are in the "
+                            "model's input frame, scaled to the original image")
+        sx, sy = info.original[0] / info.fed[0], info.original[1] / info.fed[1]
+        from onnxaccel.prepost.letterbox import Letterbox  # a plain resize is a letterbox without padding
+        letterbox = Letterbox(1 / sx, 0, 0, *info.original) if abs(sx - sy) < 1e-6 else None
+    if info is None:
+        result.notes.append("no image was given: boxes are in the model's input frame")
+    result.detections = decode_yolov8(np.asarray(value), conf=conf, iou=iou, names=meta.names, letterbox=letterbox)
+    if draw is not None:
+        if not images:
+            raise InputError("--draw needs an image input (--input NAME=photo.jpg).", "Give the image with --input.")
+        result.drawn = str(draw_detections(images[0][0], result.detections[0], draw))
+    return result

@@ -1,0 +1,96 @@
+"""Fast decode (prepost/decode.py): JPEGs decoded at reduced size (libjpeg DCT scaling via Pillow's draft) match a
+full decode + the same geometry within a few levels on real photographs; the process pool writes the same pixels
+into shared memory as the in-thread decoder; the decoder choice falls back to the CPU pool without torchvision."""
+
+from __future__ import annotations
+
+import io
+import importlib.util
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from onnxaccel.errors import InputError
+from onnxaccel.inputs_files import ImagePreprocess, read_pixels
+from onnxaccel.prepost.decode import DecodePool, choose_decoder, decode_pixels, draft_size
+
+PHOTOS = ("astronaut.png", "coffee.png", "chelsea.png", "motorcycle_left.png", "rocket.jpg")
+GEOMETRY = {"imagenet": (224, 224), "yolo": (320, 320), "scale01": (128, 160)}
+
+
+def _jpeg(photo, name: str, tmp_path=None):
+    """The photo re-encoded as a JPEG at quality 90, upscaled to at least 800 px (so DCT scaling applies)."""
+    img = Image.open(photo(name)).convert("RGB")
+    if max(img.size) < 800:
+        img = img.resize((img.width * 2, img.height * 2), Image.BILINEAR)
+    buffer = io.BytesIO()
+    img.save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("preset", sorted(GEOMETRY))
+def test_reduced_decode_matches_full_decode_on_photos(photo, preset):
+    height, width = GEOMETRY[preset]
+    pre = ImagePreprocess(preset=preset)
+    for name in PHOTOS:
+        data = _jpeg(photo, name)
+        full, _ = read_pixels(io.BytesIO(data), height, width, pre)
+        fast = decode_pixels(io.BytesIO(data), height, width, pre)
+        assert fast.shape == full.shape == (height, width, 3) and fast.dtype == np.uint8
+        diff = np.abs(full.astype(np.int16) - fast.astype(np.int16))
+        assert diff.mean() < 3.0, (name, preset, diff.mean())  # measured: 0.2 to 2.1 levels
+        # It did decode at reduced size (else the test would prove nothing): the draft shrank the image.
+        with Image.open(io.BytesIO(data)) as img:
+            img.draft("RGB", draft_size(img.size, height, width, pre))
+            assert img.size[0] < Image.open(io.BytesIO(data)).size[0], name
+
+
+def test_without_draft_it_is_read_pixels_exactly(photo):
+    data = _jpeg(photo, "chelsea.png")
+    pre = ImagePreprocess(preset="imagenet")
+    full, _ = read_pixels(io.BytesIO(data), 224, 224, pre)
+    np.testing.assert_array_equal(decode_pixels(io.BytesIO(data), 224, 224, pre, reduced=False), full)
+
+
+def test_draft_size_never_below_what_the_geometry_needs():
+    pre = ImagePreprocess(preset="imagenet")
+    assert draft_size((500, 375), 224, 224, pre) == (342, 256)  # shorter side 256 before the 224 crop
+    assert draft_size((640, 480), 320, 320, ImagePreprocess(preset="yolo")) == (320, 240)
+    assert draft_size((640, 480), 100, 90, ImagePreprocess(preset="scale01")) == (90, 100)
+
+
+def test_pool_decodes_into_shared_memory_like_one_thread(photo, tmp_path):
+    paths = []
+    for i, name in enumerate(PHOTOS):
+        path = tmp_path / f"{i}.jpg"
+        path.write_bytes(_jpeg(photo, name))
+        paths.append(str(path))
+    (tmp_path / "bad.jpg").write_bytes(b"not a jpeg")
+    paths.append(str(tmp_path / "bad.jpg"))
+    pre = ImagePreprocess(preset="imagenet")
+    pool = DecodePool(slots=2, batch=8, height=224, width=224, pre=pre, workers=2)
+    try:
+        bad = {}
+        for future in pool.submit(1, paths):
+            bad.update(future.result()[0])
+        got = pool.view(1, len(paths)).copy()
+    finally:
+        pool.close()
+    assert pool.name == "cpu"  # closed
+    assert list(bad) == [5] and "Cannot read image" in bad[5]
+    for i, path in enumerate(paths[:5]):
+        np.testing.assert_array_equal(got[i], decode_pixels(path, 224, 224, pre))
+    assert not got[5].any()
+
+
+def test_decoder_choice_without_torchvision_is_the_cpu_pool():
+    assert importlib.util.find_spec("torchvision") is None, "this test checks the fallback where torchvision is absent"
+    name, why = choose_decoder("cuda")
+    assert name in ("cpu-pool", "cpu") and "torchvision is not installed" in why
+    assert choose_decoder("cpu")[0] in ("cpu-pool", "cpu")
+    assert choose_decoder("cuda", "cpu") == ("cpu", "asked for")
+    with pytest.raises(InputError, match="torchvision"):
+        choose_decoder("cuda", "nvjpeg")
+    with pytest.raises(InputError, match="--decoder must be one of"):
+        choose_decoder("cpu", "turbo")
