@@ -114,7 +114,7 @@ class ImageInfo:
 
 def image_size(path: Path | BinaryIO) -> tuple[int, int]:
     """(height, width) of an image file, read from its header."""
-    Image = _pil()
+    Image = pillow()
     try:
         with Image.open(path) as img:
             return img.height, img.width
@@ -167,17 +167,17 @@ def read_pixels(path: Path | BinaryIO, height: int, width: int, pre: ImagePrepro
     """The preset's geometry only (resize and crop, or letterbox): uint8 RGB pixels [height, width, 3] and what
     was done. What a model with its preprocessing embedded takes (transform/embed_preprocess.py), and the first
     half of :func:`read_image`."""
-    Image = _pil()
+    Image = pillow()
     try:
         with Image.open(path) as img:
             img = img.convert("RGB")
-            img, info = _geometry(img, height, width, pre)
+            img, info = apply_geometry(img, height, width, pre)
             return np.asarray(img, dtype=np.uint8), info
     except OSError as exc:
         raise InputError(f"Cannot read image {path}: {exc}", "Check that the file is a valid image.") from exc
 
 
-def _geometry(img, height: int, width: int, pre: ImagePreprocess):
+def apply_geometry(img, height: int, width: int, pre: ImagePreprocess):
     """The RGB image at ``height`` x ``width`` by the preset's geometry, and what was done."""
     from PIL import Image
 
@@ -198,7 +198,8 @@ def _geometry(img, height: int, width: int, pre: ImagePreprocess):
     return img, ImageInfo(pre, original, (width, height))
 
 
-def _pil():
+def pillow():
+    """PIL.Image, or a MissingDependencyError naming the extra that brings Pillow."""
     try:
         from PIL import Image
     except ImportError as exc:

@@ -69,3 +69,48 @@ def write_images(folder: Path, count: int, seed: int = 0) -> Path:
 @pytest.fixture
 def npy_data(tmp_path) -> Path:
     return write_npy_shards(tmp_path / "npy", shards=3, rows=20, row_shape=(4,))
+
+
+@pytest.fixture(scope="module")
+def cli():
+    """``cli(*args)``: ``onnxaccel batch ARGS`` through Typer's test runner (the real command)."""
+    import typer
+    from typer.testing import CliRunner
+
+    from onnxaccel.cli import batch as batch_cli
+
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    batch_cli.register(app)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, ["batch", *args])
+
+
+def kill_after_shards(cmd: list[str], out, shards: int = 2, env: dict | None = None) -> int:
+    """Start the batch command ``cmd`` writing to ``out``, SIGKILL it once ``shards`` shards are finished in
+    its manifest (bounded: 120 s), and return how many the manifest holds after the kill."""
+    import json
+    import signal
+    import subprocess
+    import time
+
+    from onnxaccel.scale.writer import MANIFEST
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                finished = json.loads((out / MANIFEST).read_text())["shards"]
+            except (OSError, ValueError, KeyError):
+                finished = {}
+            if len(finished) >= shards:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be interrupted"
+    return len(json.loads((out / MANIFEST).read_text())["shards"])

@@ -4,17 +4,14 @@ finished shards are skipped, the rest is computed, and the result equals an unin
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import onnxruntime as ort
 
 from onnxaccel.scale import BatchJob, load_results, run_batch
-from onnxaccel.scale.writer import MANIFEST
-from tests.scale.conftest import BATCH_APP, write_npy_shards
+from tests.scale.conftest import BATCH_APP, kill_after_shards, write_npy_shards
 
 
 def test_outputs_match_onnx_runtime_row_for_row(tmp_path, mlp_path, npy_data):
@@ -37,25 +34,7 @@ def test_killed_run_resumes_skipping_finished_shards(tmp_path, squeezenet):
     out = tmp_path / "out"
     cmd = [sys.executable, "-c", BATCH_APP, "batch", squeezenet, "--input", str(data), "--output", str(out),
            "--target", "cpu", "--batch", "4", "--json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    finished = {}
-    deadline = time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                finished = json.loads((out / MANIFEST).read_text())["shards"]
-            except (OSError, ValueError, KeyError):
-                finished = {}
-            if len(finished) >= 2:
-                proc.send_signal(signal.SIGKILL)
-                break
-            time.sleep(0.02)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be interrupted"
-    killed_at = len(json.loads((out / MANIFEST).read_text())["shards"])
+    killed_at = kill_after_shards(cmd, out)
     assert 2 <= killed_at < 8
 
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -7,11 +7,8 @@ import json
 
 import numpy as np
 import pytest
-import typer
-from typer.testing import CliRunner
 
 from onnxaccel import load_model
-from onnxaccel.cli import batch as batch_cli
 from onnxaccel.errors import InputError
 from onnxaccel.scale.datasets import open_dataset, plan_units
 from onnxaccel.scale.rows import RowReader
@@ -21,17 +18,6 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 
-@pytest.fixture(scope="module")
-def cli():
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    batch_cli.register(app)
-    runner = CliRunner()
-
-    def invoke(*args: str):
-        return runner.invoke(app, ["batch", *args])
-
-    return invoke
 
 
 def test_image_folder_becomes_shards_with_relative_path_ids(tmp_path, squeezenet):
@@ -139,11 +125,13 @@ def test_output_of_another_job_is_not_mixed_in(cli, tmp_path, mlp_path, npy_data
     assert again.exit_code == 0 and json.loads(again.stdout)["shards"]["done"] == 3
 
 
-def test_a_corrupt_image_fails_the_run_naming_the_file(cli, tmp_path, squeezenet):
+def test_a_corrupt_image_stops_the_run_naming_the_file_with_on_error_stop(cli, tmp_path, squeezenet):
     folder = write_images(tmp_path / "imgs", 3)
     (folder / "dogs" / "zz-broken.png").write_bytes(b"\x89PNG broken")
-    text = _error(cli(squeezenet, "--input", str(folder), "--output", str(tmp_path / "o"), "--target", "cpu"))
-    assert _has(text, "Cannot read image", "zz-broken.png"), text
+    text = _error(cli(squeezenet, "--input", str(folder), "--output", str(tmp_path / "o"), "--target", "cpu",
+                      "--on-error", "stop"))
+    assert _has(text, "The job stopped at", "(--on-error stop)", "Cannot read image", "zz-broken.png",
+                "rerun the same command"), text
 
 
 def test_tuned_config_gives_target_and_batch(cli, tmp_path, mlp_path, npy_data):

@@ -81,7 +81,7 @@ def test_cli_batch_on_ray_prints_the_throughput_report(tmp_path, ray_cluster, ml
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["schema"] == "onnxaccel.batch/1" and report["runner"] == "ray"
-    assert report["rows"] == {"total": 57, "done": 57, "skipped": 0} and report["rows_per_s"] > 0
+    assert report["rows"] == {"total": 57, "done": 57, "skipped": 0, "failed": 0} and report["rows_per_s"] > 0
     assert report["ray"]["cluster"]["address"].startswith("127.0.0.1:")  # loopback only
     text = CliRunner().invoke(app, ["batch", str(mlp_path), "--input", str(npy_data), "--output",
                                     str(tmp_path / "out"), "--target", "cpu", "--ray", "auto"])

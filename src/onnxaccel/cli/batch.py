@@ -1,4 +1,9 @@
-"""`onnxaccel batch`: offline inference over a dataset, in-process or on a Ray cluster, with resume."""
+"""`onnxaccel batch`: offline inference over a dataset, in-process or on a Ray cluster, with resume.
+
+Exit status: 0 every input row was computed; 3 the job completed but some inputs could not be read
+(``--on-error skip``: they are listed in the report, ``--json`` ``errors``, and the manifest); 2 bad usage or
+input (``--on-error stop`` stopping at a bad file included); 1 any other failure.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,10 @@ from onnxaccel.cli.common import (
 from onnxaccel.cli.groups import ModelArgs, TargetOpt, build_target, config_option, load_tuned
 from onnxaccel.errors import UsageError
 
-ConfigOpt = config_option("target, batch and shapes")
+ConfigOpt = config_option("target, batch, shapes and shape buckets")
+#: Exit status of a job that completed with bad inputs recorded as errors (distinct from 1 and 2, which mean
+#: the job itself failed).
+EXIT_WITH_ERRORS = 3
 
 
 def register(app: typer.Typer) -> None:
@@ -33,7 +41,7 @@ def batch_command(
     input: Annotated[str, typer.Option("--input", "-i", help="A folder of images, .npy/.npz files or .parquet files, "
                      "or one .parquet/.npy/.npz file. Each file (or each run of --images-per-shard images) is a "
                      "shard.")],
-    output: Annotated[Path, typer.Option("--output", "-O", help="Output folder: NAME.parquet per input shard and "
+    output: Annotated[Path, typer.Option("--output", "-o", help="Output folder: NAME.parquet per input shard and "
                       "_manifest.json (finished shards, for resume).")],
     target: TargetOpt = None,
     precision: PrecisionOpt = None,
@@ -56,6 +64,21 @@ def batch_command(
     images_per_shard: Annotated[int, typer.Option("--images-per-shard", help="Images per output shard.")] = 1024,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Discard results of a different job in --output "
                          "instead of refusing.")] = False,
+    shape_buckets: Annotated[str | None, typer.Option("--shape-buckets", help="Pad rows to the smallest of these "
+                             "sizes that fits, outputs cropped back (.npy/.npz shards, one length per shard): "
+                             "DIM=SIZES (sequence=32,64,128), DIM,DIM=SIZES, or INPUT:AXIS=SIZES.")] = None,
+    on_error: Annotated[str, typer.Option("--on-error", help="skip: an input that cannot be read becomes an error "
+                        "row (file, reason) in the report and the manifest, the job goes on and exits with status "
+                        "3; a rerun after fixing or removing it computes just its shard. stop: stop at the first "
+                        "bad input (finished shards are kept; the rerun resumes).")] = "skip",
+    embed_preprocess: Annotated[str | None, typer.Option("--embed-preprocess", help="imagenet, yolo or scale01: "
+                                "run a cached copy of the model with this preprocessing embedded (it takes uint8 "
+                                "NHWC pixels; cast, scale, mean/std and transpose run in the graph), images "
+                                "decoded at reduced size by a pool of processes. A model with preprocessing "
+                                "embedded already is fed pixels without this flag.")] = None,
+    decoder: Annotated[str, typer.Option("--decoder", help="Image decoder for models fed uint8 pixels: auto "
+                       "(nvJPEG through torchvision on CUDA targets where installed, else a CPU process pool), "
+                       "nvjpeg, cpu-pool, cpu.")] = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """Run MODEL over a dataset; options a --config can set resolve as flag > config > default (cli/groups.py)."""
@@ -64,16 +87,67 @@ def batch_command(
     tuned = load_tuned(config)
     tgt = build_target(target, precision, ep_option, tuned)
     bound = ModelArgs.resolve(model, shape=shape, batch=batch, tuned=tuned)
-    job = BatchJob(model=model, input=input, output=str(output), target=tgt,
+    run_model = embedded_copy(model, embed_preprocess.lower()) if embed_preprocess else model
+    job = BatchJob(model=run_model, label=model, input=input, output=str(output), target=tgt,
                    batch=bound.batch, shapes=bound.shapes, columns=_columns(column or []),
                    id_column=id_column, images_per_shard=images_per_shard, ray=ray, workers=workers,
-                   cpus_per_worker=cpus_per_worker, overwrite=overwrite)
+                   cpus_per_worker=cpus_per_worker, overwrite=overwrite, on_error=on_error,
+                   shape_buckets=_bucket_text(shape_buckets or (tuned.shape_buckets if tuned is not None else None)),
+                   decoder=decoder)
     with _Bar(disable=as_json) as bar:
         report = run_batch(job, progress=bar.update)
     if as_json:
         print_json(report.to_dict())
-        return
-    _render(report)
+    else:
+        _render(report)
+    if report.errors:
+        raise typer.Exit(EXIT_WITH_ERRORS)
+
+
+def embedded_copy(model: str, preset: str) -> str:
+    """The model with ``preset`` preprocessing embedded: ``<cache>/embedded/<model key>-<preset>.onnx``, made
+    once (atomically) and checked against host preprocessing by embed_into_file. A model that has this preset
+    embedded already is returned as is; another preset is an error."""
+    import os
+    import tempfile
+
+    import onnx
+
+    from onnxaccel.model import load_model
+    from onnxaccel.paths import cache_root
+    from onnxaccel.transform.embed_preprocess import embed_into_file, embedded_of
+
+    source = load_model(model)
+    already = embedded_of(source.proto)
+    if already is not None:
+        if already.preset != preset:
+            raise UsageError(f"The model has {already.preset} preprocessing embedded; --embed-preprocess {preset} "
+                             "cannot apply on top of it.", f"Drop --embed-preprocess (it runs {already.preset}), "
+                             "or pass the model without embedded preprocessing.")
+        return model
+    folder = cache_root() / "embedded"
+    path = folder / f"{source.cache_key()}-{preset}.onnx"
+    if path.is_file():
+        return str(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=folder)
+    os.close(fd)
+    try:
+        onnx.save(source.proto, tmp)
+        embed_into_file(tmp, preset)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return str(path)
+
+
+def _bucket_text(spec: str | None) -> str | None:
+    """--shape-buckets (or the --config's) checked and in canonical form."""
+    if not spec:
+        return None
+    from onnxaccel.engines.buckets import ShapeBuckets
+    return ShapeBuckets.parse(spec).describe()
 
 
 def _columns(items: list[str]) -> dict[str, str]:
@@ -122,14 +196,21 @@ def _render(report) -> None:
         cluster, pool = report.ray["cluster"], report.ray["pool"]
         where = (f"Ray at {cluster['address']} ({cluster['nodes']} node(s), {cluster['cpus']:g} CPUs, "
                  f"{cluster['gpus']:g} GPUs), {pool['workers']} actor(s)")
-    console.print(f"[bold]{escape(report.model)}[/] on [bold]{escape(report.target)}[/], {where}, batch {report.batch}")
+    buckets = f", shape buckets {escape(report.shape_buckets)}" if report.shape_buckets else ""
+    console.print(f"[bold]{escape(report.model)}[/] on [bold]{escape(report.target)}[/], {where}, batch {report.batch}"
+                  f"{buckets}")
     console.print(f"input {escape(str(report.input['path']))}: {report.input['kind']}, {report.shards_total} shard(s), "
                   f"{report.rows_total} rows")
     if report.shards_skipped:
         note(f"{report.shards_skipped} shard(s) ({report.rows_skipped} rows) were finished before and skipped.")
-    console.print(f"wrote {report.shards_done} shard(s), {report.rows_done} rows to {escape(report.output)}")
+    failed = f" ({report.rows_failed} unreadable row(s) left out)" if report.rows_failed else ""
+    console.print(f"wrote {report.shards_done} shard(s), {report.rows_done} rows to {escape(report.output)}{failed}")
     console.print(f"[bold]{d['rows_per_s']:.1f} rows/s[/] once running ({d['rows_per_s_wall']:.1f} rows/s over "
                   f"{report.wall_s:.1f} s, of which {report.startup_s:.1f} s startup)")
+    if report.embedded:
+        note(f"preprocessing embedded in the model ({report.embedded['preset']}): fed uint8 NHWC pixels")
+    _render_stages(report.stages)
+    _render_errors(report.errors)
     if report.workers:
         table = Table(title="workers", title_justify="left")
         for col in ("worker", "units", "rows", "read s", "run s", "rows/run-s"):
@@ -138,3 +219,40 @@ def _render(report) -> None:
             rate = f"{w.rows / w.run_s:.0f}" if w.run_s else "-"
             table.add_row(escape(w.name), str(w.units), str(w.rows), f"{w.read_s:.2f}", f"{w.run_s:.2f}", rate)
         console.print(table)
+
+
+#: What each pipeline stage means, for the breakdown table (scale/pipeline.py).
+_STAGE_TEXT = {"read": "reading and casting rows", "decode": "decoding images (share of all decoding processes)",
+               "wait_for_device": "input ready, waiting for the model", "starved": "model waiting for input",
+               "run": "model runs (copies in and out included)", "write": "parquet and manifest writes"}
+
+
+def _render_stages(stages: dict | None) -> None:
+    """The pipeline's time per stage and share of wall, and the stage that limits the job."""
+    if not stages:
+        return
+    table = Table(title=f"pipeline stages over {stages['wall_s']:.2f} s", title_justify="left")
+    for col in ("stage", "s", "% of wall", "what"):
+        table.add_column(col, justify="left" if col in ("stage", "what") else "right")
+    for name, value in stages["stages"].items():
+        table.add_row(name, f"{value['s']:.2f}", f"{value['pct_of_wall']:.0f}", _STAGE_TEXT[name])
+    console.print(table)
+    if stages.get("decoder"):
+        note(f"decoder: {stages['decoder']} ({escape(stages['decoder_reason'])})")
+    console.print(f"bottleneck: [bold]{stages['bottleneck']}[/]")
+
+
+def _render_errors(errors: list[dict], shown: int = 20) -> None:
+    """The bad inputs (first ``shown``), and what to do about them."""
+    if not errors:
+        return
+    warn(f"completed with {len(errors)} error(s): these inputs could not be read and have no output rows")
+    table = Table(title="errors", title_justify="left")
+    for col in ("shard", "file", "stage", "rows", "reason"):
+        table.add_column(col, justify="right" if col == "rows" else "left", overflow="fold")
+    for e in errors[:shown]:
+        table.add_row(escape(e["shard"]), escape(e["file"]), e["stage"], str(e["rows"]), escape(e["reason"]))
+    err_console.print(table)
+    if len(errors) > shown:
+        note(f"... and {len(errors) - shown} more (--json lists them all; so does _manifest.json).")
+    note("Fix or remove these files and rerun the same command: only their shards are computed again.")

@@ -4,6 +4,9 @@ when its last row arrives.
 Runners hand over rows in any order (Ray returns units as actors finish them, and retries a unit whose actor
 died). A row that arrives twice, or a shard written with a row missing, would be silent data corruption, so both
 are errors here rather than something a test has to catch.
+
+A bad row (an input that could not be read, ``--on-error skip``) counts as arrived: its outputs are dropped and
+its error goes into the shard's record, so a shard is written (its good rows) once every row is accounted for.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaccel.errors import OnnxAccelError
-from onnxaccel.scale.datasets import Dataset
+from onnxaccel.scale.datasets import BadInput, Dataset
 from onnxaccel.scale.writer import OutputStore, ShardRecord
 
 
@@ -28,6 +31,7 @@ class _Pending:
     filled: np.ndarray
     ids: list[str | None]
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    bad: dict[int, BadInput] = field(default_factory=dict)
 
 
 class ShardAssembler:
@@ -39,8 +43,10 @@ class ShardAssembler:
         self.pending: dict[int, _Pending] = {}
         self.written: list[ShardRecord] = []
 
-    def add(self, shard: int, rows: np.ndarray, row_ids: list[str], outputs: dict[str, np.ndarray]) -> None:
-        """Rows ``rows`` (indices within the shard) of shard ``shard``, with their ids and outputs."""
+    def add(self, shard: int, rows: np.ndarray, row_ids: list[str], outputs: dict[str, np.ndarray],
+            bad: list[BadInput] | None = None) -> None:
+        """Rows ``rows`` (indices within the shard) of shard ``shard``, with their ids and outputs; the rows named
+        in ``bad`` have no outputs worth keeping (``outputs`` may then lack them, or be empty)."""
         spec = self.dataset.shards[shard]
         pending = self.pending.get(shard)
         if pending is None:
@@ -52,11 +58,14 @@ class ShardAssembler:
         if pending.filled[rows].any() or len(np.unique(rows)) != len(rows):
             raise RowAccountingError(f"Shard {spec.name}: row(s) {rows[pending.filled[rows]][:5].tolist()} came back "
                                      "twice.", "This is a bug in onnxaccel; please report it.")
+        for item in bad or ():
+            pending.bad[int(item.row)] = item
+        good = np.array([r not in pending.bad for r in rows.tolist()], bool)
         for name, value in outputs.items():
             buffer = pending.outputs.get(name)
             if buffer is None:
                 buffer = pending.outputs[name] = np.empty((spec.rows, *value.shape[1:]), value.dtype)
-            buffer[rows] = value
+            buffer[rows[good]] = value[good]
         for r, row_id in zip(rows.tolist(), row_ids, strict=True):
             pending.ids[r] = row_id
         pending.filled[rows] = True
@@ -66,7 +75,12 @@ class ShardAssembler:
     def _write(self, shard: int) -> None:
         spec = self.dataset.shards[shard]
         pending = self.pending.pop(shard)
-        record = self.store.write(spec.name, spec.index, spec.fingerprint, list(pending.ids), pending.outputs)
+        keep = np.array([r not in pending.bad for r in range(spec.rows)], bool)
+        rows = np.flatnonzero(keep)
+        outputs = {k: v[keep] for k, v in pending.outputs.items()} if rows.size else {}
+        record = self.store.write(spec.name, spec.index, spec.fingerprint, [pending.ids[r] for r in rows], outputs,
+                                  rows=rows, rows_in=spec.rows,
+                                  errors=[pending.bad[r] for r in sorted(pending.bad)])
         self.written.append(record)
         if self.on_shard is not None:
             self.on_shard(record)

@@ -8,6 +8,10 @@ computed in the same batch composition whichever runner (in-process or Ray) and 
 
 Row ids: images use their path relative to the input folder; array and parquet rows use ``FILE:ROW`` (or the
 value of ``id_column`` in parquet). Everything here is picklable, because Ray actors read their own units.
+
+Bad inputs (``on_error="skip"``): a file that cannot be scanned (not a valid .npy/.npz/parquet file, or rows that
+do not fit the model) becomes a shard with no rows and a :class:`BadInput` (stage ``scan``); the job records it
+and goes on. A whole dataset of bad files is still an error: there is nothing to run.
 """
 
 from __future__ import annotations
@@ -29,6 +33,25 @@ PARQUET_SUFFIXES = {".parquet", ".pq"}
 IMAGES_PER_SHARD = 1024
 
 
+ON_ERROR = ("skip", "stop")
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """An input that could not be used: the file (relative to the dataset root), why, and the stage: ``scan``
+    (while planning the job: headers, metadata, row shapes) or ``read`` (while reading or decoding rows)."""
+
+    file: str
+    reason: str
+    stage: str
+    #: The row (index in its shard) it stands for; None: the whole shard.
+    row: int | None = None
+
+    def to_dict(self) -> dict:
+        """JSON-ready form, as kept in the manifest and the report."""
+        return {"file": self.file, "reason": self.reason, "stage": self.stage, "row": self.row}
+
+
 @dataclass(frozen=True)
 class Shard:
     """One input file (or group of images) of a dataset; it becomes one output parquet file."""
@@ -38,8 +61,11 @@ class Shard:
     #: One file (arrays, parquet) or the image files of this shard, relative to the dataset root.
     files: tuple[str, ...]
     rows: int
-    #: Sizes and mtimes of the files; a changed input shard is recomputed on resume.
+    #: Relative paths, sizes and mtimes of exactly the files of this shard: a shard whose inputs changed (or
+    #: moved between shards) is recomputed on resume, and no other.
     fingerprint: str
+    #: Set when the shard's file could not be scanned (``on_error="skip"``): the shard has no rows.
+    bad: BadInput | None = None
 
 
 @dataclass(frozen=True)
@@ -73,13 +99,6 @@ class Dataset:
         """Number of rows over every shard."""
         return sum(s.rows for s in self.shards)
 
-    def fingerprint(self) -> str:
-        """Identifies the shard layout: same files, same sizes, same split into shards."""
-        h = hashlib.sha256(self.kind.encode())
-        for shard in self.shards:
-            h.update(f"|{shard.name}:{shard.rows}:{shard.fingerprint}".encode())
-        return h.hexdigest()[:16]
-
     def describe(self) -> dict:
         """JSON-ready summary of the dataset for the batch report."""
         return {"kind": self.kind, "path": self.root, "shards": len(self.shards), "rows": self.rows,
@@ -99,9 +118,11 @@ def plan_units(dataset: Dataset, shard_indices: Sequence[int], batch: int) -> li
 
 def open_dataset(path: str | Path, model: Model, *, columns: Mapping[str, str] | None = None,
                  id_column: str | None = None, preprocess: ImagePreprocess | None = None,
-                 images_per_shard: int = IMAGES_PER_SHARD) -> Dataset:
+                 images_per_shard: int = IMAGES_PER_SHARD, on_error: str = "stop") -> Dataset:
     """Find the shards under ``path`` (a folder or one .parquet/.npy/.npz file) and check them against the
-    model's inputs: columns present, row shapes right. Raises InputError with a hint on anything wrong."""
+    model's inputs: columns present, row shapes right. Raises InputError with a hint on anything wrong; with
+    ``on_error="skip"`` a file that fails these checks becomes a shard marked ``bad`` instead, unless every file
+    does."""
     root = Path(path).expanduser()
     pre = preprocess or ImagePreprocess()
     if not root.exists():
@@ -125,9 +146,11 @@ def open_dataset(path: str | Path, model: Model, *, columns: Mapping[str, str] |
     if kind == "images":
         shards = _image_shards(files, base, model, images_per_shard)
     elif kind == "arrays":
-        shards = _array_shards(files, base, model, dict(columns or {}))
+        shards = _scan(files, base, on_error, lambda p: _array_shard(p, base, model, dict(columns or {})))
     else:
-        shards = _parquet_shards(files, base, model, dict(columns or {}), id_column)
+        pa_pq = parquet_modules()
+        shards = _scan(files, base, on_error,
+                       lambda p: _parquet_shard(pa_pq, p, base, model, dict(columns or {}), id_column))
     if not any(s.rows for s in shards):
         raise InputError(f"--input {path} has files but no rows.", "Check that the arrays/tables are not empty.")
     mapping = dict(columns or {})
@@ -147,12 +170,34 @@ def _kind(path: Path) -> str | None:
     return None
 
 
-def _stamp(paths: Sequence[Path]) -> str:
+def _stamp(paths: Sequence[Path], base: Path) -> str:
+    """What a shard was made from: each file's path under the root, size and mtime (no content read)."""
     h = hashlib.sha256()
     for p in paths:
         st = p.stat()
-        h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}|".encode())
+        h.update(f"{p.relative_to(base)}:{st.st_size}:{st.st_mtime_ns}|".encode())
     return h.hexdigest()[:16]
+
+
+def _scan(files: list[Path], base: Path, on_error: str, scan_one) -> list[Shard]:
+    """One shard per file via ``scan_one(path) -> (rows, ...)``; on "skip" a file it refuses becomes a bad
+    shard, and only a dataset where every file is bad raises (the first file's error)."""
+    shards, first_error = [], None
+    for index, path in enumerate(files):
+        rel = path.relative_to(base)
+        try:
+            rows = scan_one(path)
+        except InputError as exc:
+            if on_error != "skip":
+                raise
+            first_error = first_error or exc
+            shards.append(Shard(index, _shard_name(rel), (str(rel),), 0, _stamp([path], base),
+                                BadInput(str(rel), exc.message, "scan")))
+            continue
+        shards.append(Shard(index, _shard_name(rel), (str(rel),), rows, _stamp([path], base)))
+    if first_error is not None and all(s.bad for s in shards):
+        raise first_error
+    return shards
 
 
 def _shard_name(rel: Path) -> str:
@@ -167,7 +212,7 @@ def _image_shards(files: list[Path], base: Path, model: Model, per_shard: int) -
     for index, start in enumerate(range(0, len(files), per_shard)):
         chunk = files[start:start + per_shard]
         shards.append(Shard(index, f"images-{index:05d}", tuple(str(p.relative_to(base)) for p in chunk),
-                            len(chunk), _stamp(chunk)))
+                            len(chunk), _stamp(chunk, base)))
     return shards
 
 
@@ -199,25 +244,22 @@ def _array_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
                          "Write shards with numpy.savez.") from None
 
 
-def _array_shards(files: list[Path], base: Path, model: Model, columns: dict[str, str]) -> list[Shard]:
-    shards = []
-    for index, path in enumerate(files):
-        headers = _array_headers(path)
-        rows = None
-        for spec in model.inputs:
-            key = _array_key(path, headers, spec, columns, model)
-            shape, dtype = headers[key]
-            if not shape:
-                raise InputError(f"{path} holds a scalar for input '{spec.name}'; a shard needs rows on axis 0.",
-                                 "Save arrays of shape [rows, ...].")
-            _check_row_shape(spec, model, shape[1:], dtype, str(path))
-            if rows is not None and shape[0] != rows:
-                raise InputError(f"{path}: the arrays for the model's inputs have different row counts "
-                                 f"({rows} and {shape[0]}).", "Every array of a shard needs the same axis 0.")
-            rows = shape[0]
-        shards.append(Shard(index, _shard_name(path.relative_to(base)), (str(path.relative_to(base)),), rows or 0,
-                            _stamp([path])))
-    return shards
+def _array_shard(path: Path, base: Path, model: Model, columns: dict[str, str]) -> int:
+    """Rows of one .npy/.npz shard, its arrays checked against the model's inputs (headers only)."""
+    headers = _array_headers(path)
+    rows = None
+    for spec in model.inputs:
+        key = _array_key(path, headers, spec, columns, model)
+        shape, dtype = headers[key]
+        if not shape:
+            raise InputError(f"{path} holds a scalar for input '{spec.name}'; a shard needs rows on axis 0.",
+                             "Save arrays of shape [rows, ...].")
+        _check_row_shape(spec, model, shape[1:], dtype, str(path))
+        if rows is not None and shape[0] != rows:
+            raise InputError(f"{path}: the arrays for the model's inputs have different row counts "
+                             f"({rows} and {shape[0]}).", "Every array of a shard needs the same axis 0.")
+        rows = shape[0]
+    return rows or 0
 
 
 def _array_key(path: Path, headers: dict, spec: TensorSpec, columns: dict[str, str], model: Model) -> str:
@@ -245,30 +287,27 @@ def parquet_modules():
     return pa, pq
 
 
-def _parquet_shards(files: list[Path], base: Path, model: Model, columns: dict[str, str],
-                    id_column: str | None) -> list[Shard]:
-    pa, pq = parquet_modules()
-    shards = []
-    for index, path in enumerate(files):
-        try:
-            meta = pq.ParquetFile(path)
-            schema = meta.schema_arrow
-        except (pa.ArrowException, OSError) as exc:
-            raise InputError(f"Cannot read {path}: it is not a valid parquet file ({exc}).",
-                             "Write it with pyarrow.parquet.write_table, pandas.to_parquet or Spark.") from None
-        names = list(schema.names)
-        for spec in model.inputs:
-            column = columns.get(spec.name, spec.name)
-            if column not in names:
-                raise InputError(f"{path} has no column '{column}' for the model input '{spec.name}' "
-                                 f"(columns: {', '.join(names)}).",
-                                 f"Map a column to the input: --column {spec.name}=COLUMN.")
-        if id_column is not None and id_column not in names:
-            raise InputError(f"{path} has no id column '{id_column}' (columns: {', '.join(names)}).",
-                             "Pass an existing column to --id-column, or leave it out (ids become FILE:ROW).")
-        shards.append(Shard(index, _shard_name(path.relative_to(base)), (str(path.relative_to(base)),),
-                            meta.metadata.num_rows, _stamp([path])))
-    return shards
+def _parquet_shard(pa_pq, path: Path, base: Path, model: Model, columns: dict[str, str],
+                   id_column: str | None) -> int:
+    """Rows of one parquet shard, its columns checked against the model's inputs (metadata only)."""
+    pa, pq = pa_pq
+    try:
+        meta = pq.ParquetFile(path)
+        schema = meta.schema_arrow
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(f"Cannot read {path}: it is not a valid parquet file ({exc}).",
+                         "Write it with pyarrow.parquet.write_table, pandas.to_parquet or Spark.") from None
+    names = list(schema.names)
+    for spec in model.inputs:
+        column = columns.get(spec.name, spec.name)
+        if column not in names:
+            raise InputError(f"{path} has no column '{column}' for the model input '{spec.name}' "
+                             f"(columns: {', '.join(names)}).",
+                             f"Map a column to the input: --column {spec.name}=COLUMN.")
+    if id_column is not None and id_column not in names:
+        raise InputError(f"{path} has no id column '{id_column}' (columns: {', '.join(names)}).",
+                         "Pass an existing column to --id-column, or leave it out (ids become FILE:ROW).")
+    return meta.metadata.num_rows
 
 
 def _check_row_shape(spec: TensorSpec, model: Model, row_shape: tuple, dtype: np.dtype, where: str) -> None:

@@ -2,23 +2,29 @@
 
     from onnxaccel.scale import BatchJob, run_batch
     report = run_batch(BatchJob("zoo:resnet50", "images/", "out/", target="cuda/fp16", ray="auto"))
+
+Bad inputs: ``on_error="skip"`` (the default) records each unreadable file as an error row of its shard's record
+in the manifest and in ``BatchReport.errors`` and goes on; "stop" stops at the first, naming it. Resume is per
+shard (writer.py): a rerun after fixing or removing a bad file recomputes only the shards whose inputs changed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnxaccel.errors import UsageError
+from onnxaccel.errors import InputError, UsageError
 from onnxaccel.inputs import ImagePreprocess
-from onnxaccel.model import load_model
+from onnxaccel.model import Model, load_model
 from onnxaccel.scale.assemble import ShardAssembler
 from onnxaccel.scale.cluster import ray_cluster
-from onnxaccel.scale.datasets import open_dataset, plan_units
-from onnxaccel.scale.local import run_in_process, rows_of
+from onnxaccel.scale.datasets import ON_ERROR, BadInput, open_dataset, plan_units
+from onnxaccel.scale.local import rows_of
+from onnxaccel.scale.pipeline import run_pipelined
 from onnxaccel.scale.ray_data import plan_pool, run_on_ray
 from onnxaccel.scale.report import BatchReport, WorkerStats
 from onnxaccel.scale.worker import UnitResult, WorkerSpec
@@ -55,6 +61,15 @@ class BatchJob:
     local_cpus: int | None = None
     local_object_store_mb: int | None = None
     overwrite: bool = False
+    #: --shape-buckets text (engines/buckets.py): .npy/.npz shards of different lengths padded to buckets.
+    shape_buckets: str | None = None
+    #: "skip": an unreadable input becomes an error row and the job goes on; "stop": the job stops at it.
+    on_error: str = "skip"
+    #: The name reports show for the model (default: ``model``); the CLI runs a cached copy with preprocessing
+    #: embedded (cli/batch.py embedded_copy) under the name the user gave.
+    label: str | None = None
+    #: Image decoder of the in-process pipeline for uint8 models: auto, nvjpeg, cpu-pool, cpu (prepost/decode.py).
+    decoder: str = "auto"
 
 
 @dataclass
@@ -72,65 +87,116 @@ class Progress:
 def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None) -> BatchReport:
     """Run a batch job (in process or on Ray), skipping shards already written from the same input."""
     start = time.perf_counter()
+    if job.on_error not in ON_ERROR:
+        raise UsageError(f"--on-error {job.on_error!r} is not one of {', '.join(ON_ERROR)}.",
+                         "Pass --on-error skip (record bad inputs, go on) or --on-error stop.")
     target = job.target if isinstance(job.target, Target) else parse_target(job.target)
     model = load_model(job.model)
+    embedded = embedded_of_model(model)
+    if embedded is not None:  # pixels decoded at the embedded preset's geometry, the arithmetic in the graph
+        job = dataclasses.replace(job, preprocess=dataclasses.replace(job.preprocess, preset=embedded["preset"]))
     batch = _batch_size(model, target, job.batch)
     bound = model.bind(dict(job.shapes) or None, batch=batch)
+    if job.shape_buckets:
+        bound = _bucketed_rows(bound, job.shape_buckets)
     dataset = open_dataset(job.input, bound, columns=job.columns, id_column=job.id_column,
-                           preprocess=job.preprocess, images_per_shard=job.images_per_shard)
+                           preprocess=job.preprocess, images_per_shard=job.images_per_shard,
+                           on_error=job.on_error)
+    if job.shape_buckets and dataset.kind != "arrays":
+        raise InputError(f"--shape-buckets reads .npy/.npz shards; --input {job.input} holds {dataset.kind}.",
+                         "Save rows of each length as .npy/.npz shards (one length per shard), or drop "
+                         "--shape-buckets and bind --shape.")
+    # What decides how a row is computed, not which files there are (those are fingerprinted per shard), nor
+    # where the data lies (the same data moved elsewhere is still the same job).
+    described = dataset.describe()
     header = {"model": job.model, "model_key": model.cache_key(), "target": str(target), "batch": batch,
-              "shapes": {k: list(v) for k, v in job.shapes.items()}, "input": dataset.describe(),
-              "input_fingerprint": dataset.fingerprint()}
-    header["input"].pop("path", None)  # the same data moved elsewhere is still the same job
+              "shapes": {k: list(v) for k, v in job.shapes.items()},
+              "input": {k: described[k] for k in ("kind", "columns", "id_column")}}
+    if job.shape_buckets:
+        header["shape_buckets"] = job.shape_buckets
     store = OutputStore(job.output, header, overwrite=job.overwrite)
-    pending = [s.index for s in dataset.shards if s.rows and not store.is_done(s.name, s.fingerprint, s.rows)]
-    skipped = [s for s in dataset.shards if s.index not in pending]
+    finished = {s.name for s in dataset.shards if store.is_done(s.name, s.fingerprint, s.rows)}
+    store.prune(finished)  # shards gone from the input, or whose inputs changed: their old rows go
+    for s in dataset.shards:
+        if s.bad is not None and s.name not in finished:
+            store.write_bad(s.name, s.index, s.fingerprint, s.bad)
+    pending = [s.index for s in dataset.shards if s.rows and s.name not in finished]
+    skipped = [s for s in dataset.shards if s.index not in pending and s.bad is None]
     units = plan_units(dataset, pending, batch)
     rows_total = dataset.rows
     rows_skipped = sum(s.rows for s in skipped)
-    spec = WorkerSpec(job.model, str(target), batch, dataset, dict(job.shapes))
+    spec = WorkerSpec(job.model, str(target), batch, dataset, dict(job.shapes), shape_buckets=job.shape_buckets,
+                      on_error=job.on_error)
 
     assembler = ShardAssembler(dataset, store)
     stats: dict[str, WorkerStats] = {}
-    done = {"rows": 0, "first": None}
+    done = {"rows": 0, "bad": 0, "first": None}
 
     def sink(shard: int, rows: np.ndarray, ids: list[str], outputs: dict, worker: str, read_s: float,
-             run_s: float, units_in: int) -> None:
+             run_s: float, units_in: int, bad: list[BadInput] | None = None) -> None:
         if done["first"] is None:
             done["first"] = max(0.0, time.perf_counter() - start - read_s - run_s)
-        assembler.add(shard, rows, ids, outputs)
+        assembler.add(shard, rows, ids, outputs, bad)
         w = stats.setdefault(worker, WorkerStats(worker))
         w.units += units_in
         w.rows += len(rows)
         w.read_s += read_s
         w.run_s += run_s
-        done["rows"] += len(rows)
+        done["rows"] += len(rows) - len(bad or ())
+        done["bad"] += len(bad or ())
         if progress is not None:
-            progress(Progress(rows_skipped + done["rows"], rows_total, len(skipped) + len(assembler.written),
-                              len(dataset.shards), worker))
+            progress(Progress(rows_skipped + done["rows"] + done["bad"], rows_total,
+                              len(skipped) + len(assembler.written), len(dataset.shards), worker))
 
     if progress is not None:
         progress(Progress(rows_skipped, rows_total, len(skipped), len(dataset.shards)))
     warnings: list[str] = []
     ray_info = None
+    stages = None
     if job.ray is None:
         def unit_sink(result: UnitResult) -> None:
             sink(result.unit.shard, rows_of(result.unit), result.row_ids, result.outputs, result.worker,
-                 result.read_s, result.run_s, 1)
+                 result.read_s, result.run_s, 1, result.bad)
 
-        warnings += run_in_process(spec, units, unit_sink)
+        more, times = run_pipelined(spec, units, unit_sink, decoder=job.decoder)
+        warnings += more
+        stages = times.to_dict() if units else None
     else:
         ray_info = _run_ray(job, spec, target, units, sink, warnings)
     assembler.check_complete()
+    errors = store.errors()  # this run's and those carried by shards finished before (their input unchanged)
     wall = time.perf_counter() - start
     return BatchReport(
-        model=job.model, target=str(target), runner="in-process" if job.ray is None else "ray",
+        model=job.label or job.model, target=str(target), runner="in-process" if job.ray is None else "ray",
         input=dataset.describe(), output=str(store.folder), batch=batch, shards_total=len(dataset.shards),
         shards_done=len(assembler.written), shards_skipped=len(skipped), rows_total=rows_total,
         rows_done=done["rows"], rows_skipped=rows_skipped, wall_s=wall,
         startup_s=done["first"] if done["first"] is not None else wall,
         workers=sorted(stats.values(), key=lambda w: w.name), ray=ray_info, warnings=warnings,
+        shape_buckets=job.shape_buckets, errors=errors, rows_failed=done["bad"], on_error=job.on_error,
+        stages=stages, embedded=embedded,
     )
+
+
+
+#: The metadata key a model with embedded preprocessing carries (transform/embed_preprocess.py META_EMBEDDED,
+#: read here because scale may not import transform: scripts/check_imports.py).
+META_EMBEDDED = "onnxaccel.embedded_preprocess"
+
+
+def embedded_of_model(model: Model) -> dict | None:
+    """What preprocessing the model has embedded (its metadata value: input, preset, scale, mean, std, layout,
+    dtype), None if none: such a model is fed uint8 NHWC pixels at the preset's geometry."""
+    import json
+
+    value = model.metadata.get(META_EMBEDDED)
+    if value is None:
+        return None
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and data.get("preset") else None
 
 
 def _run_ray(job: BatchJob, spec: WorkerSpec, target: Target, units, sink, warnings: list[str]) -> dict:
@@ -166,3 +232,14 @@ def _batch_size(model, target: Target, batch: int | None) -> int:
             raise UsageError(f"--batch must be at least 1, got {batch}.", "e.g. --batch 32")
         return batch
     return DEFAULT_BATCH.get(target.device, DEFAULT_GPU_BATCH)
+
+
+def _bucketed_rows(bound: Model, spec: str) -> Model:
+    """The bound model without the shapes of inputs that carry a bucketed dim: their rows may have any length
+    (a bucket that fits is chosen per unit, and the run says which fit none)."""
+    from onnxaccel.engines.buckets import ShapeBuckets
+
+    buckets = ShapeBuckets.parse(spec)
+    buckets.validate(bound)
+    carried = set(buckets.axes(bound))
+    return dataclasses.replace(bound, input_shapes={k: v for k, v in bound.input_shapes.items() if k not in carried})

@@ -14,12 +14,18 @@ is retried on another (``max_task_retries=-1``) (ray/data/_internal/execution/op
 actor_pool_map_operator.py, Ray 2.60.0). A retried unit's first attempt returned nothing, so each row still
 arrives once; ``ShardAssembler`` checks it.
 
+Bad inputs (``--on-error skip``) travel as a ``__bad`` column: a JSON BadInput on each unreadable row, empty
+elsewhere; the row's outputs are those of the zeros the worker ran in its place (worker.py), so every block keeps
+one schema, and the driver drops them. A unit with no bound row shape to run zeros of (``--shape-buckets``) cannot
+be carried that way, so on Ray it stops the job naming the file.
+
 API per Ray version: ``compute=ActorPoolStrategy(size=N)``; the ``concurrency=`` argument of ``map_batches`` is
 deprecated in Ray 2.60 ("concurrency: This argument is deprecated. Use ``compute`` argument.").
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,10 +34,10 @@ import numpy as np
 
 from onnxaccel import errors
 from onnxaccel.errors import OnnxAccelError, UsageError
-from onnxaccel.scale.datasets import Unit
+from onnxaccel.scale.datasets import BadInput, Unit
 from onnxaccel.scale.worker import BatchWorker, UnitResult, WorkerSpec
 
-META = ("__shard", "__row", "__row_id", "__worker", "__read_s", "__run_s")
+META = ("__shard", "__row", "__row_id", "__worker", "__read_s", "__run_s", "__bad")
 #: Dataset blocks (Ray tasks) at most; beyond, blocks hold more units each.
 MAX_BLOCKS = 20000
 MAX_UNITS_PER_TASK = 16
@@ -91,7 +97,14 @@ class InferenceActor:
         results = []
         try:
             for shard, start, stop in zip(batch["shard"], batch["start"], batch["stop"], strict=True):
-                results.append(self.worker.run(Unit(int(shard), int(start), int(stop))))
+                result = self.worker.run(Unit(int(shard), int(start), int(stop)))
+                if not result.outputs:
+                    bad = result.bad[0]
+                    raise WorkerFailure("InputError", f"Cannot read {bad.file}: {bad.reason}",
+                                        "On Ray a bad input is carried only when the model's row shapes are bound "
+                                        "(not with --shape-buckets): fix or remove the file and rerun (finished "
+                                        "shards are kept), or run without --ray.")
+                results.append(result)
         except OnnxAccelError as exc:
             raise WorkerFailure(type(exc).__name__, exc.message, exc.hint) from None
         return to_columns(results)
@@ -110,19 +123,28 @@ def to_columns(results: Sequence[UnitResult]) -> dict[str, np.ndarray]:
         # Per-unit timings on the unit's first row, zero elsewhere, so sums stay right.
         "__read_s": np.where(first, np.repeat([r.read_s for r in results], sizes), 0.0),
         "__run_s": np.where(first, np.repeat([r.run_s for r in results], sizes), 0.0),
+        "__bad": np.array([_bad_text(r, row) for r in results for row in range(r.unit.start, r.unit.stop)],
+                          dtype=object),
     }
     for name in results[0].outputs:
         columns[name] = np.concatenate([r.outputs[name] for r in results])
     return columns
 
 
-RowsSink = Callable[[int, np.ndarray, list[str], dict[str, np.ndarray], str, float, float, int], None]
+def _bad_text(result: UnitResult, row: int) -> str:
+    for item in result.bad:
+        if item.row == row:
+            return json.dumps(item.to_dict())
+    return ""
+
+
+RowsSink = Callable[..., None]
 
 
 def run_on_ray(spec: WorkerSpec, units: Sequence[Unit], plan: PoolPlan, sink: RowsSink,
                units_per_task: int | None = None) -> None:
     """Run the units on an actor pool of the connected cluster; ``sink(shard, rows, ids, outputs, worker, read_s,
-    run_s, units)`` per shard per block as blocks come back."""
+    run_s, units, bad)`` per shard per block as blocks come back."""
     import ray
     import ray.data
     from ray.data import ActorPoolStrategy
@@ -175,9 +197,10 @@ def _deliver(block: dict[str, np.ndarray], sink: RowsSink) -> None:
             sel = mask.copy()
             sel[mask] = workers == worker
             first_rows = int(np.count_nonzero(block["__read_s"][sel] + block["__run_s"][sel] > 0))
+            bad = [BadInput(**json.loads(str(v))) for v in block["__bad"][sel] if v] if "__bad" in block else []
             sink(int(shard), block["__row"][sel], [str(v) for v in block["__row_id"][sel]],
                  {k: v[sel] for k, v in outputs.items()}, str(worker), float(block["__read_s"][sel].sum()),
-                 float(block["__run_s"][sel].sum()), max(1, first_rows))
+                 float(block["__run_s"][sel].sum()), max(1, first_rows), bad)
 
 
 def _find_failure(exc: BaseException) -> OnnxAccelError | None:

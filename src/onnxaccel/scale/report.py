@@ -45,6 +45,18 @@ class BatchReport:
     workers: list[WorkerStats] = field(default_factory=list)
     ray: dict | None = None
     warnings: list[str] = field(default_factory=list)
+    #: --shape-buckets text the rows were padded to (None: none).
+    shape_buckets: str | None = None
+    #: Bad inputs of the output folder's shards (this run's and those carried by shards finished before): one
+    #: dict per (shard, file, reason, stage) with the rows it cost (0: a file refused before any row).
+    errors: list[dict] = field(default_factory=list)
+    #: Rows this run could not read (they have no output row).
+    rows_failed: int = 0
+    on_error: str = "skip"
+    #: In-process runs: the pipeline's stage times (scale/pipeline.py StageTimes.to_dict), None on Ray.
+    stages: dict | None = None
+    #: The preprocessing embedded in the model run (uint8 NHWC pixels fed), None if none.
+    embedded: dict | None = None
 
     @property
     def steady_s(self) -> float:
@@ -67,8 +79,10 @@ class BatchReport:
             "schema": SCHEMA, "model": self.model, "target": self.target, "runner": self.runner,
             "input": self.input, "output": self.output, "batch": self.batch,
             "shards": {"total": self.shards_total, "done": self.shards_done, "skipped": self.shards_skipped},
-            "rows": {"total": self.rows_total, "done": self.rows_done, "skipped": self.rows_skipped},
+            "rows": {"total": self.rows_total, "done": self.rows_done, "skipped": self.rows_skipped,
+                     "failed": self.rows_failed},
             "wall_s": self.wall_s, "startup_s": self.startup_s, "rows_per_s": self.rows_per_s,
             "rows_per_s_wall": self.rows_per_s_wall, "workers": [w.to_dict() for w in self.workers],
-            "ray": self.ray, "warnings": self.warnings,
+            "ray": self.ray, "warnings": self.warnings, "shape_buckets": self.shape_buckets,
+            "on_error": self.on_error, "errors": self.errors, "stages": self.stages, "embedded": self.embedded,
         }

@@ -1,5 +1,10 @@
 """Reading the rows of a unit into model feeds: image decoding, .npy slices (memory-mapped), .npz arrays, parquet
-row groups, each cast to the input's dtype when the cast is lossless."""
+row groups, each cast to the input's dtype when the cast is lossless.
+
+With ``skip_bad_images``, an image that cannot be decoded (the file's own fault: PIL raised an OSError) is fed as a
+row of zeros and reported as a :class:`BadInput`, so the other rows of its unit keep their batch composition and
+the driver drops that row's outputs. Errors of the setup (an input that is not an image tensor) still raise.
+"""
 
 from __future__ import annotations
 
@@ -13,29 +18,36 @@ import numpy as np
 from onnxaccel.errors import InputError
 from onnxaccel.inputs import load_image
 from onnxaccel.model import Model, TensorSpec
-from onnxaccel.scale.datasets import Dataset, Shard, Unit, parquet_modules, row_shape_of
+from onnxaccel.prepost.decode import decode_pixels
+from onnxaccel.scale.datasets import BadInput, Dataset, Shard, Unit, parquet_modules, row_shape_of
 
 
 class RowReader:
     """Reads the rows of units into feeds for a bound model. Keeps the last parquet/npz file open, since the
     units of one shard usually follow one another."""
 
-    def __init__(self, dataset: Dataset, model: Model):
+    def __init__(self, dataset: Dataset, model: Model, *, skip_bad_images: bool = False):
         self.dataset = dataset
         self.model = model
+        self.skip_bad_images = skip_bad_images
         self._cache_key: str | None = None
         self._cache = None
         self._lock = threading.Lock()  # an actor may read two units at once, in threads
 
     def read(self, unit: Unit) -> tuple[list[str], dict[str, np.ndarray]]:
         """Read the rows of a unit: their ids and one array per model input."""
+        ids, feeds, _ = self.read_rows(unit)
+        return ids, feeds
+
+    def read_rows(self, unit: Unit) -> tuple[list[str], dict[str, np.ndarray], list[BadInput]]:
+        """Like ``read``, plus the images that could not be decoded (zeros in the feeds; ``skip_bad_images``)."""
         shard = self.dataset.shards[unit.shard]
         kind = self.dataset.kind
         if kind == "images":
             return self._images(shard, unit)
         if kind == "arrays":
-            return self._arrays(shard, unit)
-        return self._parquet(shard, unit)
+            return (*self._arrays(shard, unit), [])
+        return (*self._parquet(shard, unit), [])
 
     def _path(self, rel: str) -> Path:
         return Path(self.dataset.root) / rel
@@ -43,11 +55,21 @@ class RowReader:
     def _images(self, shard: Shard, unit: Unit):
         spec = self.model.inputs[0]
         shape = (1, *row_shape_of(self.model, spec.name))
-        rows = []
+        rows, bad = [], []
         ids = list(shard.files[unit.start:unit.stop])
-        for rel in ids:
-            rows.append(load_image(self._path(rel), spec, shape, self.dataset.preprocess))
-        return ids, {spec.name: np.concatenate(rows, axis=0)}
+        pixels = np.dtype(spec.dtype) == np.uint8 and len(shape) == 4 and shape[3] == 3
+        for row, rel in enumerate(ids, start=unit.start):
+            try:
+                if pixels:  # preprocessing embedded in the model: uint8 NHWC at the preset's geometry
+                    rows.append(decode_pixels(self._path(rel), shape[1], shape[2], self.dataset.preprocess)[None])
+                else:
+                    rows.append(load_image(self._path(rel), spec, shape, self.dataset.preprocess))
+            except InputError as exc:
+                if not (self.skip_bad_images and isinstance(exc.__cause__, OSError)):
+                    raise
+                rows.append(np.zeros(shape, np.dtype(spec.dtype)))
+                bad.append(BadInput(rel, exc.message, "read", row))
+        return ids, {spec.name: np.concatenate(rows, axis=0)}, bad
 
     def _arrays(self, shard: Shard, unit: Unit):
         rel = shard.files[0]

@@ -2,6 +2,12 @@
 
 The same class runs in the CLI's process (in-process runner) and inside each Ray actor (Ray Data runner), so the
 two paths compile the same model the same way and compute every unit with the same batch composition.
+
+Bad inputs (``on_error``): with "skip", a unit whose rows cannot be read is still returned, its rows listed in
+``UnitResult.bad`` (the driver records them as errors and drops their outputs); an undecodable image is one bad
+row fed as zeros, an unreadable .npy/.npz/parquet slice makes every row of the unit bad and runs zeros of the
+bound row shape instead (so the Ray runner's blocks keep one schema). With "stop", the read error stops the job
+naming the file and saying that a rerun resumes.
 """
 
 from __future__ import annotations
@@ -14,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnxaccel.errors import InferenceError
+from onnxaccel.errors import InferenceError, InputError
 from onnxaccel.engines.pool import RunnerPool
 from onnxaccel.pipeline import BoundModel, ConvertedModel, ModelFromSource, RunnerFromVariant
-from onnxaccel.scale.datasets import Dataset, Unit
+from onnxaccel.scale.datasets import BadInput, Dataset, Unit, row_shape_of
 from onnxaccel.scale.rows import RowReader
 from onnxaccel.target import parse_target
 
@@ -35,17 +41,23 @@ class WorkerSpec:
     options: Mapping[str, str] = field(default_factory=dict)
     #: Ray pins one GPU per actor through CUDA/HIP_VISIBLE_DEVICES, so the actor's GPU is device 0.
     drop_device_id: bool = False
+    #: --shape-buckets text (engines/buckets.py): rows are padded to the smallest bucket, outputs cropped back.
+    shape_buckets: str | None = None
+    #: "skip": unreadable rows come back as ``UnitResult.bad``; "stop": they stop the job (InputError).
+    on_error: str = "stop"
 
 
 @dataclass
 class UnitResult:
-    """Outputs of one unit with its row ids, the worker that ran it and its read and run times."""
+    """Outputs of one unit with its row ids, the worker that ran it and its read and run times. Rows listed in
+    ``bad`` (one BadInput per row, ``row`` set) have no meaningful outputs; ``outputs`` is empty when none ran."""
     unit: Unit
     row_ids: list[str]
     outputs: dict[str, np.ndarray]
     read_s: float
     run_s: float
     worker: str
+    bad: list[BadInput] = field(default_factory=list)
 
 
 class BatchWorker:
@@ -59,33 +71,68 @@ class BatchWorker:
         start = time.perf_counter()
         # No feeds of its own (rows come per unit): bind and convert once, and build the runner in the thread
         # that runs it (engines.pool), as serve's instances are built; CUDA graphs live per thread.
-        bound = BoundModel(ModelFromSource(spec.model), dict(spec.shapes) or None, batch=spec.batch)
-        self.pool = RunnerPool.build(RunnerFromVariant(ConvertedModel(bound, target)), 1, name="batch")
+        if spec.shape_buckets:
+            self.pool = RunnerPool.build(_bucketed_factory(spec, target), 1, name="batch")
+            self.pool.submit(0, self.pool.runners[0].warm_up).result()  # each bucket compiled and warmed at load
+            bound = BoundModel(self.pool.runners[0].model)
+        else:
+            bound = BoundModel(ModelFromSource(spec.model), dict(spec.shapes) or None, batch=spec.batch)
+            # On GPUs, a dynamic batch axis runs fixed-size padded batches of ``batch`` rows from reused
+            # page-locked buffers, bound once and replayed where the target captures graphs (the tuned
+            # configuration as is: engines/pool.py); a short last unit is padded, its extra outputs dropped.
+            padded = (spec.batch,) if target.is_gpu and _fixed_batch(bound()) is None else ()
+            self.pool = RunnerPool.build(RunnerFromVariant(ConvertedModel(bound, target)), 1, name="batch",
+                                         buckets=padded, graph=bool(padded) and target.graph_capture)
+            if padded:
+                self.pool.warm_up()
         self.compile_s = time.perf_counter() - start
         self.runner = self.pool.runners[0]
         self.model = bound()
         self.warnings = list(dict.fromkeys(self.runner.warnings))
         self.fixed_batch = _fixed_batch(self.model)
         self.output_names = [o.name for o in self.model.outputs]
-        self.reader = RowReader(spec.dataset, self.model)
+        self.reader = RowReader(spec.dataset, self.model, skip_bad_images=spec.on_error == "skip")
         self.name = f"{os.uname().nodename}:{os.getpid()}"
 
-    def read(self, unit: Unit) -> tuple[list[str], dict[str, np.ndarray], float]:
-        """Read a unit's rows and time the read."""
+    def read(self, unit: Unit) -> tuple[list[str], dict[str, np.ndarray] | None, float, list[BadInput]]:
+        """Read a unit's rows and time the read; unreadable rows per ``on_error`` (module docstring)."""
         start = time.perf_counter()
-        ids, feeds = self.reader.read(unit)
-        return ids, feeds, time.perf_counter() - start
+        try:
+            ids, feeds, bad = self.reader.read_rows(unit)
+        except InputError as exc:
+            shard = self.spec.dataset.shards[unit.shard]
+            if self.spec.on_error != "skip":
+                raise stopped_at(shard.name, shard.files[0] if len(shard.files) == 1 else None, exc) from None
+            ids = [f"{shard.files[0]}:{i}" for i in range(unit.start, unit.stop)]
+            bad = [BadInput(shard.files[0], exc.message, "read", row) for row in range(unit.start, unit.stop)]
+            feeds = self._zeros(unit.rows)
+        return ids, feeds, time.perf_counter() - start, bad
 
-    def infer(self, unit: Unit, data: tuple[list[str], dict[str, np.ndarray], float]) -> UnitResult:
+    def _zeros(self, rows: int) -> dict[str, np.ndarray] | None:
+        """Feeds of zeros for ``rows`` rows of the bound shapes (None when a row shape is not bound)."""
+        feeds = {}
+        for spec in self.model.inputs:
+            shape = row_shape_of(self.model, spec.name)
+            if shape is None or not all(isinstance(d, int) for d in shape):
+                return None
+            feeds[spec.name] = np.zeros((rows, *shape), np.dtype(spec.dtype))
+        return feeds
+
+    def infer(self, unit: Unit, data: tuple) -> UnitResult:
         """Run the model on rows read by ``read`` (padded to a fixed batch axis) and time the run."""
-        ids, feeds, read_s = data
+        ids, feeds, read_s, bad = data
+        if feeds is None:  # every row unreadable and no bound shape to run zeros of
+            return UnitResult(unit, ids, {}, read_s, 0.0, self.name, bad)
         rows = unit.rows
         if self.fixed_batch is not None and rows < self.fixed_batch:
             # A model with a fixed batch axis: pad with copies of the last row and drop their outputs.
             pad = self.fixed_batch - rows
             feeds = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) for k, v in feeds.items()}
         start = time.perf_counter()
-        outputs = self.pool.submit(0, self.runner.run, feeds).result()
+        if self.pool.buckets:  # padded to the fixed size (and graph replay): outputs of the real rows
+            outputs, _ = self.pool.submit(0, self.pool.run, 0, feeds).result()
+        else:
+            outputs = self.pool.submit(0, self.runner.run, feeds).result()
         run_s = time.perf_counter() - start
         result = {}
         for name in self.output_names:
@@ -95,7 +142,7 @@ class BatchWorker:
                     f"Output '{name}' has shape {list(value.shape)}; `batch` needs one output row per input row "
                     f"({rows} here).", "Batch inference needs a model whose outputs have the batch axis first.")
             result[name] = np.ascontiguousarray(value[:rows])
-        return UnitResult(unit, ids, result, read_s, run_s, self.name)
+        return UnitResult(unit, ids, result, read_s, run_s, self.name, bad)
 
     def run(self, unit: Unit) -> UnitResult:
         """Read then infer one unit."""
@@ -104,6 +151,29 @@ class BatchWorker:
     def close(self) -> None:
         """Release the worker's runner (its session) and its thread."""
         self.pool.close()
+
+
+def stopped_at(shard: str, file: str | None, exc: InputError) -> InputError:
+    """The error that stops a job on a bad input (``--on-error stop``): which file, why, and that a rerun resumes."""
+    where = f"{file} (shard {shard})" if file else f"shard {shard}"
+    return InputError(f"The job stopped at {where} (--on-error stop): {exc.message}",
+                      "Shards finished before it are kept in --output: fix or remove the file and rerun the same "
+                      "command, which resumes with the shards not written yet. Or pass --on-error skip to record "
+                      "bad inputs as errors and go on.")
+
+
+def _bucketed_factory(spec: WorkerSpec, target):
+    """Builds a BucketedRunner (in the pool's thread): a session per bucket on targets that compile per shape."""
+    from onnxaccel.engines.buckets import BucketedRunner, ShapeBuckets
+
+    buckets = ShapeBuckets.parse(spec.shape_buckets or "")
+    model = ModelFromSource(spec.model)()
+    others = {k: v for k, v in spec.shapes.items() if k not in buckets.dims} or None
+
+    def compile(bound):
+        return RunnerFromVariant(ConvertedModel(bound, target))()
+
+    return lambda: BucketedRunner(model, target, buckets, compile, batch=spec.batch, shapes=others)
 
 
 def _fixed_batch(model) -> int | None:

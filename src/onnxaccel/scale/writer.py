@@ -5,6 +5,15 @@ final name (``os.replace`` is atomic on POSIX), and only then recorded in ``_man
 atomically). A run killed at any point leaves finished shards complete and listed, and no partial file under a
 final name; the next run skips what the manifest lists (same input fingerprint, file present) and redoes the rest.
 
+Fingerprints are per shard (the paths, sizes and mtimes of the files that shard was made from), and the job header
+holds only what decides how a row is computed (model, target, batch, shapes, input kind and columns), not which
+files the folder holds: after a bad file is fixed or removed, or files are added, a rerun recomputes exactly the
+shards whose inputs changed and keeps the rest. Records of shards that no longer exist, or whose inputs changed,
+are dropped with their files before the run (``prune``), so the folder never holds a row twice.
+
+A shard's record lists its bad inputs (``errors``: file, reason, stage, rows lost) and ``written``, the rows in its
+file (fewer than ``rows`` when some were bad; no file at all when none was good).
+
 Columns: ``row_id`` (string), ``row`` (int64, the row's index in its input shard), then one column per model
 output: an Arrow ``fixed_shape_tensor`` holding the output's per-row shape (read it back with
 ``column.combine_chunks().to_numpy_ndarray()``, or :func:`load_results`), or a plain numeric column for outputs
@@ -35,18 +44,38 @@ class OutputError(OnnxAccelError):
 
 @dataclass(frozen=True)
 class ShardRecord:
-    """A written output shard: file, rows and the input fingerprint that makes resuming safe."""
+    """A finished output shard: file (None when no row was good), input rows, the input fingerprint that makes
+    resuming safe, rows written and the bad inputs met."""
     name: str
     index: int
-    file: str
+    file: str | None
     rows: int
     fingerprint: str
     finished_at: float
+    written: int | None = None
+    errors: tuple[dict, ...] = ()
 
     def to_dict(self) -> dict:
         """JSON-ready form of the record, as kept in the output folder's manifest."""
         return {"index": self.index, "file": self.file, "rows": self.rows, "fingerprint": self.fingerprint,
-                "finished_at": self.finished_at}
+                "finished_at": self.finished_at, "written": self.rows if self.written is None else self.written,
+                "errors": list(self.errors)}
+
+    @classmethod
+    def from_dict(cls, name: str, r: dict) -> ShardRecord:
+        """The record from its manifest form (manifests written before ``written``/``errors`` included)."""
+        return cls(name, r["index"], r.get("file"), r["rows"], r["fingerprint"], r["finished_at"],
+                   r.get("written"), tuple(r.get("errors") or ()))
+
+
+def error_rows(bad) -> tuple[dict, ...]:
+    """BadInputs as manifest error rows: one per (file, reason, stage), with the rows it cost."""
+    out: dict[tuple, dict] = {}
+    for item in bad:
+        key = (item.file, item.reason, item.stage)
+        row = out.setdefault(key, {"file": item.file, "reason": item.reason, "stage": item.stage, "rows": 0})
+        row["rows"] += 0 if item.row is None else 1
+    return tuple(out.values())
 
 
 class OutputStore:
@@ -65,29 +94,57 @@ class OutputStore:
         if existing is not None:
             if overwrite:
                 self._clear(existing)
-            elif existing.get("job") != job:
+            elif _comparable(existing.get("job")) != _comparable(job):
                 raise OutputError(
                     f"{self.folder} holds the results of a different batch job "
                     f"({_difference(existing.get('job'), job)}).",
                     "Use another --output folder, or --overwrite to discard those results.")
             else:
-                self.records = {name: ShardRecord(name, r["index"], r["file"], r["rows"], r["fingerprint"],
-                                                  r["finished_at"])
-                                for name, r in existing.get("shards", {}).items()}
+                self.records = {name: ShardRecord.from_dict(name, r) for name, r in existing.get("shards", {}).items()}
         self._save()
 
     def is_done(self, name: str, fingerprint: str, rows: int) -> bool:
         """True when the shard was written from the same input (fingerprint and rows) and its file exists."""
         record = self.records.get(name)
         return (record is not None and record.fingerprint == fingerprint and record.rows == rows
-                and (self.folder / record.file).is_file())
+                and (record.file is None or (self.folder / record.file).is_file()))
+
+    def prune(self, keep: set[str]) -> list[str]:
+        """Drop the records (and delete the files) of every shard not in ``keep``: shards gone from the input, or
+        about to be recomputed because their inputs changed. Returns the names dropped."""
+        dropped = sorted(set(self.records) - keep)
+        for name in dropped:
+            record = self.records.pop(name)
+            if record.file:
+                (self.folder / record.file).unlink(missing_ok=True)
+        if dropped:
+            self._save()
+        return dropped
+
+    def errors(self) -> list[dict]:
+        """Every bad input the finished shards met, with its shard, in shard order."""
+        return [{"shard": r.name, **e} for r in sorted(self.records.values(), key=lambda r: r.index)
+                for e in r.errors]
+
+    def write_bad(self, name: str, index: int, fingerprint: str, bad) -> ShardRecord:
+        """Record a shard whose input could not be scanned: no file, its error."""
+        return self._record(ShardRecord(name, index, None, 0, fingerprint, time.time(), 0, error_rows([bad])))
 
     def write(self, name: str, index: int, fingerprint: str, row_ids: list[str],
-              outputs: dict[str, np.ndarray]) -> ShardRecord:
-        """Write one shard's outputs as parquet (atomically) and record it in the manifest."""
-        pa, pq = _arrow()
+              outputs: dict[str, np.ndarray], *, rows: np.ndarray | None = None, rows_in: int | None = None,
+              errors=()) -> ShardRecord:
+        """Write one shard's outputs as parquet (atomically) and record it in the manifest. ``rows``: the index
+        in the input shard of each row written (default: all of them, in order); ``rows_in``: the input shard's
+        rows; ``errors``: its BadInputs. A shard with no good row gets a record and no file."""
         n = len(row_ids)
-        columns = {"row_id": pa.array(row_ids, pa.string()), "row": pa.array(np.arange(n, dtype=np.int64))}
+        rows_in = n if rows_in is None else rows_in
+        if n == 0:
+            (self.folder / f"{name}.parquet").unlink(missing_ok=True)
+            return self._record(ShardRecord(name, index, None, rows_in, fingerprint, time.time(), 0,
+                                            error_rows(errors)))
+        pa, pq = _arrow()
+        index_col = np.arange(n, dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
+        columns = {"row_id": pa.array(row_ids, pa.string()), "row": pa.array(index_col)}
         for key, value in outputs.items():
             columns[key] = _tensor_column(pa, value)
         table = pa.table(columns)
@@ -103,8 +160,10 @@ class OutputStore:
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise OutputError(f"Cannot write {final}: {exc}", "Check free space and permissions of --output.") from None
-        record = ShardRecord(name, index, file, n, fingerprint, time.time())
-        self.records[name] = record
+        return self._record(ShardRecord(name, index, file, rows_in, fingerprint, time.time(), n, error_rows(errors)))
+
+    def _record(self, record: ShardRecord) -> ShardRecord:
+        self.records[record.name] = record
         self._save()
         return record
 
@@ -115,7 +174,8 @@ class OutputStore:
 
     def _clear(self, existing: dict) -> None:
         for record in existing.get("shards", {}).values():
-            (self.folder / record.get("file", "")).unlink(missing_ok=True)
+            if record.get("file"):
+                (self.folder / record["file"]).unlink(missing_ok=True)
         self.records = {}
 
 
@@ -140,6 +200,7 @@ def load_results(folder: str | Path) -> BatchOutputs:
     parts: dict[str, list[np.ndarray]] = {}
     shards = manifest.get("shards", {})
     names = sorted(shards, key=lambda n: shards[n].get("index", 0))
+    names = [n for n in names if shards[n].get("file")]  # a shard with no good row has no file
     for name in names:
         table = pq.read_table(folder / manifest["shards"][name]["file"])
         ids.extend(table.column("row_id").to_pylist())
@@ -203,9 +264,21 @@ def _read_manifest(path: Path) -> dict | None:
     return doc
 
 
+def _comparable(job: dict | None) -> dict | None:
+    """A job header without what the folder's contents decide: manifests written before per-shard resume held
+    an ``input_fingerprint`` of the whole folder and its shard and row counts, which changed with any file."""
+    if not isinstance(job, dict):
+        return job
+    job = {k: v for k, v in job.items() if k != "input_fingerprint"}
+    if isinstance(job.get("input"), dict):
+        job["input"] = {k: v for k, v in job["input"].items() if k not in ("shards", "rows", "path")}
+    return job
+
+
 def _difference(old: dict | None, new: dict) -> str:
     if not isinstance(old, dict):
         return "its manifest names no job"
+    old, new = _comparable(old), _comparable(new)
     keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     return "; ".join(f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in keys[:3])
 

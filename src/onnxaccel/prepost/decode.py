@@ -1,0 +1,279 @@
+"""Fast image decoding for `batch`: uint8 HWC pixels at the preset's geometry, decoded at reduced size.
+
+Why: decoding a 500x375 JPEG at full size and then shrinking it to 224 spends most of its time on pixels that
+are thrown away. libjpeg scales by 1/2, 1/4 or 1/8 inside the inverse DCT; Pillow exposes it as
+``Image.draft(mode, size)``, which picks the largest reduction that still leaves the image at least ``size``
+(Pillow docs, Image.draft). The preset's geometry (inputs_files.read_pixels: imagenet resize + center crop, yolo
+letterbox, scale01/none resize) then runs on the smaller image. The DCT-scaled pixels differ slightly from a full
+decode + resize (tests/prepost/test_decode.py measures and bounds the difference on real photographs).
+
+Three decoders, chosen by :func:`choose_decoder`:
+
+- ``nvjpeg``: torchvision.io.decode_jpeg(device="cuda") (NVIDIA nvJPEG), batched on the GPU, geometry with
+  torch on the GPU. Used automatically when torchvision with CUDA is importable and the target is a CUDA GPU;
+  never required. Never executed on this machine (no torchvision, no GPU here).
+- ``cpu-pool``: worker processes (os.cpu_count()) decoding straight into a shared-memory batch buffer: only
+  file names and slot indices travel between processes, never pixels.
+- ``cpu``: the same decode in the calling thread (one core, or a pool that could not start).
+
+AMD (rocJPEG/rocAL) is not wired: no AMD GPU exists here to check it on.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context, shared_memory
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from onnxaccel.errors import InputError
+from onnxaccel.inputs_files import ImagePreprocess, apply_geometry, pillow
+
+DECODERS = ("auto", "nvjpeg", "cpu-pool", "cpu")
+
+
+def draft_size(size: tuple[int, int], height: int, width: int, pre: ImagePreprocess) -> tuple[int, int]:
+    """The smallest (width, height) the image (``size`` = width, height) may be decoded at so that the preset's
+    geometry still only shrinks it: the resized size before the crop (imagenet), the letterboxed size (yolo),
+    or the target size (scale01/none)."""
+    w0, h0 = size
+    if pre.preset == "imagenet":
+        short = pre.resize or round(min(height, width) * 256 / 224)
+        scale = short / min(w0, h0)
+    elif pre.preset == "yolo":
+        scale = min(height / h0, width / w0)
+    else:
+        return width, height
+    return max(1, math.ceil(w0 * scale)), max(1, math.ceil(h0 * scale))
+
+
+def decode_pixels(path: Path | BinaryIO, height: int, width: int, pre: ImagePreprocess, *,
+                  reduced: bool = True) -> np.ndarray:
+    """uint8 RGB pixels [height, width, 3] by the preset's geometry (read_pixels semantics); JPEGs decoded at
+    reduced size (libjpeg DCT scaling) where the target is smaller, unless ``reduced`` is False."""
+    Image = pillow()
+    try:
+        with Image.open(path) as img:
+            if reduced and img.format == "JPEG":
+                img.draft("RGB", draft_size(img.size, height, width, pre))
+            img = img.convert("RGB")
+            img, _ = apply_geometry(img, height, width, pre)
+            return np.asarray(img, dtype=np.uint8)
+    except OSError as exc:
+        raise InputError(f"Cannot read image {path}: {exc}", "Check that the file is a valid image.") from exc
+
+
+def choose_decoder(device: str, wanted: str = "auto") -> tuple[str, str]:
+    """The decoder to use on a ``device`` target ("cpu", "cuda", ...) and why: ``wanted`` unless "auto"; auto is
+    nvjpeg where torchvision with CUDA is importable and the target is CUDA, else the CPU pool (or one thread on
+    a one-core machine)."""
+    if wanted not in DECODERS:
+        raise InputError(f"--decoder must be one of {', '.join(DECODERS)}, got '{wanted}'.",
+                         "auto picks nvJPEG where torchvision with CUDA is installed, else a CPU process pool.")
+    if wanted == "nvjpeg":
+        reason = nvjpeg_missing()
+        if reason:
+            raise InputError(f"--decoder nvjpeg cannot run here: {reason}.",
+                             "Install torchvision with CUDA (pip install torchvision), or pass --decoder auto.")
+        return "nvjpeg", "asked for"
+    if wanted != "auto":
+        return wanted, "asked for"
+    if device in ("cuda", "tensorrt"):
+        reason = nvjpeg_missing()
+        if not reason:
+            return "nvjpeg", "torchvision with CUDA is importable (nvJPEG)"
+        note = f"nvJPEG not used: {reason}"
+    else:
+        note = f"the target is {device}, not a CUDA GPU"
+    if (os.cpu_count() or 1) > 1:
+        return "cpu-pool", f"{note}; {pool_size()} decoding processes"
+    return "cpu", f"{note}; one core"
+
+
+def nvjpeg_missing() -> str:
+    """'' when torchvision's GPU JPEG decoder can run here, else why not."""
+    try:
+        import torch
+        import torchvision.io as tio
+    except ImportError as exc:
+        return f"torchvision is not installed ({exc.name})"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    if not hasattr(tio, "decode_jpeg"):
+        return "this torchvision has no io.decode_jpeg"
+    return ""
+
+
+def pool_size() -> int:
+    """Decoding processes: every core but one (the run and write threads need one), at least one."""
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+@dataclass
+class Decoded:
+    """Rows of one batch decoded into a slot: the pixels (a view of the slot) and per bad row its message."""
+
+    pixels: np.ndarray
+    bad: dict[int, str]
+    seconds: float
+
+
+# -- the CPU pool: worker processes writing into a shared-memory ring of batch slots ------------------------------
+
+_WORKER: dict = {}
+
+
+def _attach(name: str, shape: tuple[int, ...], height: int, width: int, pre: ImagePreprocess) -> None:
+    """Worker initializer: map the shared ring once per process."""
+    shm = shared_memory.SharedMemory(name=name)
+    _WORKER.update(shm=shm, ring=np.ndarray(shape, np.uint8, buffer=shm.buf), height=height, width=width, pre=pre)
+
+
+def _decode_into(slot: int, first: int, paths: list[str]) -> tuple[dict[int, str], float]:
+    """In a worker: decode ``paths`` into rows ``first``.. of ``slot``; bad rows as {row: message}, and the
+    seconds it took (the pipeline's decode stage time)."""
+    start = time.perf_counter()
+    ring, bad = _WORKER["ring"], {}
+    for i, path in enumerate(paths, start=first):
+        try:
+            ring[slot, i] = decode_pixels(path, _WORKER["height"], _WORKER["width"], _WORKER["pre"])
+        except InputError as exc:
+            ring[slot, i] = 0
+            bad[i] = exc.message
+    return bad, time.perf_counter() - start
+
+
+class DecodePool:
+    """Decodes batches of image files into ``slots`` shared-memory batch buffers of [batch, H, W, 3] uint8.
+
+    ``submit(slot, paths)`` returns futures of ({row: error}, seconds); ``view(slot)`` is the slot's array (valid until the
+    slot is submitted again). ``workers=0`` decodes in the calling thread (the ``cpu`` decoder)."""
+
+    def __init__(self, slots: int, batch: int, height: int, width: int, pre: ImagePreprocess,
+                 workers: int | None = None):
+        self.shape = (slots, batch, height, width, 3)
+        self.height, self.width, self.pre = height, width, pre
+        self.workers = pool_size() if workers is None else workers
+        self._shm = shared_memory.SharedMemory(create=True, size=max(1, int(np.prod(self.shape))))
+        self.ring = np.ndarray(self.shape, np.uint8, buffer=self._shm.buf)
+        self._pool = None
+        if self.workers > 0:
+            # spawn: a fork of a process holding ONNX Runtime / CUDA threads is unsafe.
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=_attach,
+                                             initargs=(self._shm.name, self.shape, height, width, pre))
+        self._local_ready = False
+
+    @property
+    def name(self) -> str:
+        """The decoder's name as reports show it."""
+        return "cpu-pool" if self._pool is not None else "cpu"
+
+    def submit(self, slot: int, paths: list[str]) -> list[Future]:
+        """Decode ``paths`` into ``slot`` (chunks spread over the workers): futures of ({row: error}, seconds)."""
+        if self._pool is None:
+            if not self._local_ready:
+                _WORKER.update(ring=self.ring, height=self.height, width=self.width, pre=self.pre)
+                self._local_ready = True
+            done: Future = Future()
+            done.set_result(_decode_into(slot, 0, paths))
+            return [done]
+        chunk = max(1, math.ceil(len(paths) / self.workers))
+        return [self._pool.submit(_decode_into, slot, i, paths[i:i + chunk]) for i in range(0, len(paths), chunk)]
+
+    def view(self, slot: int, rows: int) -> np.ndarray:
+        """The first ``rows`` rows of ``slot``."""
+        return self.ring[slot, :rows]
+
+    def close(self) -> None:
+        """Stop the workers and free the shared memory."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self.ring = None  # type: ignore[assignment]
+        try:
+            self._shm.close()
+            self._shm.unlink()
+        except (FileNotFoundError, BufferError):
+            pass
+
+
+class NvjpegDecoder:
+    """Batched JPEG decode on an NVIDIA GPU (torchvision.io.decode_jpeg, device="cuda": nvJPEG), then the preset's
+    geometry with torch on the GPU, copied back as uint8 NHWC. Non-JPEG files fall back to :func:`decode_pixels`.
+    Written against torchvision's documented API (decode_jpeg accepts a list of uint8 tensors and a device);
+    never executed on this machine (no torchvision, no GPU)."""
+
+    name = "nvjpeg"
+
+    def __init__(self, height: int, width: int, pre: ImagePreprocess, device: int = 0):
+        import torch
+        import torchvision.io as tio
+
+        self.torch, self.tio = torch, tio
+        self.height, self.width, self.pre = height, width, pre
+        self.device = f"cuda:{device}"
+
+    def decode(self, paths: list[str]) -> tuple[np.ndarray, dict[int, str]]:
+        """uint8 [len(paths), H, W, 3] and per bad row its message."""
+        out = np.zeros((len(paths), self.height, self.width, 3), np.uint8)
+        bad: dict[int, str] = {}
+        jpegs, where = [], []
+        for i, path in enumerate(paths):
+            if Path(path).suffix.lower() in (".jpg", ".jpeg"):
+                jpegs.append(self.tio.read_file(str(path)))
+                where.append(i)
+            else:
+                try:
+                    out[i] = decode_pixels(path, self.height, self.width, self.pre)
+                except InputError as exc:
+                    bad[i] = exc.message
+        if jpegs:
+            try:
+                images = self.tio.decode_jpeg(jpegs, mode=self.tio.ImageReadMode.RGB, device=self.device)
+            except RuntimeError:  # one bad file fails the batch: decode one by one to find it
+                images = []
+                for i, data in zip(where, jpegs):
+                    try:
+                        images.append(self.tio.decode_jpeg(data, mode=self.tio.ImageReadMode.RGB, device=self.device))
+                    except RuntimeError as exc:
+                        images.append(None)
+                        bad[i] = f"cannot decode JPEG: {exc}"
+            shaped = [self._geometry(img) if img is not None else None for img in images]
+            for i, img in zip(where, shaped):
+                if img is not None:
+                    out[i] = img.permute(1, 2, 0).contiguous().cpu().numpy()
+        return out, bad
+
+    def _geometry(self, img):
+        """[3, h, w] uint8 on the GPU -> [3, H, W] by the preset (bilinear, as Pillow's BILINEAR on downscale
+        within a level or two; antialias on)."""
+        torch = self.torch
+        import torch.nn.functional as F
+
+        _, h0, w0 = img.shape
+        height, width, pre = self.height, self.width, self.pre
+        x = img[None].float()
+        if pre.preset == "imagenet":
+            short = pre.resize or round(min(height, width) * 256 / 224)
+            scale = short / min(h0, w0)
+            nh, nw = max(height, round(h0 * scale)), max(width, round(w0 * scale))
+            x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
+            top, left = (nh - height) // 2, (nw - width) // 2
+            x = x[..., top:top + height, left:left + width]
+        elif pre.preset == "yolo":
+            r = min(height / h0, width / w0)
+            nh, nw = round(h0 * r), round(w0 * r)
+            x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
+            canvas = torch.full((1, 3, height, width), float(pre.pad_value), device=x.device)
+            top, left = (height - nh) // 2, (width - nw) // 2
+            canvas[..., top:top + nh, left:left + nw] = x
+            x = canvas
+        elif (h0, w0) != (height, width):
+            x = F.interpolate(x, size=(height, width), mode="bilinear", antialias=True, align_corners=False)
+        return x[0].round().clamp(0, 255).to(torch.uint8)

@@ -1,0 +1,304 @@
+"""The in-process `batch` runner as a pipeline: read/decode -> run -> write overlap, with bounded queues.
+
+    reader thread ──(queue, ``depth`` units)──> run (this thread, the pool's run thread) ──(queue)──> writer thread
+      .npy/parquet: read + cast          fixed-size batches: padded to ``batch``,            ShardAssembler: parquet
+      images, uint8 model: decode        on GPUs bound + graph-replayed where the            + manifest, off the
+        pool (prepost/decode.py) into    target captures graphs (BatchWorker)                critical path
+        shared-memory slots
+
+Every stage is timed, so the report says which one limits the job (:class:`StageTimes`): ``read`` (reading and
+casting rows), ``decode`` (decoding images: seconds of all decoding processes, its share of wall is over
+processes x wall), ``wait_for_device`` (the reader blocked because the runner is busy: the model is the limit),
+``starved`` (the runner waited for rows: input is the limit), ``run`` (H2D + model + D2H), ``write`` (parquet and
+manifest).
+
+Exactly-once and resume are unchanged: units are produced, run and handed to the sink in order by one thread each,
+a failure stops the reader, the units already run are still written (their shards finish as before), and the
+ShardAssembler refuses a row twice. Killed (SIGKILL), the job leaves only whole shards behind (writer.py).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxaccel.prepost.decode import DecodePool, NvjpegDecoder, choose_decoder, pool_size
+from onnxaccel.scale.datasets import BadInput, Unit
+from onnxaccel.scale.worker import BatchWorker, UnitResult, WorkerSpec, stopped_at
+
+Sink = Callable[[UnitResult], None]
+#: Units read ahead of the run (and shared-memory slots of decoded images).
+DEPTH = 4
+_END = object()
+
+
+@dataclass
+class StageTimes:
+    """Seconds per stage of one pipelined run (module docstring), and which decoder decoded images."""
+
+    wall_s: float = 0.0
+    read_s: float = 0.0
+    decode_s: float = 0.0
+    decode_workers: int = 0
+    wait_for_device_s: float = 0.0
+    starved_s: float = 0.0
+    run_s: float = 0.0
+    write_s: float = 0.0
+    decoder: str | None = None
+    decoder_reason: str = ""
+    units: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def shares(self) -> dict[str, float]:
+        """Each stage's busy share of wall (decode over its processes), 0..1."""
+        wall = max(self.wall_s, 1e-9)
+        return {"read": self.read_s / wall, "decode": self.decode_s / (wall * max(1, self.decode_workers)),
+                "wait_for_device": self.wait_for_device_s / wall, "starved": self.starved_s / wall,
+                "run": self.run_s / wall, "write": self.write_s / wall}
+
+    def bottleneck(self) -> str:
+        """The busiest of read, decode, run and write: the stage that limits the job."""
+        shares = self.shares()
+        return max(("read", "decode", "run", "write"), key=lambda k: shares[k])
+
+    def to_dict(self) -> dict:
+        """JSON-ready: seconds, share of wall (percent), decoder, bottleneck."""
+        shares = self.shares()
+        stages = {k: {"s": getattr(self, f"{k}_s"), "pct_of_wall": 100 * shares[k]} for k in shares}
+        return {"wall_s": self.wall_s, "stages": stages, "decoder": self.decoder, "decoder_reason": self.decoder_reason,
+                "decode_workers": self.decode_workers, "bottleneck": self.bottleneck(), "units": self.units,
+                "notes": list(self.notes)}
+
+
+def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth: int = DEPTH,
+                  decoder: str = "auto") -> tuple[list[str], StageTimes]:
+    """Run every unit through the pipeline, handing results to ``sink`` in order (from the writer thread);
+    returns the worker's warnings and the stage times."""
+    times = StageTimes()
+    if not units:
+        return [], times
+    worker = BatchWorker(spec)
+    try:
+        source = _source(worker, spec, depth, decoder, times)
+        start = time.perf_counter()
+        try:
+            _pump(worker, source, units, sink, depth, times)
+        finally:
+            source.close()
+            times.wall_s = time.perf_counter() - start
+    finally:
+        worker.close()
+    times.units = len(units)
+    return list(worker.warnings), times
+
+
+def _source(worker: BatchWorker, spec: WorkerSpec, depth: int, decoder: str, times: StageTimes):
+    """How rows are read: decoded images into shared memory for a uint8 NHWC image model, else the worker's own
+    reader (arrays, parquet, float image models: today's host preprocessing)."""
+    model_input = worker.model.inputs[0]
+    shape = worker.model.input_shapes.get(model_input.name)
+    pixels = (spec.dataset.kind == "images" and np.dtype(model_input.dtype) == np.uint8 and shape is not None
+              and len(shape) == 4 and shape[3] == 3)
+    if not pixels:
+        if spec.dataset.kind == "images":
+            times.decoder, times.decoder_reason = "host-float", "the model takes float tensors: host preprocessing"
+        return _ReaderSource(worker)
+    name, why = choose_decoder(worker.runner.target.device, decoder)
+    times.decoder, times.decoder_reason = name, why
+    height, width = int(shape[1]), int(shape[2])
+    pre = spec.dataset.preprocess
+    if name == "nvjpeg":
+        return _NvjpegSource(worker, NvjpegDecoder(height, width, pre, worker.runner.target.device_id or 0))
+    workers = pool_size() if name == "cpu-pool" else 0
+    times.decode_workers = max(1, workers)
+    return _PoolSource(worker, DecodePool(depth + 2, spec.batch, height, width, pre, workers=workers))
+
+
+class _ReaderSource:
+    """Rows read by the worker (one thread): read seconds go to ``read`` (``decode`` for float images)."""
+
+    def __init__(self, worker: BatchWorker):
+        self.worker = worker
+
+    def start(self, unit: Unit):
+        return unit
+
+    def finish(self, pending, times: StageTimes):
+        data = self.worker.read(pending)
+        if self.worker.spec.dataset.kind == "images":
+            times.decode_s += data[2]
+        else:
+            times.read_s += data[2]
+        return pending, data, None
+
+    def release(self, slot) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _PoolSource:
+    """Images decoded by a DecodePool into shared-memory slots, several units in flight."""
+
+    def __init__(self, worker: BatchWorker, pool: DecodePool):
+        self.worker, self.pool = worker, pool
+        self.free: queue.Queue[int] = queue.Queue()
+        for slot in range(pool.shape[0]):
+            self.free.put(slot)
+
+    def start(self, unit: Unit):
+        slot = self.free.get()
+        shard = self.worker.spec.dataset.shards[unit.shard]
+        rels = list(shard.files[unit.start:unit.stop])
+        paths = [str(self.worker.reader._path(r)) for r in rels]
+        return unit, slot, rels, self.pool.submit(slot, paths), time.perf_counter()
+
+    def finish(self, pending, times: StageTimes):
+        unit, slot, rels, futures, started = pending
+        bad_rows: dict[int, str] = {}
+        for future in futures:
+            rows, seconds = future.result()
+            bad_rows.update(rows)
+            times.decode_s += seconds
+        bad = _bad_rows(self.worker, unit, rels, bad_rows)
+        feeds = {self.worker.model.inputs[0].name: self.pool.view(slot, unit.rows)}
+        return unit, (rels, feeds, time.perf_counter() - started, bad), slot
+
+    def release(self, slot) -> None:
+        if slot is not None:
+            self.free.put(slot)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class _NvjpegSource(_ReaderSource):
+    """Images decoded in batches on the GPU (nvJPEG through torchvision); never executed here."""
+
+    def __init__(self, worker: BatchWorker, decoder: NvjpegDecoder):
+        super().__init__(worker)
+        self.decoder = decoder
+
+    def finish(self, pending, times: StageTimes):
+        unit = pending
+        shard = self.worker.spec.dataset.shards[unit.shard]
+        rels = list(shard.files[unit.start:unit.stop])
+        started = time.perf_counter()
+        pixels, bad_rows = self.decoder.decode([str(self.worker.reader._path(r)) for r in rels])
+        seconds = time.perf_counter() - started
+        times.decode_s += seconds
+        bad = _bad_rows(self.worker, unit, rels, bad_rows)
+        return unit, (rels, {self.worker.model.inputs[0].name: pixels}, seconds, bad), None
+
+
+def _bad_rows(worker: BatchWorker, unit: Unit, rels: list[str], bad_rows: dict[int, str]) -> list[BadInput]:
+    """Undecodable images of a unit (row = index within the unit) as BadInputs, or the job stopped at the first
+    one (``--on-error stop``)."""
+    if not bad_rows:
+        return []
+    if worker.spec.on_error != "skip":
+        from onnxaccel.errors import InputError
+
+        first = min(bad_rows)
+        shard = worker.spec.dataset.shards[unit.shard]
+        raise stopped_at(shard.name, rels[first], InputError(bad_rows[first], ""))
+    return [BadInput(rels[i], bad_rows[i], "read", unit.start + i) for i in sorted(bad_rows)]
+
+
+def _pump(worker: BatchWorker, source, units: Sequence[Unit], sink: Sink, depth: int, times: StageTimes) -> None:
+    """The three stages: a reader thread, the run in this thread, a writer thread."""
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    written: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            inflight: list = []
+            for unit in units:
+                if stop.is_set():
+                    return
+                inflight.append(source.start(unit))
+                if len(inflight) < max(1, depth - 1):
+                    continue
+                _put(ready, source.finish(inflight.pop(0), times), stop, times)
+            for pending in inflight:
+                _put(ready, source.finish(pending, times), stop, times)
+        except BaseException as exc:  # handed to the run loop, which raises it after the units before it
+            _put(ready, exc, stop, times)
+            return
+        _put(ready, _END, stop, times)
+
+    def write() -> None:
+        while True:
+            result = written.get()
+            if result is _END:
+                return
+            if failure:
+                continue  # drain: a write failed already
+            start = time.perf_counter()
+            try:
+                sink(result)
+            except BaseException as exc:
+                failure.append(exc)
+                stop.set()
+            times.write_s += time.perf_counter() - start
+
+    reader = threading.Thread(target=read, name="onnxaccel-batch-read", daemon=True)
+    writer = threading.Thread(target=write, name="onnxaccel-batch-write", daemon=True)
+    reader.start()
+    writer.start()
+    try:
+        while not failure:
+            waited = time.perf_counter()
+            item = ready.get()
+            times.starved_s += time.perf_counter() - waited
+            if item is _END:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            unit, data, slot = item
+            try:
+                result = worker.infer(unit, data)
+            finally:
+                source.release(slot)
+            times.run_s += result.run_s
+            written.put(result)
+    finally:
+        stop.set()
+        _drain(ready, source)
+        written.put(_END)
+        writer.join()
+        reader.join(timeout=60)
+    if failure:
+        raise failure[0]
+
+
+def _put(q: queue.Queue, item, stop: threading.Event, times: StageTimes) -> None:
+    """Put ``item``, timing the wait as ``wait_for_device`` (the runner is busy); gives up once stopped."""
+    start = time.perf_counter()
+    while True:
+        try:
+            q.put(item, timeout=0.1)
+            break
+        except queue.Full:
+            if stop.is_set():
+                return
+    times.wait_for_device_s += time.perf_counter() - start
+
+
+def _drain(q: queue.Queue, source) -> None:
+    """Empty ``ready`` after a stop, giving decoded slots back (so the reader can finish its put)."""
+    while True:
+        try:
+            item = q.get_nowait()
+        except queue.Empty:
+            return
+        if isinstance(item, tuple):
+            source.release(item[2])

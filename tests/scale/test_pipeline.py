@@ -1,0 +1,165 @@
+"""The pipelined in-process `batch` (scale/pipeline.py): uint8 pixels into a model with embedded preprocessing
+give the float host path's outputs on real photographs, the report breaks time down by stage, bad JPEGs become
+error rows, and a SIGKILLed pipelined run over images resumes with every row exactly once."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from onnxaccel.scale import BatchJob, load_results, run_batch
+from onnxaccel.scale.pipeline import StageTimes
+from tests.scale.conftest import BATCH_APP, kill_after_shards
+
+PHOTOS = ("astronaut.png", "coffee.png", "chelsea.png", "motorcycle_left.png", "rocket.jpg")
+
+
+def write_photo_jpegs(photo, folder: Path, count: int) -> Path:
+    """``count`` JPEGs re-encoded from scikit-image's sample photographs at ImageNet-like sizes and qualities."""
+    folder.mkdir(parents=True, exist_ok=True)
+    sources = [Image.open(photo(name)).convert("RGB") for name in PHOTOS]
+    for i in range(count):
+        img = sources[i % len(sources)]
+        side = 500 - 40 * ((i // len(sources)) % 4)
+        scale = side / max(img.size)
+        img = img.resize((round(img.width * scale), round(img.height * scale)), Image.BILINEAR)
+        buffer = io.BytesIO()
+        img.save(buffer, "JPEG", quality=75 + 5 * (i % 4))
+        (folder / f"photo-{i:04d}.jpg").write_bytes(buffer.getvalue())
+    return folder
+
+
+def _embedded(model: str) -> str:
+    """The cached copy of ``model`` with ImageNet preprocessing embedded, as `batch --embed-preprocess` runs it."""
+    from onnxaccel.cli.batch import embedded_copy
+
+    return embedded_copy(model, "imagenet")
+
+
+def test_embedded_pixels_match_the_float_host_path(tmp_path, squeezenet, photo):
+    data = write_photo_jpegs(photo, tmp_path / "jpegs", 10)
+    fast = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "u8"), target="cpu", batch=4,
+                              decoder="cpu-pool"))
+    slow = run_batch(BatchJob(squeezenet, str(data), str(tmp_path / "f32"), target="cpu", batch=4))
+    assert fast.embedded["dtype"] == "uint8" and slow.embedded is None
+    assert fast.stages["decoder"] == "cpu-pool" and slow.stages["decoder"] == "host-float"
+    got, want = load_results(tmp_path / "u8"), load_results(tmp_path / "f32")
+    assert got.row_ids == want.row_ids and len(got.row_ids) == 10
+    a, b = got.outputs["softmaxout_1"], want.outputs["softmaxout_1"]
+    # Reduced-size decoding moves pixels by ~1 level: class probabilities stay within a few hundredths, and the
+    # top class agrees on most photos.
+    assert np.abs(a - b).max() < 0.08, np.abs(a - b).max()
+    assert (a.argmax(1) == b.argmax(1)).mean() >= 0.8
+    # A second run finds the embedded copy in the cache; the model file it ran is the same.
+    again = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "u8b"), target="cpu", batch=4,
+                               decoder="cpu"))
+    assert again.stages["decoder"] == "cpu"
+    np.testing.assert_allclose(load_results(tmp_path / "u8b").outputs["softmaxout_1"], a, atol=1e-6)
+
+
+def test_report_breaks_time_down_by_stage(tmp_path, squeezenet, photo):
+    data = write_photo_jpegs(photo, tmp_path / "jpegs", 6)
+    report = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "out"), target="cpu", batch=4,
+                                decoder="cpu"))
+    stages = report.to_dict()["stages"]
+    assert set(stages["stages"]) == {"read", "decode", "wait_for_device", "starved", "run", "write"}
+    assert stages["stages"]["decode"]["s"] > 0 and stages["stages"]["run"]["s"] > 0
+    assert stages["stages"]["write"]["s"] > 0 and stages["units"] == 2
+    assert stages["bottleneck"] in ("read", "decode", "run", "write")
+    assert 0 < stages["stages"]["run"]["pct_of_wall"] <= 100
+
+
+def test_bottleneck_is_the_busiest_stage():
+    times = StageTimes(wall_s=10, decode_s=72, decode_workers=8, run_s=4, write_s=1)
+    assert times.bottleneck() == "decode"  # 72 s over 8 processes: 90% of their capacity
+    times = StageTimes(wall_s=10, decode_s=8, decode_workers=8, run_s=9.5)
+    assert times.bottleneck() == "run" and round(times.to_dict()["stages"]["run"]["pct_of_wall"]) == 95
+
+
+def test_bad_jpeg_is_an_error_row_in_the_pixel_path(tmp_path, squeezenet, photo, cli):
+    data = write_photo_jpegs(photo, tmp_path / "jpegs", 5)
+    (data / "photo-0002.jpg").write_bytes(b"\xff\xd8 truncated")
+    result = cli(squeezenet, "--input", str(data), "--output", str(tmp_path / "out"), "--target", "cpu",
+                 "--batch", "4", "--embed-preprocess", "imagenet", "--decoder", "cpu-pool", "--json")
+    assert result.exit_code == 3, result.output
+    report = json.loads(result.stdout)
+    assert report["rows"] == {"total": 5, "done": 4, "skipped": 0, "failed": 1}
+    assert [e["file"] for e in report["errors"]] == ["photo-0002.jpg"]
+    assert load_results(tmp_path / "out").row_ids == [f"photo-{i:04d}.jpg" for i in (0, 1, 3, 4)]
+
+
+def test_killed_pipelined_image_run_resumes_exactly_once(tmp_path, squeezenet, photo):
+    data = write_photo_jpegs(photo, tmp_path / "jpegs", 64)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-c", BATCH_APP, "batch", squeezenet, "--input", str(data), "--output", str(out),
+           "--target", "cpu", "--batch", "4", "--images-per-shard", "4", "--embed-preprocess", "imagenet",
+           "--decoder", "cpu-pool", "--json"]
+    killed_at = kill_after_shards(cmd, out)
+    assert 2 <= killed_at < 16
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["shards"] == {"total": 16, "done": 16 - killed_at, "skipped": killed_at}
+    assert report["rows"]["done"] + report["rows"]["skipped"] == 64
+    assert not [p.name for p in out.iterdir() if ".tmp-" in p.name]
+    resumed = load_results(out)
+    assert sorted(resumed.row_ids) == [f"photo-{i:04d}.jpg" for i in range(64)]
+    assert len(set(resumed.row_ids)) == len(resumed.row_ids) == 64
+    clean = tmp_path / "clean"
+    run_batch(BatchJob(_embedded(squeezenet), str(data), str(clean), target="cpu", batch=4, images_per_shard=4,
+                       decoder="cpu"))
+    reference = load_results(clean)
+    assert resumed.row_ids == reference.row_ids
+    np.testing.assert_allclose(resumed.outputs["softmaxout_1"], reference.outputs["softmaxout_1"], atol=1e-6)
+
+
+def test_a_failing_write_stops_the_pipeline_and_is_raised(tmp_path, mlp_path, npy_data):
+    import pytest
+
+    from onnxaccel.scale.datasets import open_dataset, plan_units
+    from onnxaccel.scale.pipeline import run_pipelined
+    from onnxaccel.scale.worker import WorkerSpec
+    from onnxaccel import load_model
+
+    bound = load_model(str(mlp_path)).bind(None, batch=4)
+    dataset = open_dataset(str(npy_data), bound)
+    units = plan_units(dataset, [s.index for s in dataset.shards], 4)
+    seen = []
+
+    def sink(result):
+        seen.append(result.unit)
+        if len(seen) == 2:
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        run_pipelined(WorkerSpec(str(mlp_path), "cpu", 4, dataset), units, sink)
+    assert seen == units[:2]  # in order, and nothing handed over after the failure
+
+
+def test_stop_at_a_bad_jpeg_keeps_the_shards_before_it(tmp_path, squeezenet, photo):
+    import pytest
+
+    from onnxaccel.errors import InputError
+
+    data = write_photo_jpegs(photo, tmp_path / "jpegs", 12)
+    (data / "photo-0009.jpg").write_bytes(b"\xff\xd8 truncated")
+    with pytest.raises(InputError, match=r"stopped at photo-0009.jpg.*--on-error stop"):
+        run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "out"), target="cpu", batch=4,
+                           images_per_shard=4,
+                           decoder="cpu-pool", on_error="stop"))
+    kept = load_results(tmp_path / "out")
+    assert kept.row_ids == [f"photo-{i:04d}.jpg" for i in range(8)]
+
+
+def test_scale_reads_the_metadata_key_transform_writes():
+    from onnxaccel.scale.job import META_EMBEDDED as read
+    from onnxaccel.transform.embed_preprocess import META_EMBEDDED as written
+
+    assert read == written
