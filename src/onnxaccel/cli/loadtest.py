@@ -42,6 +42,9 @@ def loadtest_command(
                          "(e.g. sequence=20,50,100,200); requests cycle through the sizes, each set on every "
                          "dynamic axis but the batch axis of the inputs --shape does not give. To compare a "
                          "server with --shape-buckets against one without.")] = None,
+    images: Annotated[Path | None, typer.Option("--images", help="A folder of .jpg/.png files: send them as encoded "
+                      "images (BYTES, one file per row, --batch files per request) round robin, to a server that "
+                      "decodes them (onnxaccel serve, a KServe/Triton image pipeline); reports images/s.")] = None,
     workers: Annotated[int, typer.Option("--workers", help="Client processes (0: automatic).")] = 0,
     max_requests: Annotated[int | None, typer.Option("--max-requests", help="Stop a level after this many "
                                                      "requests.")] = None,
@@ -61,12 +64,13 @@ def loadtest_command(
         url=url if "://" in url else f"http://{url}", model=model, protocol=protocol.lower(), binary=binary,
         concurrency=levels, duration_s=duration, warmup_s=warmup, batch=batch,
         shapes=parse_shape_bindings(shape or []), workers=workers, max_requests=max_requests, timeout_s=timeout,
-        grpc_url=grpc_url, shape_mix=shape_mix,
+        grpc_url=grpc_url, shape_mix=shape_mix, images=str(images) if images else None,
     )
 
     def progress(level) -> None:
         if not as_json:
-            err_console.print(f"[dim]concurrency {level.concurrency}: {level.throughput:,.1f} req/s[/]")
+            rate = f", {level.inferences_per_s:,.1f} images/s" if level.images else ""
+            err_console.print(f"[dim]concurrency {level.concurrency}: {level.throughput:,.1f} req/s{rate}[/]")
 
     result = run_loadtest(config, progress)
     data = result.to_dict()
@@ -84,14 +88,17 @@ def _render(result, report: Path | None) -> None:
     shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in result.input_shapes.items())
     if cfg.shape_mix:
         shapes = f"{shapes} (first of the mix {cfg.shape_mix})"
+    if cfg.images:
+        shapes = f"encoded images from {cfg.images} ({shapes} per request)"
     transport = cfg.protocol + (" binary" if cfg.binary and cfg.protocol == "http" else
                                 " JSON" if cfg.protocol == "http" else "")
     server = result.server.get("name", "?") + " " + result.server.get("version", "")
     console.print(f"[bold]{escape(cfg.model)}[/] on {escape(cfg.url)} ({escape(server.strip())}), {transport}, "
                   f"inputs {shapes}, {cfg.duration_s:g} s per level")
+    rows = "images/s" if cfg.images else "infer/s"
     table = columns(new_table("latency in ms; server: mean queue / run per request"),
-                    ("conc", "reqs", "errors", "req/s", "infer/s", "p50", "p90", "p95", "p99", "server"),
-                    numbers=("conc", "reqs", "req/s", "infer/s", "p50", "p90", "p95", "p99", "server"))
+                    ("conc", "reqs", "errors", "req/s", rows, "p50", "p90", "p95", "p99", "server"),
+                    numbers=("conc", "reqs", "req/s", rows, "p50", "p90", "p95", "p99", "server"))
     for level in result.levels:
         lat = level.latency
         fmt = (lambda v: "-" if v is None else f"{v:.4g}")  # 4 significant digits: fits 80 columns

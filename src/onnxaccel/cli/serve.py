@@ -12,7 +12,7 @@ from rich.markup import escape
 from onnxaccel.cli.common import (
     EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, console, handle_errors, note, print_json, warn,
 )
-from onnxaccel.cli.groups import ModelArgs, build_target, config_option, instance_count, load_tuned
+from onnxaccel.cli.groups import ModelArgs, build_target, config_option, configured, instance_count, load_tuned
 from onnxaccel.engines.buckets import ShapeBuckets
 from onnxaccel.engines.pool import GPU_WAIT_MODES as GPU_WAIT
 from onnxaccel.errors import UsageError
@@ -64,13 +64,21 @@ def serve_command(
                            "is cut to the size below and the rest wait for the next one. 1 never cuts.")] = 0.25,
     instances: Annotated[int | None, typer.Option("--instances", min=1, help="Sessions per model running batches "
                          "in parallel (default 1, or the count in --config).")] = None,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Server processes sharing the ports, each "
-                       "with its own copy of every model (N x its memory). For high request rates with large "
-                       "tensors, where one process's request decoding is the limit; see docs/SERVING.md.")] = 1,
-    shared_models: Annotated[bool, typer.Option("--shared-models", help="With --workers: the workers only decode "
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="Server processes sharing the ports, "
+                       "each with its own copy of every model (N x its memory). For high request rates with large "
+                       "tensors, where one process's request decoding is the limit; see docs/SERVING.md. Default: "
+                       "1 on CPU targets; on GPU targets chosen from the cores (with --shared-models and "
+                       "--instances, printed at start) unless any of the three is given.")] = None,
+    shared_models: Annotated[bool | None, typer.Option("--shared-models/--no-shared-models", help="With "
+                             "--workers: the workers only decode "
                              "requests; one model process holds one copy of every model and batches all the "
                              "workers' requests together (fuller batches, one GPU context; API load/unload "
-                             "works). Tensors pass through shared memory.")] = False,
+                             "works). Tensors pass through shared memory.")] = None,
+    preprocess: Annotated[str | None, typer.Option("--preprocess", help="Image preset (imagenet, yolo, scale01, "
+                          "none) for requests that send encoded images (BYTES, one JPEG/PNG per row) to a model "
+                          "taking float [N,3,H,W]; default: the model's metadata, and a model whose metadata names "
+                          "none takes no encoded images. Models with embedded preprocessing use theirs. A model's "
+                          "config.json key preprocess overrides it.")] = None,
     max_queue: Annotated[int, typer.Option("--max-queue", help="Requests waiting per model before 429.")] = 256,
     timeout_ms: Annotated[float, typer.Option("--timeout-ms", help="Per-request deadline (queue + run), "
                           "0 for none; past it the request gets 503.")] = 30000.0,
@@ -144,16 +152,19 @@ def serve_command(
 
     tuned = load_tuned(config)
     tgt = build_target(target, precision, ep_option, tuned)
+    layout = _layout(tgt, workers, shared_models, instance_count(instances, tuned) if instances is not None
+                     or configured(tuned, "instances") is not None else None, ray is not None)
+    workers, shared_models = layout.workers, layout.shared_models
     shapes = ModelArgs.resolve(source, shape=shape, batch=None, tuned=tuned).shapes
     buckets_text = _buckets_text(shape_buckets or getattr(tuned, "shape_buckets", None))
     defaults = {
-        "target": str(tgt), "max_batch": max_batch, "max_queue_delay_ms": max_queue_delay_ms,
+        "target": layout.target or str(tgt), "max_batch": max_batch, "max_queue_delay_ms": max_queue_delay_ms,
         "max_padding": max_padding,
-        "instances": instance_count(instances, tuned), "max_queue": max_queue, "timeout_ms": timeout_ms,
+        "instances": layout.instances or instance_count(instances, tuned), "max_queue": max_queue, "timeout_ms": timeout_ms,
         "shapes": {k: list(v) for k, v in shapes.items()},
         "arena_extend_strategy": arena_extend_strategy, "gpu_mem_limit": gpu_mem_limit,
         "arena_shrinkage": arena_shrinkage, "session_per_batch_size": session_per_batch_size,
-        "shape_buckets": buckets_text or None,
+        "shape_buckets": buckets_text or None, "preprocess": _preprocess(preprocess),
     }
     server_config = ServerConfig(
         host=host, http_port=http_port, grpc_port=grpc_port if grpc else None,
@@ -175,9 +186,14 @@ def serve_command(
     def on_ready(server) -> None:
         result = server.result()
         if as_json:
-            sys.stdout.write(json.dumps({"event": "ready", **result.to_dict()}) + "\n")
+            ready = {"event": "ready", **result.to_dict()}
+            if layout.automatic:
+                ready["layout"] = layout.describe()
+            sys.stdout.write(json.dumps(ready) + "\n")
             sys.stdout.flush()
             return
+        if layout.automatic:
+            note(layout.describe())
         for message in result.warnings:
             note(message)
         console.print(f"[bold]serving[/] {escape(source)} at {result.http_url}"
@@ -216,6 +232,26 @@ def _buckets_text(value) -> str | None:
         return None
     buckets = value if isinstance(value, ShapeBuckets) else ShapeBuckets.parse(str(value))
     return buckets.describe()
+
+
+def _layout(target, workers: int | None, shared_models: bool | None, instances: int | None, on_ray: bool):
+    """The process layout: the flags as given (defaults 1 worker, no shared models), or on a GPU target with no
+    layout flag (and not on Ray) the one serve/layout.py chooses from the cores."""
+    import os
+
+    from onnxaccel.serve.layout import ServeLayout, choose_layout, layout_flags_given
+
+    if on_ray or layout_flags_given(workers, shared_models, instances):
+        return ServeLayout(workers=workers or 1, shared_models=bool(shared_models), instances=instances)
+    return choose_layout(os.cpu_count() or 1, target)
+
+
+def _preprocess(preset: str | None) -> str | None:
+    from onnxaccel.inputs_files import PRESETS
+
+    if preset is not None and preset not in PRESETS:
+        raise UsageError(f"--preprocess {preset}: not an image preset.", f"Use one of {', '.join(PRESETS)}.")
+    return preset
 
 
 def _model_control(mode: str) -> str:

@@ -13,6 +13,7 @@ and server cannot disagree on it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -41,6 +42,9 @@ def http_payload(model: str, inputs: dict[str, np.ndarray], binary: bool) -> Pay
             blob = to_bytes(value)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
+        elif value.dtype == object:  # BYTES in JSON: base64 (MLServer's content_type, serve/protocol.py)
+            entry["parameters"] = {"content_type": "base64"}
+            entry["data"] = [base64.b64encode(bytes(v)).decode() for v in value.reshape(-1)]
         else:
             entry["data"] = value.reshape(-1).tolist()
         tensors.append(entry)

@@ -18,6 +18,7 @@ import json
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -57,6 +58,45 @@ def make_inputs(metadata: dict, batch: int, shapes: dict[str, tuple[int, ...]], 
         else:
             out[name] = rng.integers(0, 100, size=dims).astype(dtype)
     return out
+
+
+#: The files ``--images`` sends: what servers decode (serve/images.py takes what Pillow reads; these two are
+#: what KServe's and Triton's image examples send).
+IMAGE_FILES = (".jpg", ".jpeg", ".png")
+
+
+def image_input_name(metadata: dict) -> str:
+    """The input that takes encoded images: the one the model metadata's ``parameters.image_input`` names
+    (onnxaccel serve), else the model's only input."""
+    advertised = (metadata.get("parameters") or {}).get("image_input")
+    if isinstance(advertised, dict) and isinstance(advertised.get("name"), str):
+        return advertised["name"]
+    inputs = metadata.get("inputs", [])
+    if len(inputs) != 1:
+        raise UsageError(f"Model '{metadata.get('name', '?')}' has {len(inputs)} inputs and its metadata names no "
+                         "image input (parameters.image_input); --images needs one image input.",
+                         "Load-test it with tensors (drop --images).")
+    return inputs[0]["name"]
+
+
+def make_image_inputs(metadata: dict, folder: str, batch: int) -> list[dict[str, np.ndarray]]:
+    """One input set per ``batch`` files of ``folder`` (sorted, cycled to fill the last): the image input as
+    BYTES of shape [batch], one encoded file per row. Requests go round robin through the sets."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise UsageError(f"--images {folder}: not a folder.", "Give a folder of .jpg/.png files.")
+    files = sorted(p for p in root.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_FILES)
+    if not files:
+        raise UsageError(f"--images {folder}: no .jpg, .jpeg or .png files in it.", "Give a folder of images.")
+    name = image_input_name(metadata)
+    blobs = [p.read_bytes() for p in files]
+    sets = []
+    for start in range(0, len(blobs), batch):
+        rows = [blobs[(start + i) % len(blobs)] for i in range(batch)]
+        value = np.empty(batch, dtype=object)
+        value[:] = rows
+        sets.append({name: value})
+    return sets
 
 
 def parse_shape_mix(text: str | None) -> tuple[str, tuple[int, ...]] | None:
@@ -189,8 +229,14 @@ def run_loadtest(config: LoadtestConfig, progress=None) -> LoadtestReport:
         raise UsageError(f"The server has no ready model '{config.model}' (HTTP {status_m}: "
                          f"{metadata.get('error', '')}).", "Check --model against GET /v2/repository/index.")
     mix = parse_shape_mix(config.shape_mix)
-    inputs = make_input_mix(metadata, config.batch, config.shapes, mix[1], config.seed) if mix else \
-        [make_inputs(metadata, config.batch, config.shapes, config.seed)]
+    if config.images:
+        if mix:
+            raise UsageError("--images and --shape-mix both choose what requests carry.", "Give one of them.")
+        inputs = make_image_inputs(metadata, config.images, config.batch)
+    elif mix:
+        inputs = make_input_mix(metadata, config.batch, config.shapes, mix[1], config.seed)
+    else:
+        inputs = [make_inputs(metadata, config.batch, config.shapes, config.seed)]
     levels = []
     pool = None
     try:
@@ -207,6 +253,7 @@ def run_loadtest(config: LoadtestConfig, progress=None) -> LoadtestReport:
                                       [s for s in shares], [cap] * workers))
             after = asyncio.run(_fetch_json(config.url, f"/v2/models/{config.model}/stats"))[1]
             level = _merge(concurrency, config.batch, parts)
+            level.images = bool(config.images)
             level.server_queue_ms, level.server_compute_ms = _server_times(before, after)
             levels.append(level)
             if progress is not None:

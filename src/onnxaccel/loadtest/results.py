@@ -31,6 +31,8 @@ class LoadtestConfig:
     #: ``sequence=20,50,100,200``: requests cycle through these sizes on every dynamic non-batch axis (None: one
     #: shape for every request).
     shape_mix: str | None = None
+    #: A folder of JPEG/PNG files sent as encoded images (BYTES, one file per row), round robin (None: tensors).
+    images: str | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -38,7 +40,7 @@ class LoadtestConfig:
                 "binary": self.binary, "concurrency": list(self.concurrency), "duration_s": self.duration_s,
                 "warmup_s": self.warmup_s, "batch": self.batch, "workers": self.workers,
                 "max_requests": self.max_requests, "shapes": {k: list(v) for k, v in self.shapes.items()},
-                "shape_mix": self.shape_mix}
+                "shape_mix": self.shape_mix, "images": self.images}
 
 
 @dataclass
@@ -55,6 +57,8 @@ class LevelResult:
     server_compute_ms: float | None = None
     #: The first error message seen per code (the server's answer, or the client-side exception).
     error_samples: dict[str, str] = field(default_factory=dict)
+    #: Whether the rows were encoded images (then rows/s is images/s).
+    images: bool = False
 
     @property
     def throughput(self) -> float:
@@ -71,6 +75,7 @@ class LevelResult:
         return {"concurrency": self.concurrency, "requests": self.requests, "errors": self.errors,
                 "error_count": sum(self.errors.values()), "seconds": self.seconds,
                 "requests_per_s": self.throughput, "inferences_per_s": self.inferences_per_s,
+                "images_per_s": self.inferences_per_s if self.images else None,
                 "latency": self.latency.to_dict() if self.latency else None,
                 "server_queue_ms": self.server_queue_ms, "server_compute_ms": self.server_compute_ms,
                 "error_samples": self.error_samples}

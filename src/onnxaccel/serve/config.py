@@ -20,6 +20,7 @@ from pathlib import Path
 
 from onnxaccel.engines.buckets import ShapeBuckets
 from onnxaccel.errors import UsageError
+from onnxaccel.inputs_files import PRESETS
 from onnxaccel.target import GRAPH_OPTION, Target, parse_target
 
 SCHEMA = "onnxaccel.serve.model-config/1"
@@ -67,6 +68,10 @@ class ModelConfig:
     #: requests of the same bucket, and its outputs cropped back; every bucket is warmed at load. None: requests
     #: run at their own shapes (batched only with requests of the same shape).
     shape_buckets: str | None = None
+    #: The image preset (imagenet, yolo, scale01, none) encoded-image requests are preprocessed by, for a model
+    #: taking float NCHW (serve/images.py); None: the model's metadata decides, and without one the model takes
+    #: no encoded images. A model with embedded preprocessing uses its embedded preset.
+    preprocess: str | None = None
     options: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -74,6 +79,9 @@ class ModelConfig:
             raise UsageError(f"Model '{self.name}': max_padding is {self.max_padding!r}; it is the largest share of "
                              "a padded batch that may be padding, from 0 to 1.",
                              "Use e.g. 0.25 (the default), or 1 to never cut a batch.")
+        if self.preprocess is not None and self.preprocess not in PRESETS:
+            raise UsageError(f"Model '{self.name}': preprocess is {self.preprocess!r}, not an image preset.",
+                             f"Use one of {', '.join(PRESETS)} (the preset encoded-image requests get).")
 
     def resolved_target(self, *, graph_ok: bool = False) -> tuple[Target, list[str]]:
         """The Target with precision, options and arena settings applied, and notes about ignored settings.

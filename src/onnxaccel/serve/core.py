@@ -16,6 +16,7 @@ import numpy as np
 from onnxaccel import __version__
 from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.signature import VERSION
+from onnxaccel.serve.images import ImageInput, decode_request
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.protocol import InferRequest, ProtocolError
 from onnxaccel.serve.repository import READY, ModelRepository
@@ -121,6 +122,7 @@ class InferenceService:
                                 retry_after=DRAIN_RETRY_AFTER_S)
         entry = self._entry(request.model_name, request.model_version)
         entry = self.repository.ready(request.model_name)
+        await decode_request(request, _image_input(entry.instance), self.config.workers)
         feeds, rows = entry.instance.validate(request)
         timeout = _timeout_s(request, entry.config.timeout_ms)
         self.inflight += 1
@@ -211,6 +213,11 @@ class InferenceService:
             return True
         except asyncio.TimeoutError:
             return False
+
+
+def _image_input(instance) -> ImageInput | None:
+    """The image input of a ModelInstance, or of a ModelSignature (a decoding worker's view of a model)."""
+    return getattr(getattr(instance, "signature", instance), "image", None)
 
 
 def _timeout_s(request: InferRequest, default_ms: float) -> float | None:

@@ -162,12 +162,18 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
 
     async def model_metadata(request, context):
         async def call():
-            return m.ModelMetadataResponse(**service.model_metadata(request.name, request.version))
+            metadata = service.model_metadata(request.name, request.version)
+            metadata.pop("parameters", None)  # HTTP only: the gRPC message has no such field (image input)
+            return m.ModelMetadataResponse(**metadata)
         return await guarded(context, call)
 
     async def model_config(request, context):
         async def call():
-            return m.ModelConfigResponse(config=service.model_config(request.name, request.version))
+            config = service.model_config(request.name, request.version)
+            # The subset of model_config.proto compiled here (proto/triton_extensions.proto) has no parameters
+            # map; they (shape buckets, the image input) are read from the HTTP config.
+            config.pop("parameters", None)
+            return m.ModelConfigResponse(config=config)
         return await guarded(context, call)
 
     async def model_statistics(request, context):

@@ -27,6 +27,7 @@ from onnxaccel.engines.pool import RunnerPool
 from onnxaccel.errors import InputError
 from onnxaccel.model import Model
 from onnxaccel.serve.config import ModelConfig
+from onnxaccel.serve.images import image_input_of
 from onnxaccel.serve.protocol import InferRequest, bad_request
 from onnxaccel.serve.signature import ModelSignature
 from onnxaccel.target import Target
@@ -89,7 +90,8 @@ class ModelInstance:
         self.batching = has_batch_axis(self.model) and self.config.max_batch > 1
         target = self.runners[0].target
         self.signature = ModelSignature(self.config, list(self.model.inputs), list(self.model.outputs),
-                                        self.batching, target.is_gpu)
+                                        self.batching, target.is_gpu,
+                                        image_input_of(self.model, self.config.preprocess))
         if self.pool is None:
             self.pool = RunnerPool(self.runners, **self._pool_settings(self.config, self.model, target),
                                    sessions=self.size_runners)

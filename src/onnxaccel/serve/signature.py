@@ -5,6 +5,7 @@ Triton's model config. The decoding workers of ``--shared-models`` get only this
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ import numpy as np
 from onnxaccel.engines.feed_check import FeedCheck, FeedProblem
 from onnxaccel.model import TensorSpec
 from onnxaccel.serve.config import ModelConfig
+from onnxaccel.serve.images import PARAMETER, ImageInput
 from onnxaccel.serve.protocol import InferRequest, bad_request, datatype_of
 
 VERSION = "1"
@@ -35,6 +37,8 @@ class ModelSignature:
     outputs: list[TensorSpec]
     batching: bool
     gpu: bool
+    #: The input that also takes encoded images (BYTES, one JPEG/PNG per row; serve/images.py), or None.
+    image: ImageInput | None = None
 
     def __post_init__(self) -> None:
         #: The runner's own check (engines/feed_check.py), here with fixed axes, per request.
@@ -52,13 +56,16 @@ class ModelSignature:
 
     def metadata(self) -> dict:
         """The protocol's model metadata (name, versions, platform, inputs and outputs)."""
-        return {
+        metadata = {
             "name": self.config.name, "versions": [VERSION], "platform": PLATFORM,
             "inputs": [{"name": s.name, "datatype": datatype_of(s.dtype), "shape": metadata_shape(s)}
                        for s in self.inputs],
             "outputs": [{"name": s.name, "datatype": datatype_of(s.dtype), "shape": metadata_shape(s)}
                         for s in self.outputs],
         }
+        if self.image is not None:  # HTTP only: the gRPC ModelMetadataResponse has no parameters field
+            metadata["parameters"] = {PARAMETER: self.image.to_dict()}
+        return metadata
 
     def triton_config(self) -> dict:
         """Triton's model configuration as JSON (model_config.proto), for clients that read it."""
@@ -77,8 +84,13 @@ class ModelSignature:
             "instance_group": [{"name": self.config.name, "count": self.config.instances,
                                 "kind": "KIND_GPU" if self.gpu else "KIND_CPU"}],
         }
-        if self.config.shape_buckets:  # model_config.proto "parameters": map<string, ModelParameter{string_value}>
-            config["parameters"] = {"shape_buckets": {"string_value": str(self.config.shape_buckets)}}
+        parameters = {}  # model_config.proto "parameters": map<string, ModelParameter{string_value}>
+        if self.config.shape_buckets:
+            parameters["shape_buckets"] = {"string_value": str(self.config.shape_buckets)}
+        if self.image is not None:
+            parameters[PARAMETER] = {"string_value": json.dumps(self.image.to_dict(), separators=(",", ":"))}
+        if parameters:
+            config["parameters"] = parameters
         if self.batching:
             config["dynamic_batching"] = {
                 "max_queue_delay_microseconds": int(self.config.max_queue_delay_ms * 1000)}
@@ -123,7 +135,12 @@ class ModelSignature:
         if found.kind == "dtype":
             spec_dtype = next(s.dtype for s in self.inputs if s.name == name)
             sent = request.datatypes.get(name, datatype_of(found.got))
-            return f"Input '{name}' of model '{model}' is {datatype_of(spec_dtype)}; the request sends {sent}."
+            hint = ""
+            if sent == "BYTES" and self.image is None and np.dtype(spec_dtype).kind == "f":
+                hint = (" Encoded images are taken only when the image preset is known: serve with --preprocess "
+                        "imagenet|yolo|scale01 (or a model config's \"preprocess\" key).")
+            return (f"Input '{name}' of model '{model}' is {datatype_of(spec_dtype)}; the request sends {sent}."
+                    + hint)
         spec = next(s for s in self.inputs if s.name == name)
         if found.kind == "rank":
             return (f"Input '{name}' of model '{model}' has rank {found.want} {metadata_shape(spec)}; the request "
