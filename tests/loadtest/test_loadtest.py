@@ -1,4 +1,4 @@
-"""`onnxaccel loadtest` against the real server: HTTP JSON, HTTP binary and gRPC; the JSON report's schema; the
+"""`onnxaccel loadtest` against the real server: HTTP binary (the default), HTTP JSON and gRPC; the JSON report's schema; the
 loadtest counts refused requests as errors rather than failing."""
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ def run_loadtest(*args: str) -> subprocess.CompletedProcess:
 def test_loadtest_http_json_report(server, tmp_path):
     report = tmp_path / "report.json"
     done = run_loadtest(server.url, "--model", "mlp", "-c", "1,4", "--duration", "1", "--warmup", "0.2",
-                        "--report", str(report))
+                        "--report", str(report), "--no-binary")
     assert done.returncode == 0, done.stderr
     assert "p99" in done.stdout and "req/s" in done.stdout
     data = json.loads(report.read_text())
+    assert data["config"]["binary"] is False
     assert data["schema"] == "onnxaccel.loadtest/1" and data["server"]["name"] == "onnxaccel"
     assert [lv["concurrency"] for lv in data["levels"]] == [1, 4]
     for level in data["levels"]:
@@ -33,7 +34,7 @@ def test_loadtest_http_json_report(server, tmp_path):
 
 
 def test_loadtest_binary_and_grpc_json_output(server):
-    for extra in (["--binary"], ["--protocol", "grpc", "--grpc-url", server.grpc_url]):
+    for extra in ([], ["--protocol", "grpc", "--grpc-url", server.grpc_url]):  # HTTP: binary by default
         done = run_loadtest(server.url, "--model", "cls", "-c", "2", "--duration", "1", "--warmup", "0.2",
                             "--batch", "2", "--shape", "x=2x3x48x192", "--json", *extra)
         assert done.returncode == 0, done.stderr
@@ -42,6 +43,8 @@ def test_loadtest_binary_and_grpc_json_output(server):
         assert level["requests"] > 0 and level["error_count"] == 0
         assert level["inferences_per_s"] == level["requests_per_s"] * 2
         assert data["input_shapes"] == {"x": [2, 3, 48, 192]}
+        if not extra:  # the default measures the model, not JSON encoding (the issue-20 H200 lesson)
+            assert data["config"]["binary"] is True
 
 
 def test_loadtest_counts_refusals_as_errors(server):

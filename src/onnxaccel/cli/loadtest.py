@@ -34,8 +34,10 @@ def loadtest_command(
     protocol: Annotated[str, typer.Option("--protocol", help="http or grpc.")] = "http",
     grpc_url: Annotated[str | None, typer.Option("--grpc-url", help="host:port of the gRPC endpoint (default: the "
                                                  "URL's host, port 8001).")] = None,
-    binary: Annotated[bool, typer.Option("--binary", help="HTTP: send and receive tensors with the binary tensor "
-                                         "extension instead of JSON (gRPC is always binary).")] = False,
+    binary: Annotated[bool, typer.Option("--binary/--no-binary", help="HTTP: send and receive tensors with the "
+                                         "binary tensor extension (the default, as Triton's perf_analyzer does) or, "
+                                         "with --no-binary, as JSON, which measures JSON encoding more than the "
+                                         "model for large outputs (gRPC is always binary).")] = True,
     batch: Annotated[int, typer.Option("--batch", "-b", help="Rows per request (the batch axis).")] = 1,
     shape: ShapeOpt = None,
     shape_mix: Annotated[str | None, typer.Option("--shape-mix", help="Mixed-length requests: DIM=SIZE,SIZE,... "
