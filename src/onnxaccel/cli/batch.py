@@ -20,6 +20,7 @@ from onnxaccel.cli.common import (
 )
 from onnxaccel.cli.groups import ModelArgs, TargetOpt, build_target, config_option, load_tuned
 from onnxaccel.errors import UsageError
+from onnxaccel.prepost.presets import PreprocessRequest
 
 ConfigOpt = config_option("target, batch, shapes and shape buckets")
 #: Exit status of a job that completed with bad inputs recorded as errors (distinct from 1 and 2, which mean
@@ -76,6 +77,10 @@ def batch_command(
                                 "NHWC pixels; cast, scale, mean/std and transpose run in the graph), images "
                                 "decoded at reduced size by a pool of processes. A model with preprocessing "
                                 "embedded already is fed pixels without this flag.")] = None,
+    preprocess: Annotated[str | None, typer.Option("--preprocess", help="How images become tensors: imagenet "
+                          "(resize, center crop, ImageNet mean/std), yolo (letterbox, /255), scale01 (/255) or none "
+                          "(raw pixels). Default: from the model's metadata (Ultralytics task=detect -> yolo, the "
+                          "zoo's onnxaccel.preprocess), else none with a note; the report says which ran.")] = None,
     decoder: Annotated[str, typer.Option("--decoder", help="Image decoder for models fed uint8 pixels: auto "
                        "(nvJPEG through torchvision on CUDA targets where installed, else a CPU process pool), "
                        "nvjpeg, cpu-pool, cpu.")] = "auto",
@@ -93,7 +98,7 @@ def batch_command(
                    id_column=id_column, images_per_shard=images_per_shard, ray=ray, workers=workers,
                    cpus_per_worker=cpus_per_worker, overwrite=overwrite, on_error=on_error,
                    shape_buckets=_bucket_text(shape_buckets or (tuned.shape_buckets if tuned is not None else None)),
-                   decoder=decoder)
+                   decoder=decoder, preprocess=PreprocessRequest(preset=preprocess.lower()) if preprocess else None)
     with _Bar(disable=as_json) as bar:
         report = run_batch(job, progress=bar.update)
     if as_json:
@@ -207,6 +212,9 @@ def _render(report) -> None:
     console.print(f"wrote {report.shards_done} shard(s), {report.rows_done} rows to {escape(report.output)}{failed}")
     console.print(f"[bold]{d['rows_per_s']:.1f} rows/s[/] once running ({d['rows_per_s_wall']:.1f} rows/s over "
                   f"{report.wall_s:.1f} s, of which {report.startup_s:.1f} s startup)")
+    if report.preprocess and not report.embedded:
+        pre = report.preprocess
+        note(f"images preprocessed on the host: {pre['preset']} ({pre['origin'] or 'as asked'})")
     if report.embedded:
         note(f"preprocessing embedded in the model ({report.embedded['preset']}): fed uint8 NHWC pixels")
     _render_stages(report.stages)

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaccel.errors import InputError, UsageError
-from onnxaccel.inputs import ImagePreprocess
+from onnxaccel.inputs import ImagePreprocess, PreprocessRequest
+from onnxaccel.prepost.presets import resolve_preprocess
 from onnxaccel.model import Model, load_model
 from onnxaccel.scale.assemble import ShardAssembler
 from onnxaccel.scale.cluster import ray_cluster
@@ -46,7 +47,10 @@ class BatchJob:
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     columns: Mapping[str, str] = field(default_factory=dict)
     id_column: str | None = None
-    preprocess: ImagePreprocess = field(default_factory=ImagePreprocess)
+    #: How images become tensors: a concrete ImagePreprocess, a request (``--preprocess`` and overrides) or None,
+    #: resolved against the model's metadata as `run` does (prepost/presets.py: Ultralytics task=detect ->
+    #: yolo, the zoo's onnxaccel.preprocess, else none with a note).
+    preprocess: ImagePreprocess | PreprocessRequest | None = None
     images_per_shard: int = 1024
     #: None: in-process. "auto", "local" or a cluster address: Ray Data.
     ray: str | None = None
@@ -94,7 +98,10 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
     model = load_model(job.model)
     embedded = embedded_of_model(model)
     if embedded is not None:  # pixels decoded at the embedded preset's geometry, the arithmetic in the graph
-        job = dataclasses.replace(job, preprocess=dataclasses.replace(job.preprocess, preset=embedded["preset"]))
+        request = PreprocessRequest(preset=embedded["preset"])
+    else:
+        request = job.preprocess
+    job = dataclasses.replace(job, preprocess=resolve_preprocess(model.metadata, request))
     batch = _batch_size(model, target, job.batch)
     bound = model.bind(dict(job.shapes) or None, batch=batch)
     if job.shape_buckets:
@@ -175,6 +182,7 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
         workers=sorted(stats.values(), key=lambda w: w.name), ray=ray_info, warnings=warnings,
         shape_buckets=job.shape_buckets, errors=errors, rows_failed=done["bad"], on_error=job.on_error,
         stages=stages, embedded=embedded,
+        preprocess=job.preprocess.to_dict() if dataset.kind == "images" else None,
     )
 
 

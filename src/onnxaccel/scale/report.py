@@ -57,6 +57,8 @@ class BatchReport:
     stages: dict | None = None
     #: The preprocessing embedded in the model run (uint8 NHWC pixels fed), None if none.
     embedded: dict | None = None
+    #: How images became tensors (ImagePreprocess.to_dict: preset, origin, parameters); None for other inputs.
+    preprocess: dict | None = None
 
     @property
     def steady_s(self) -> float:
@@ -85,4 +87,5 @@ class BatchReport:
             "rows_per_s_wall": self.rows_per_s_wall, "workers": [w.to_dict() for w in self.workers],
             "ray": self.ray, "warnings": self.warnings, "shape_buckets": self.shape_buckets,
             "on_error": self.on_error, "errors": self.errors, "stages": self.stages, "embedded": self.embedded,
+            "preprocess": self.preprocess,
         }
