@@ -3,13 +3,17 @@ metadata, preset choice, and images binding symbolic H/W by their size after pre
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
+from typer.testing import CliRunner
 
 from onnxaccel import load_model
+from onnxaccel.cli.main import app
 from onnxaccel.errors import InputError
 from onnxaccel.inputs import PreprocessRequest, prepare_feeds
 from onnxaccel.prepost.detect import decode_yolov8, nms
@@ -76,3 +80,25 @@ def test_image_binds_symbolic_height_width_rounded_to_the_stride(pretrained_det,
                           preprocess=PreprocessRequest("scale01"))
     assert bound.feeds["x"].shape == (1, 3, 64, 64)  # --shape wins over the image's size
 
+
+
+def test_imagenet_knobs_without_a_preset_ask_for_the_imagenet_pipeline():
+    """--resize/--mean/--std are the imagenet preset's knobs: given alone, for a model whose metadata names no
+    preset, they select imagenet (and say so), instead of being refused or applied to raw pixels."""
+    pre = resolve_preprocess({}, PreprocessRequest(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), resize=52))
+    assert (pre.preset, pre.mean, pre.resize) == ("imagenet", (0.5, 0.5, 0.5), 52) and "implied" in pre.origin
+    assert resolve_preprocess({}, PreprocessRequest()).preset == "none"
+    yolo = {"author": "Ultralytics", "task": "detect", "imgsz": "[640, 640]"}
+    assert resolve_preprocess(yolo, PreprocessRequest()).preset == "yolo"
+
+
+def test_optimize_says_how_calibration_images_were_fed(tmp_path, pretrained_cls, photo):
+    data = tmp_path / "images"
+    data.mkdir()
+    shutil.copy(photo("page.png"), data / "page.png")
+    result = CliRunner().invoke(app, ["optimize", str(pretrained_cls), "-o", str(tmp_path / "o.onnx"), "-t", "cpu",
+                                      "--shape", "x=1x3x48x192", "--eval-data", str(data), "--preprocess", "scale01",
+                                      "--no-compile-cache", "--json"])
+    assert result.exit_code == 0, result.output
+    notes = " ".join(json.loads(result.stdout)["notes"])
+    assert "images in --calibration/--eval-data, if any, are fed as scale01" in notes and "--preprocess" in notes

@@ -25,7 +25,7 @@ from onnxaccel.cli.groups import floats
 from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.compare import DEFAULT_TOLERANCES, GateSpec
 from onnxaccel.errors import InputError, UsageError
-from onnxaccel.inputs_files import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
+from onnxaccel.prepost.presets import PreprocessRequest
 from onnxaccel.model import parse_shape_bindings
 from onnxaccel.precision.int8 import Int8Settings
 from onnxaccel.target import NATIVE_PRECISION
@@ -123,6 +123,9 @@ def optimize_command(
     min_cosine: Annotated[float | None, typer.Option("--min-cosine", help="Fail when any output's cosine "
                           "similarity with the original is below this (INT8 default 0.95 when no threshold is "
                           "given).")] = None,
+    preprocess: Annotated[str | None, typer.Option("--preprocess", help="How --calibration/--eval-data images "
+                          "become tensors: imagenet, yolo, scale01 or none. Default: from the model's metadata, else "
+                          "none (docs/PREPROCESSING.md); the report says which ran.")] = None,
     mean: Annotated[str | None, typer.Option(help="Image normalization mean, e.g. 0.485,0.456,0.406.")] = None,
     std: Annotated[str | None, typer.Option(help="Image normalization std.")] = None,
     resize: Annotated[int | None, typer.Option(help="Image shorter side before the center crop.")] = None,
@@ -163,7 +166,7 @@ def optimize_command(
         transformer_fusions=transformer_fusions, model_type=model_type, fp16=fp16, amp=amp,
         fp16_block_ops=tuple(fp16_block_op or ()), keep_fp32_nodes=tuple(keep_fp32 or ()), int8=settings,
         calibration=calibration, calibration_samples=calibration_samples,
-        preprocess=_preprocess(mean, std, resize, layout, bgr),
+        preprocess=_preprocess(preprocess, mean, std, resize, layout, bgr),
         native=native, native_table_format=table_format.lower(), eval_data=eval_data, eval_samples=eval_samples,
         seed=seed, gate=default_gate(precision, atol, rtol, max_error, min_topk_agreement, topk, min_cosine),
         graph_gate=default_gate("fp32", atol, rtol, max_error, min_topk_agreement, topk, min_cosine),
@@ -213,12 +216,14 @@ def _precision_from_target(tgt, fp16: bool, amp: bool, int8: str | None, native:
     return False, False, "static", native or provider_native
 
 
-def _preprocess(mean, std, resize, layout, bgr) -> ImagePreprocess:
+def _preprocess(preset, mean, std, resize, layout, bgr) -> PreprocessRequest:
+    """What the command line asks of image preprocessing (calibration and eval-data images); the model's metadata
+    fills the rest in transform.optimize (the preset rules of docs/PREPROCESSING.md, as `run` and `batch`)."""
     if layout.lower() not in ("nchw", "nhwc"):
         raise InputError(f"--layout must be nchw or nhwc, got '{layout}'.", "Use --layout nchw or --layout nhwc.")
-    return ImagePreprocess(resize=resize, mean=floats(mean, "--mean") if mean else IMAGENET_MEAN,
-                           std=floats(std, "--std") if std else IMAGENET_STD, layout=layout.lower(),
-                           channel_order="bgr" if bgr else "rgb")
+    return PreprocessRequest(preset=preset.lower() if preset else None, mean=floats(mean, "--mean") if mean else None,
+                             std=floats(std, "--std") if std else None, resize=resize, layout=layout.lower(),
+                             channel_order="bgr" if bgr else "rgb")
 
 
 class _nothing:

@@ -116,7 +116,10 @@ def resolve_preprocess(metadata: Mapping[str, str], request: PreprocessRequest |
     else:
         chosen, origin = preset_from_metadata(metadata)
         name = chosen or "none"
-        if chosen is None:
+        if chosen is None and (request.resize is not None or request.mean is not None or request.std is not None):
+            # --resize/--mean/--std are the imagenet pipeline's knobs: giving them asks for that pipeline.
+            name, origin = "imagenet", "implied by --resize/--mean/--std (the metadata names no preset)"
+        elif chosen is None:
             origin = f"default: {origin}; choose with --preprocess {'|'.join(PRESETS)}"
     if request.resize is not None and name != "imagenet":
         raise InputError(f"--resize applies to the imagenet preset only; the preset is {name}.",

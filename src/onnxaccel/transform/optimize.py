@@ -25,7 +25,8 @@ from onnxaccel.calibration import SYNTHETIC_WARNING, CalibrationData, load_calib
 from onnxaccel.compare import GateSpec
 from onnxaccel.engines.ort_ep_options import calibration_table_refusal
 from onnxaccel.errors import UsageError
-from onnxaccel.inputs import ImagePreprocess
+from onnxaccel.inputs import ImagePreprocess, PreprocessRequest
+from onnxaccel.prepost.presets import resolve_preprocess
 from onnxaccel.model import Model, load_model
 from onnxaccel.precision.checkpoint import save_model
 from onnxaccel.precision.fp16 import convert_fp16_detailed, name_unnamed_nodes, set_metadata
@@ -70,7 +71,8 @@ class OptimizeOptions:
     int8: Int8Settings | None = None
     calibration: str | None = None
     calibration_samples: int = 128
-    preprocess: ImagePreprocess | None = None
+    #: Images of --calibration/--eval-data: an ImagePreprocess, or a request resolved with the model's metadata.
+    preprocess: ImagePreprocess | PreprocessRequest | None = None
     native: bool = False
     native_table_format: str = "flatbuffers"  # or "tensorrt"
     eval_data: str | None = None
@@ -97,6 +99,8 @@ def optimize(source: str | Model, options: OptimizeOptions,
     AMP asks it for the node to keep in FP32 next (see transform/gate.py for why it is passed in).
     """
     model = source if isinstance(source, Model) else load_model(source, check=options.check)
+    if not isinstance(options.preprocess, ImagePreprocess):  # a request (or None): the preset rules decide
+        options = dataclasses.replace(options, preprocess=resolve_preprocess(model.metadata, options.preprocess))
     _check_options(options)
     if options.amp:
         need_finder(find_divergence)  # before any work: AMP cannot search without it
@@ -105,6 +109,10 @@ def optimize(source: str | Model, options: OptimizeOptions,
     bound = model.bind({**from_data, **options.shapes}, batch=options.batch)
     target = options.target
     report = OptimizeReport(model.source, str(output), str(target), ModelSummary.of(model.path, model.proto))
+    if options.calibration or options.eval_data:
+        pre = options.preprocess
+        report.notes.append(f"images in --calibration/--eval-data, if any, are fed as {pre.describe()}"
+                            + (f" ({pre.origin})" if pre.origin else ""))
     if from_data:
         report.notes.append(f"shapes from {options.eval_data or options.calibration}: " + ", ".join(
             f"{k}={'x'.join(map(str, v))}" for k, v in from_data.items()) + " (--shape overrides)")
