@@ -150,3 +150,11 @@ def test_ocr_det_map_is_cropped_to_the_input_size(det, page):
     # Padding a convolutional detector moves its border values (DB's context reaches the padding), so the text
     # mask (DB's 0.3 threshold, rapidocr) agrees on most pixels, not all.
     assert ((out > 0.3) == (ref > 0.3)).mean() > 0.85 and (ref > 0.3).any()
+
+
+def test_padding_images_is_said_padding_sequences_is_not(det, bert_runner):
+    """Bucketed image dims change a convolutional model's border outputs (the test above): the runner says so in
+    its warnings; a masked sequence axis gives the unpadded result and gets no such note."""
+    with BucketedRunner(det, CPU, ShapeBuckets.parse("x:2,x:3=128x192,256x256")) as runner:
+        assert any("pad image input(s) x" in w for w in runner.warnings), runner.warnings
+    assert not any("pad image" in w for w in bert_runner.warnings)

@@ -117,6 +117,9 @@ def _warm_buckets(instance: ModelInstance, buckets: ShapeBuckets) -> None:
         instance.close()
         raise UsageError(f"Model '{instance.config.name}': a shape bucket of {buckets.describe()} failed at warm-up: "
                          f"{exc}", "Choose bucket sizes the model accepts (e.g. multiples of its stride).") from None
+    note = buckets.padding_note(instance.model)
+    if note:
+        instance.warnings.append(f"{instance.config.name}: {note}")
     instance.warnings.append(f"{instance.config.name}: shape buckets {buckets.describe()} warmed ("
                              + ", ".join(f"{label} {s * 1e3:.0f} ms" for label, s in seconds.items()) + ")")
 
