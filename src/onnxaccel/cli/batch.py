@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from onnxaccel.cli.common import (
+    PreprocessOpt,
     EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, console, err_console, handle_errors, note, print_json, warn,
 )
 from onnxaccel.cli.groups import ModelArgs, TargetOpt, build_target, config_option, load_tuned
@@ -77,10 +78,7 @@ def batch_command(
                                 "NHWC pixels; cast, scale, mean/std and transpose run in the graph), images "
                                 "decoded at reduced size by a pool of processes. A model with preprocessing "
                                 "embedded already is fed pixels without this flag.")] = None,
-    preprocess: Annotated[str | None, typer.Option("--preprocess", help="How images become tensors: imagenet "
-                          "(resize, center crop, ImageNet mean/std), yolo (letterbox, /255), scale01 (/255) or none "
-                          "(raw pixels). Default: from the model's metadata (Ultralytics task=detect -> yolo, the "
-                          "zoo's onnxaccel.preprocess), else none with a note; the report says which ran.")] = None,
+    preprocess: PreprocessOpt = None,
     decoder: Annotated[str, typer.Option("--decoder", help="Image decoder for models fed uint8 pixels: auto "
                        "(nvJPEG through torchvision on CUDA targets where installed, else a CPU process pool), "
                        "nvjpeg, cpu-pool, cpu.")] = "auto",

@@ -22,6 +22,12 @@ err_console = Console(stderr=True)
 #: Set by the root callback (--debug, --verbose).
 STATE = {"debug": False, "verbose": False}
 
+#: How images become tensors, the same in run, batch and optimize (docs/PREPROCESSING.md; prepost/presets.py).
+PreprocessOpt = Annotated[str | None, typer.Option(
+    "--preprocess", help="Image preset: imagenet|yolo|scale01|none. imagenet: resize the short side to 256/224 of "
+    "the crop, center-crop, /255, ImageNet mean/std; yolo: letterbox to the model's size, gray 114 padding, /255; "
+    "scale01: /255; none: raw 0..255. (default: from the model's metadata (Ultralytics task=detect -> yolo, "
+    "onnxaccel.preprocess), else none with a note; --resize/--mean/--std alone imply imagenet)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON (for programs) instead of tables.")]
 #: The --target help; cli/groups.py's TargetOpt (commands with --config) adds its default to it.
 TARGET_HELP = ("Where to run: auto, cpu, cuda[:ID], migraphx[:ID], rocm, tensorrt; optionally /PRECISION and "

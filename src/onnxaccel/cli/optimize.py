@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.panel import Panel
 
 from onnxaccel.cli.common import (
+    PreprocessOpt,
     BatchOpt, JsonOpt, ShapeOpt, TargetOpt, console, err_console, handle_errors, note, print_json,
     resolve_target,
 )
@@ -123,9 +124,7 @@ def optimize_command(
     min_cosine: Annotated[float | None, typer.Option("--min-cosine", help="Fail when any output's cosine "
                           "similarity with the original is below this (INT8 default 0.95 when no threshold is "
                           "given).")] = None,
-    preprocess: Annotated[str | None, typer.Option("--preprocess", help="How --calibration/--eval-data images "
-                          "become tensors: imagenet, yolo, scale01 or none. Default: from the model's metadata, else "
-                          "none (docs/PREPROCESSING.md); the report says which ran.")] = None,
+    preprocess: PreprocessOpt = None,
     mean: Annotated[str | None, typer.Option(help="Image normalization mean, e.g. 0.485,0.456,0.406.")] = None,
     std: Annotated[str | None, typer.Option(help="Image normalization std.")] = None,
     resize: Annotated[int | None, typer.Option(help="Image shorter side before the center crop.")] = None,

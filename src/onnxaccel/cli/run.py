@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 
 from onnxaccel.cli.common import (
+    PreprocessOpt,
     BatchOpt, EpOptionOpt, InputOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, ValueRangeOpt, console,
     handle_errors, note, print_json, warn,
 )
@@ -21,7 +22,7 @@ from onnxaccel.cli.groups import (
 )
 from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.errors import InputError
-from onnxaccel.inputs import PRESETS, PreprocessRequest
+from onnxaccel.inputs import PreprocessRequest
 from onnxaccel.model import Model
 from onnxaccel.pipeline import prepare
 from onnxaccel.prepost.detect import DEFAULT_CONF, DEFAULT_IOU
@@ -160,11 +161,7 @@ def run_command(
                     "test data sets store them (every type: sequences, optionals, bfloat16, int4...).")] = None,
     iobinding: IobindingOpt = None,
     strict: StrictOpt = False,
-    preprocess: Annotated[str | None, typer.Option(
-        "--preprocess", help=f"Image preset: {'|'.join(PRESETS)}. imagenet: resize the short side to 256/224 of "
-        "the crop, center-crop, /255, ImageNet mean/std; yolo: letterbox to the model's size, gray 114 padding, "
-        "/255; scale01: /255; none: raw 0..255. (default: from the model's metadata (Ultralytics task=detect -> "
-        "yolo, onnxaccel.preprocess), else none with a note)")] = None,
+    preprocess: PreprocessOpt = None,
     postprocess: Annotated[str | None, typer.Option(
         "--postprocess", help=f"{'|'.join(POSTPROCESS)}: top-k with ImageNet labels for 1000 classes; YOLOv8 "
         "boxes with NMS, letterbox undone. (default: detect for Ultralytics task=detect, topk for an N x 1000 "
