@@ -42,7 +42,7 @@ FEATURES = {"bench", "serve", "loadtest", "analysis", "transform", "system", "sc
 #: telemetry sampler in system; scale may use serve; loadtest bench's statistics and serve's protocol, the wire format it speaks).
 ALLOWED: dict[str, set[str]] = {
     "bench": {"analysis", "transform", "system"},
-    "serve": {"system"},
+    "serve": {"system", "transform"},  # serve embeds an image preset into a model on GPU targets
     "scale": {"serve", "system"},
     "loadtest": {"bench", "serve"},  # bench's statistics; serve's protocol (the wire format it speaks)
     "conformance": set(),

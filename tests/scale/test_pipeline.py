@@ -37,7 +37,7 @@ def write_photo_jpegs(photo, folder: Path, count: int) -> Path:
 
 def _embedded(model: str) -> str:
     """The cached copy of ``model`` with ImageNet preprocessing embedded, as `batch --embed-preprocess` runs it."""
-    from onnxaccel.cli.batch import embedded_copy
+    from onnxaccel.transform.embed_preprocess import embedded_copy
 
     return embedded_copy(model, "imagenet")
 
@@ -163,3 +163,60 @@ def test_scale_reads_the_metadata_key_transform_writes():
     from onnxaccel.transform.embed_preprocess import META_EMBEDDED as written
 
     assert read == written
+
+
+class _SlowWorker:
+    """A worker whose two instances finish units out of order (the later unit first) to check the pipeline's
+    ordering: each instance is a real thread, the runs sleep."""
+
+    instances = 2
+
+    def __init__(self, fail_at: int | None = None):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.threads = [ThreadPoolExecutor(1) for _ in range(2)]
+        self.fail_at = fail_at
+
+    def infer_async(self, unit, data, index):
+        import time as _time
+
+        def run():
+            _time.sleep(0.03 if unit % 2 == 0 else 0.001)  # even units slow: odd ones finish first
+            if unit == self.fail_at:
+                raise RuntimeError(f"unit {unit} failed")
+            from onnxaccel.scale.worker import UnitResult
+
+            return UnitResult(unit, [str(unit)], {}, 0.0, 0.01, f"instance {index}", [])
+
+        return self.threads[index].submit(run)
+
+
+class _Source:
+    def __init__(self):
+        self.released = []
+
+    def start(self, unit):
+        return unit
+
+    def finish(self, unit, times):
+        return unit, None, f"slot-{unit}"
+
+    def release(self, slot):
+        self.released.append(slot)
+
+
+def test_two_instances_in_flight_write_units_in_order_and_stop_after_a_failure():
+    import pytest
+
+    from onnxaccel.scale.pipeline import _pump
+
+    written, source, times = [], _Source(), StageTimes()
+    _pump(_SlowWorker(), source, list(range(9)), lambda r: written.append(r.unit), 4, times)
+    assert written == list(range(9)) and sorted(source.released) == sorted(f"slot-{u}" for u in range(9))
+    assert times.units_run == 9
+    # A failure in unit 5: units 0-4 are written (their shards finish), none after it, every slot comes back.
+    written, source = [], _Source()
+    with pytest.raises(RuntimeError, match="unit 5 failed"):
+        _pump(_SlowWorker(fail_at=5), source, list(range(9)), lambda r: written.append(r.unit), 4, StageTimes())
+    assert written == [0, 1, 2, 3, 4]
+    assert len(set(source.released)) == len(source.released) and "slot-5" in source.released

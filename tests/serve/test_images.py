@@ -20,6 +20,7 @@ from onnxaccel.serve import images as serve_images
 from onnxaccel.transform import embed_preprocess as embed_module
 from onnxaccel.transform.embed_preprocess import embed_preprocess
 from tests.serve.conftest import ServerProcess, write_config
+from tritonclient.utils import InferenceServerException
 
 tritonhttp = pytest.importorskip("tritonclient.http")
 tritongrpc = pytest.importorskip("tritonclient.grpc")
@@ -207,3 +208,14 @@ def test_decoding_workers_of_shared_models_take_images_with_the_serve_preprocess
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-4)
     finally:
         assert proc.stop() == 0, proc.log()
+
+
+def test_a_float_tensor_to_an_embedded_model_is_a_400_naming_the_uint8_input(image_server, jpegs):
+    # What `serve --preprocess imagenet` on a GPU target serves (serve/repository.py _served_model): clients who
+    # still send float NCHW learn what the model takes now.
+    floats = host_float(jpegs[0])
+    with pytest.raises(InferenceServerException) as info:
+        infer_http(image_server, "embedded", "data_0", floats, "FP32")
+    text = str(info.value)
+    assert "400" in text or "Bad Request" in text or "INVALID" in text.upper(), text
+    assert "UINT8" in text.upper() and "[N, 224, 224, 3]" in text and "--embed-preprocess none" in text, text

@@ -20,7 +20,7 @@ from onnxaccel.cli.common import (
     EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, console, err_console, handle_errors, note, print_json, warn,
 )
 from onnxaccel.cli.groups import ModelArgs, TargetOpt, build_target, config_option, load_tuned
-from onnxaccel.errors import UsageError
+from onnxaccel.errors import ModelError, UsageError
 from onnxaccel.prepost.presets import PreprocessRequest
 
 ConfigOpt = config_option("target, batch, shapes and shape buckets")
@@ -76,8 +76,9 @@ def batch_command(
     embed_preprocess: Annotated[str | None, typer.Option("--embed-preprocess", help="imagenet, yolo or scale01: "
                                 "run a cached copy of the model with this preprocessing embedded (it takes uint8 "
                                 "NHWC pixels; cast, scale, mean/std and transpose run in the graph), images "
-                                "decoded at reduced size by a pool of processes. A model with preprocessing "
-                                "embedded already is fed pixels without this flag.")] = None,
+                                "decoded at reduced size by a pool of processes. Default: on GPU targets, images "
+                                "given --preprocess imagenet|yolo|scale01 get it embedded; none: never. A model "
+                                "with preprocessing embedded already is fed pixels without this flag.")] = None,
     preprocess: PreprocessOpt = None,
     decoder: Annotated[str, typer.Option("--decoder", help="Image decoder for models fed uint8 pixels: auto "
                        "(nvJPEG through torchvision on CUDA targets where installed, else a CPU process pool), "
@@ -90,7 +91,7 @@ def batch_command(
     tuned = load_tuned(config)
     tgt = build_target(target, precision, ep_option, tuned)
     bound = ModelArgs.resolve(model, shape=shape, batch=batch, tuned=tuned)
-    run_model = embedded_copy(model, embed_preprocess.lower()) if embed_preprocess else model
+    run_model, automatic = _model_to_run(model, tgt, embed_preprocess, preprocess, input)
     job = BatchJob(model=run_model, label=model, input=input, output=str(output), target=tgt,
                    batch=bound.batch, shapes=bound.shapes, columns=_columns(column or []),
                    id_column=id_column, images_per_shard=images_per_shard, ray=ray, workers=workers,
@@ -100,49 +101,40 @@ def batch_command(
     with _Bar(disable=as_json) as bar:
         report = run_batch(job, progress=bar.update)
     if as_json:
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), "embedded_automatically": automatic})
     else:
         _render(report)
     if report.errors:
         raise typer.Exit(EXIT_WITH_ERRORS)
 
 
-def embedded_copy(model: str, preset: str) -> str:
-    """The model with ``preset`` preprocessing embedded: ``<cache>/embedded/<model key>-<preset>.onnx``, made
-    once (atomically) and checked against host preprocessing by embed_into_file. A model that has this preset
-    embedded already is returned as is; another preset is an error."""
-    import os
-    import tempfile
+def _model_to_run(model: str, target, embed: str | None, preset: str | None, input: str) -> tuple[str, bool]:
+    """The model file the job runs and whether its preprocessing was embedded without being asked: --embed-
+    preprocess PRESET embeds that preset, none never; unset, a GPU target reading images with an embeddable
+    --preprocess gets it embedded (transform/embed_preprocess.py auto_embed_preset), and a model that cannot
+    take it (not a float NCHW image model) keeps host preprocessing, with a note saying why."""
+    from onnxaccel.scale.datasets import input_kind
+    from onnxaccel.transform.embed_preprocess import EMBEDDABLE, auto_embed_preset, embedded_copy
 
-    import onnx
-
-    from onnxaccel.model import load_model
-    from onnxaccel.paths import cache_root
-    from onnxaccel.transform.embed_preprocess import embed_into_file, embedded_of
-
-    source = load_model(model)
-    already = embedded_of(source.proto)
-    if already is not None:
-        if already.preset != preset:
-            raise UsageError(f"The model has {already.preset} preprocessing embedded; --embed-preprocess {preset} "
-                             "cannot apply on top of it.", f"Drop --embed-preprocess (it runs {already.preset}), "
-                             "or pass the model without embedded preprocessing.")
-        return model
-    folder = cache_root() / "embedded"
-    path = folder / f"{source.cache_key()}-{preset}.onnx"
-    if path.is_file():
-        return str(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=folder)
-    os.close(fd)
+    if embed is not None:
+        embed = embed.lower()
+        if embed == "none":
+            return model, False
+        if embed not in EMBEDDABLE:
+            raise UsageError(f"--embed-preprocess {embed}: not an embeddable preset.",
+                             f"Use one of {', '.join(EMBEDDABLE)}, or none to keep preprocessing on the host.")
+        return embedded_copy(model, embed), False
+    auto = auto_embed_preset(target, preset)
+    if auto is None or input_kind(input) != "images":
+        return model, False
     try:
-        onnx.save(source.proto, tmp)
-        embed_into_file(tmp, preset)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return str(path)
+        path = embedded_copy(model, auto)
+    except (UsageError, ModelError) as exc:
+        note(f"{auto} preprocessing kept on the host: {exc.message}")
+        return model, False
+    note(f"GPU target: {auto} preprocessing embedded in the model (uint8 pixels to the device, the arithmetic "
+         "in the graph); --embed-preprocess none keeps it on the host")
+    return path, True
 
 
 def _bucket_text(spec: str | None) -> str | None:
@@ -245,6 +237,9 @@ def _render_stages(stages: dict | None) -> None:
     console.print(table)
     if stages.get("decoder"):
         note(f"decoder: {stages['decoder']} ({escape(stages['decoder_reason'])})")
+    if stages.get("run_instances", 1) > 1:
+        note(f"{stages['run_instances']} GPU sessions ran units at once (one copies in while another runs); the run "
+             "share is over sessions x wall")
     console.print(f"bottleneck: [bold]{stages['bottleneck']}[/]")
 
 

@@ -78,7 +78,13 @@ def serve_command(
                           "none) for requests that send encoded images (BYTES, one JPEG/PNG per row) to a model "
                           "taking float [N,3,H,W]; default: the model's metadata, and a model whose metadata names "
                           "none takes no encoded images. Models with embedded preprocessing use theirs. A model's "
-                          "config.json key preprocess overrides it.")] = None,
+                          "config.json key preprocess overrides it. On GPU targets imagenet, yolo and scale01 are "
+                          "embedded in the graph (see --embed-preprocess).")] = None,
+    embed_preprocess: Annotated[str, typer.Option("--embed-preprocess", help="auto: on a GPU target, a float NCHW "
+                                "image model given --preprocess imagenet|yolo|scale01 is served with it embedded "
+                                "(it takes uint8 [N,H,W,3] pixels or JPEG/PNG bytes; cast, scale, mean/std and "
+                                "transpose run on the device). none: serve the model as it is (float tensors).")
+                                ] = "auto",
     max_queue: Annotated[int, typer.Option("--max-queue", help="Requests waiting per model before 429.")] = 256,
     timeout_ms: Annotated[float, typer.Option("--timeout-ms", help="Per-request deadline (queue + run), "
                           "0 for none; past it the request gets 503.")] = 30000.0,
@@ -165,6 +171,7 @@ def serve_command(
         "arena_extend_strategy": arena_extend_strategy, "gpu_mem_limit": gpu_mem_limit,
         "arena_shrinkage": arena_shrinkage, "session_per_batch_size": session_per_batch_size,
         "shape_buckets": buckets_text or None, "preprocess": _preprocess(preprocess),
+        "embed_preprocess": _embed_mode(embed_preprocess),
     }
     server_config = ServerConfig(
         host=host, http_port=http_port, grpc_port=grpc_port if grpc else None,
@@ -252,6 +259,15 @@ def _preprocess(preset: str | None) -> str | None:
     if preset is not None and preset not in PRESETS:
         raise UsageError(f"--preprocess {preset}: not an image preset.", f"Use one of {', '.join(PRESETS)}.")
     return preset
+
+
+def _embed_mode(mode: str) -> str:
+    from onnxaccel.serve.config import EMBED_MODES
+
+    if mode.lower() not in EMBED_MODES:
+        raise UsageError(f"--embed-preprocess {mode}: not a mode.", "Use auto (embed the --preprocess preset on "
+                         "GPU targets) or none (serve the model as it is).")
+    return mode.lower()
 
 
 def _model_control(mode: str) -> str:

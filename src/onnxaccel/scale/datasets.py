@@ -159,6 +159,22 @@ def open_dataset(path: str | Path, model: Model, *, columns: Mapping[str, str] |
     return Dataset(kind, str(base), tuple(shards), mapping, id_column, pre)
 
 
+def input_kind(path: str) -> str | None:
+    """What ``--input`` holds (images, arrays, parquet) judged by its first file, without listing a whole
+    folder; None when it does not exist or holds none (open_dataset then says why)."""
+    root = Path(path).expanduser()
+    if root.is_file():
+        return _kind(root)
+    if not root.is_dir():
+        return None
+    for p in root.rglob("*"):
+        kind = _kind(p) if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts) \
+            else None
+        if kind is not None:
+            return kind
+    return None
+
+
 def _kind(path: Path) -> str | None:
     suffix = path.suffix.lower()
     if suffix in IMAGE_SUFFIXES:

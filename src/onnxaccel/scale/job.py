@@ -70,7 +70,7 @@ class BatchJob:
     #: "skip": an unreadable input becomes an error row and the job goes on; "stop": the job stops at it.
     on_error: str = "skip"
     #: The name reports show for the model (default: ``model``); the CLI runs a cached copy with preprocessing
-    #: embedded (cli/batch.py embedded_copy) under the name the user gave.
+    #: embedded (transform/embed_preprocess.py embedded_copy) under the name the user gave.
     label: str | None = None
     #: Image decoder of the in-process pipeline for uint8 models: auto, nvjpeg, cpu-pool, cpu (prepost/decode.py).
     decoder: str = "auto"

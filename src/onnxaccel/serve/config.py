@@ -6,7 +6,7 @@ A model's config::
      "instances": 1, "shapes": {"sequence": 128}, "max_queue": 256, "timeout_ms": 30000,
      "arena_extend_strategy": "kSameAsRequested", "gpu_mem_limit": 8589934592, "arena_shrinkage": true,
      "session_per_batch_size": true, "shape_buckets": "sequence=32,64,128,256",
-     "options": {"prefer_nhwc": "1"}}
+     "preprocess": "imagenet", "embed_preprocess": "auto", "options": {"prefer_nhwc": "1"}}
 
 Every key is optional; the command line gives the defaults. Unknown keys are an error that names them.
 """
@@ -24,6 +24,8 @@ from onnxaccel.inputs_files import PRESETS
 from onnxaccel.target import GRAPH_OPTION, Target, parse_target
 
 SCHEMA = "onnxaccel.serve.model-config/1"
+#: ModelConfig.embed_preprocess values.
+EMBED_MODES = ("auto", "none")
 
 #: Where each provider keeps its arena knobs (target.py PROVIDER_OPTIONS; ORT's CUDA/ROCm EP option names
 #: arena_extend_strategy and gpu_mem_limit, the MIGraphX EP's migraphx_arena_extend_strategy/migraphx_mem_limit).
@@ -72,6 +74,10 @@ class ModelConfig:
     #: taking float NCHW (serve/images.py); None: the model's metadata decides, and without one the model takes
     #: no encoded images. A model with embedded preprocessing uses its embedded preset.
     preprocess: str | None = None
+    #: "auto": on a GPU target, a float NCHW image model given an embeddable ``preprocess`` (imagenet, yolo,
+    #: scale01) is served with that preprocessing embedded in its graph (transform/embed_preprocess.py): it takes
+    #: uint8 NHWC pixels and encoded images decode to uint8. "none": the model is served as it is.
+    embed_preprocess: str = "auto"
     options: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -79,6 +85,9 @@ class ModelConfig:
             raise UsageError(f"Model '{self.name}': max_padding is {self.max_padding!r}; it is the largest share of "
                              "a padded batch that may be padding, from 0 to 1.",
                              "Use e.g. 0.25 (the default), or 1 to never cut a batch.")
+        if self.embed_preprocess not in EMBED_MODES:
+            raise UsageError(f"Model '{self.name}': embed_preprocess is {self.embed_preprocess!r}.",
+                             "Use auto (embed the preset on GPU targets) or none (serve the model as it is).")
         if self.preprocess is not None and self.preprocess not in PRESETS:
             raise UsageError(f"Model '{self.name}': preprocess is {self.preprocess!r}, not an image preset.",
                              f"Use one of {', '.join(PRESETS)} (the preset encoded-image requests get).")

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaccel.engines.buckets import BucketedRunner, ShapeBuckets, compiles_per_shape
-from onnxaccel.errors import OnnxAccelError, ShapeError, UsageError
+from onnxaccel.errors import ModelError, OnnxAccelError, ShapeError, UsageError
 from onnxaccel.model import ZOO_PREFIX, load_model
 from onnxaccel.engines import Runner
 from onnxaccel.pipeline import BoundModel, ConvertedModel, RunnerFromVariant
-from onnxaccel.target import GRAPH_OPTION
+from onnxaccel.target import GRAPH_OPTION, parse_target
 from onnxaccel.serve.batcher import DynamicBatcher
 from onnxaccel.serve.config import ModelConfig, model_config_from
 from onnxaccel.serve.instance import ModelInstance, graph_capture_possible
@@ -59,13 +59,13 @@ def load_instance(config: ModelConfig) -> ModelInstance:
     """Compile ``config.instances`` runners of the model, each in the thread that will run it, from one bound and
     converted model (blocking; call it in a thread). With shape buckets, every bucket is warmed here."""
     start = time.perf_counter()
-    model = load_model(config.source)
+    model, embedding = _served_model(config)
     buckets = config.buckets()
     if buckets is not None:
         buckets.validate(model)
     target, notes = config.resolved_target(
         graph_ok=graph_capture_possible(model) and config.max_batch > 1 and config.session_per_batch_size)
-    warnings = list(notes)
+    warnings = list(notes) + ([embedding] if embedding else [])
     bound = BoundModel(model, _compile_shapes(model, config.shape_bindings(), buckets) or None, batch=1)
     compile_runner = RunnerFromVariant(ConvertedModel(bound, target))
     if buckets is not None and compiles_per_shape(target):
@@ -92,6 +92,28 @@ def load_instance(config: ModelConfig) -> ModelInstance:
         _warm_buckets(instance, buckets)
     instance.load_seconds = time.perf_counter() - start
     return instance
+
+
+def _served_model(config: ModelConfig):
+    """The model to serve and a note when its preprocessing was embedded (or could not be): on a GPU target with
+    an embeddable preset and embed_preprocess auto, the cached embedded copy (transform/embed_preprocess.py
+    embedded_copy, checked against host preprocessing when made), so clients' pixels travel as uint8 and the
+    arithmetic runs in the graph. A model that cannot take it (no float NCHW image input) is served as it is."""
+    model = load_model(config.source)
+    if config.embed_preprocess != "auto":
+        return model, None
+    from onnxaccel.transform.embed_preprocess import auto_embed_preset, embedded_copy, embedded_of
+
+    preset = auto_embed_preset(parse_target(config.target, precision=config.precision), config.preprocess)
+    if preset is None or embedded_of(model.proto) is not None:
+        return model, None
+    try:
+        path = embedded_copy(config.source, preset)
+    except (UsageError, ModelError) as exc:
+        return model, f"{config.name}: {preset} preprocessing stays on the host: {exc.message}"
+    return load_model(path), (
+        f"{config.name}: GPU target: {preset} preprocessing embedded in the graph; the model takes uint8 NHWC "
+        "pixels (or JPEG/PNG bytes) instead of float NCHW tensors (embed_preprocess none serves it as it is)")
 
 
 def _bucketed(model, target, buckets: ShapeBuckets, given: dict) -> Callable[[], Runner]:

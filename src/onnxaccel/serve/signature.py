@@ -139,6 +139,11 @@ class ModelSignature:
             if sent == "BYTES" and self.image is None and np.dtype(spec_dtype).kind == "f":
                 hint = (" Encoded images are taken only when the image preset is known: serve with --preprocess "
                         "imagenet|yolo|scale01 (or a model config's \"preprocess\" key).")
+            elif self.image is not None and self.image.layout == "uint8_nhwc" and name == self.image.name:
+                hint = (f" Its {self.image.pre.preset} preprocessing runs in the graph: send uint8 pixels "
+                        f"[N, {self.image.height}, {self.image.width}, 3] (RGB, resized and cropped) or one JPEG/PNG "
+                        "per row as BYTES. To serve it taking float NCHW tensors, pass the model without embedded "
+                        "preprocessing (on GPU targets with --preprocess: --embed-preprocess none).")
             return (f"Input '{name}' of model '{model}' is {datatype_of(spec_dtype)}; the request sends {sent}."
                     + hint)
         spec = next(s for s in self.inputs if s.name == name)

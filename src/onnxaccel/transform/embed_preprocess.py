@@ -201,3 +201,49 @@ def embed_into_file(path, preset: str, *, input_name: str | None = None, seed: i
                          "the model was left as it was.", "Report this with the model: it is a bug.")
     save_model(after, path, converter=f"optimize --embed-preprocess {preset}")
     return done, worst
+
+
+def embedded_copy(model: str, preset: str) -> str:
+    """The model with ``preset`` preprocessing embedded: ``<cache>/embedded/<model key>-<preset>.onnx``, made
+    once (atomically) and checked against host preprocessing by embed_into_file. A model that has this preset
+    embedded already is returned as is; another preset is an error. What `batch --embed-preprocess` runs, and
+    `batch`/`serve` on a GPU target given an image preset (auto_embed_preset)."""
+    import os
+    import tempfile
+
+    from onnxaccel.model import load_model
+    from onnxaccel.paths import cache_root
+
+    source = load_model(model)
+    already = embedded_of(source.proto)
+    if already is not None:
+        if already.preset != preset:
+            raise UsageError(f"The model has {already.preset} preprocessing embedded; --embed-preprocess {preset} "
+                             "cannot apply on top of it.", f"Drop --embed-preprocess (it runs {already.preset}), "
+                             "or pass the model without embedded preprocessing.")
+        return model
+    folder = cache_root() / "embedded"
+    path = folder / f"{source.cache_key()}-{preset}.onnx"
+    if path.is_file():
+        return str(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=folder)
+    os.close(fd)
+    try:
+        onnx.save(source.proto, tmp)
+        embed_into_file(tmp, preset)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return str(path)
+
+
+def auto_embed_preset(target, preset: str | None) -> str | None:
+    """The preset `batch` and `serve` embed without being asked: on a GPU target, when the user chose an
+    embeddable image preset (``--preprocess imagenet|yolo|scale01``). Decoded pixels then travel as uint8 (a
+    quarter of the bytes of FP32) and the arithmetic runs on the device; CPU targets keep host preprocessing
+    (no copy to save, and the same arithmetic either side)."""
+    if preset is None or preset.lower() not in EMBEDDABLE or not getattr(target, "is_gpu", False):
+        return None
+    return preset.lower()

@@ -1,0 +1,104 @@
+"""Issue 22 item 1, "automatically for batch/serve on GPU targets when the user chooses a preset": the rule
+(transform/embed_preprocess.py auto_embed_preset), the model `serve` loads for it (serve/repository.py
+_served_model) and the one `batch` runs (cli/batch.py _model_to_run). A GPU session cannot be made here, so these
+check the choice and the model chosen (a real embedded ONNX Runtime model); benchmarks/gpu_issue22.sh runs both
+on the H200."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from PIL import Image
+
+from onnxaccel.errors import UsageError
+from onnxaccel.serve.config import ModelConfig
+from onnxaccel.serve.repository import _served_model
+from onnxaccel.target import parse_target
+from onnxaccel.transform.embed_preprocess import auto_embed_preset, embedded_of
+
+SQUEEZENET = "zoo:squeezenet"
+
+
+@pytest.mark.parametrize(("target", "preset", "want"), [
+    ("cuda:0", "imagenet", "imagenet"), ("migraphx", "yolo", "yolo"), ("cuda", "scale01", "scale01"),
+    ("cuda", "IMAGENET", "imagenet"), ("cpu", "imagenet", None), ("cuda", "none", None), ("cuda", None, None),
+])
+def test_the_rule_embeds_an_image_preset_on_gpu_targets_only(target, preset, want):
+    assert auto_embed_preset(parse_target(target), preset) == want
+
+
+def _input(model):
+    spec = model.inputs[0]
+    return spec.dtype, tuple(spec.shape)
+
+
+def test_serve_on_a_gpu_target_loads_the_embedded_model_and_says_so():
+    model, note = _served_model(ModelConfig(name="sq", source=SQUEEZENET, target="cuda:0", preprocess="imagenet"))
+    assert embedded_of(model.proto).preset == "imagenet"
+    dtype, shape = _input(model)
+    assert str(dtype) == "uint8" and shape[1:] == (224, 224, 3), (dtype, shape)
+    assert "embedded in the graph" in note and "uint8" in note
+    # The embedded graph runs (CPU here) on uint8 pixels.
+    session = ort.InferenceSession(model.proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    out = session.run(None, {model.inputs[0].name: np.zeros((1, 224, 224, 3), np.uint8)})[0]
+    assert np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("config", [
+    dict(target="cpu", preprocess="imagenet"),
+    dict(target="cuda:0", preprocess="imagenet", embed_preprocess="none"),
+    dict(target="cuda:0", preprocess=None),
+    dict(target="cuda:0", preprocess="none"),
+])
+def test_serve_keeps_the_model_as_it_is_otherwise(config):
+    model, note = _served_model(ModelConfig(name="sq", source=SQUEEZENET, **config))
+    assert embedded_of(model.proto) is None and note is None
+    assert str(_input(model)[0]) == "float32"
+
+
+def test_serve_keeps_a_model_that_cannot_take_it_and_says_why(silero_vad_model):
+    model, note = _served_model(ModelConfig(name="vad", source=str(silero_vad_model), target="cuda:0",
+                                            preprocess="imagenet"))
+    assert embedded_of(model.proto) is None
+    assert note.startswith("vad: imagenet preprocessing stays on the host:") and "image" in note
+
+
+def test_a_bad_embed_mode_is_refused_with_the_choices():
+    with pytest.raises(UsageError, match="embed_preprocess is 'always'") as info:
+        ModelConfig(name="sq", source=SQUEEZENET, embed_preprocess="always")
+    assert "auto" in info.value.hint and "none" in info.value.hint
+
+
+def _jpegs(folder, photo, count=3):
+    folder.mkdir()
+    for i in range(count):
+        buffer = io.BytesIO()
+        Image.open(photo("astronaut.png")).convert("RGB").save(buffer, "JPEG")
+        (folder / f"p{i}.jpg").write_bytes(buffer.getvalue())
+    return folder
+
+
+def test_batch_embeds_for_images_on_a_gpu_target_only(tmp_path, photo):
+    from onnxaccel.cli.batch import _model_to_run
+
+    images = _jpegs(tmp_path / "images", photo)
+    arrays = tmp_path / "arrays"
+    arrays.mkdir()
+    np.save(arrays / "a.npy", np.zeros((2, 3, 224, 224), np.float32))
+    cuda, cpu = parse_target("cuda"), parse_target("cpu")
+    path, auto = _model_to_run(SQUEEZENET, cuda, None, "imagenet", str(images))
+    assert auto and path.endswith("-imagenet.onnx")
+    import onnx
+
+    assert embedded_of(onnx.load(path)).preset == "imagenet"
+    # Float arrays are already preprocessed; a CPU target, --embed-preprocess none or no preset keep the model.
+    for args in ((cuda, None, "imagenet", str(arrays)), (cpu, None, "imagenet", str(images)),
+                 (cuda, "none", "imagenet", str(images)), (cuda, None, None, str(images))):
+        assert _model_to_run(SQUEEZENET, *args) == (SQUEEZENET, False), args
+    # Asked for explicitly, any target embeds (not "automatically").
+    assert _model_to_run(SQUEEZENET, cpu, "imagenet", None, str(images)) == (path, False)
+    with pytest.raises(UsageError, match="not an embeddable preset"):
+        _model_to_run(SQUEEZENET, cuda, "resnet", None, str(images))
