@@ -220,3 +220,47 @@ def test_two_instances_in_flight_write_units_in_order_and_stop_after_a_failure()
         _pump(_SlowWorker(fail_at=5), source, list(range(9)), lambda r: written.append(r.unit), 4, StageTimes())
     assert written == [0, 1, 2, 3, 4]
     assert len(set(source.released)) == len(source.released) and "slot-5" in source.released
+
+
+class _CpuAsGpu:
+    """nvJPEG's decode interface (prepost/decode.py NvjpegDecoder.decode) done by the CPU decode, so the hybrid
+    split can run here (no GPU, no torchvision): each row must land where its file is, bad rows included."""
+
+    def __init__(self, height, width, pre, device=0):
+        self.height, self.width, self.pre = height, width, pre
+        self.calls = []
+
+    def decode(self, paths, out=None):
+        from onnxaccel.errors import InputError
+        from onnxaccel.prepost.decode import decode_pixels
+
+        self.calls.append(len(paths))
+        bad = {}
+        for i, path in enumerate(paths):
+            try:
+                out[i] = decode_pixels(path, self.height, self.width, self.pre)
+            except InputError as exc:
+                bad[i] = exc.message
+        return out, bad
+
+
+def test_hybrid_decode_puts_every_row_in_its_place(tmp_path, squeezenet, photo, monkeypatch):
+    from onnxaccel.scale import pipeline
+
+    data = write_photo_jpegs(photo, tmp_path / "jpegs", 11)
+    (data / "photo-0009.jpg").write_bytes(b"\xff\xd8 truncated")  # a bad row in the second half (GPU side)
+    (data / "photo-0000.jpg").write_bytes(b"\xff\xd8 truncated")  # and one in the first (CPU pool side)
+    want = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "pool"), target="cpu", batch=4,
+                              decoder="cpu-pool"))
+    gpu = []
+    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted: ("hybrid", "test"))
+    monkeypatch.setattr(pipeline, "NvjpegDecoder", lambda *a: gpu.append(_CpuAsGpu(*a)) or gpu[-1])
+    got = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "hybrid"), target="cpu", batch=4,
+                             decoder="hybrid"))
+    assert got.stages["decoder"] == "hybrid" and gpu and sum(gpu[0].calls) > 0
+    assert any(n.startswith("hybrid decode: nvJPEG") for n in got.stages["notes"])
+    a, b = load_results(tmp_path / "hybrid"), load_results(tmp_path / "pool")
+    assert a.row_ids == b.row_ids and len(a.row_ids) == 9
+    np.testing.assert_array_equal(a.outputs["softmaxout_1"], b.outputs["softmaxout_1"])
+    assert sorted(e["file"] for e in got.errors) == sorted(e["file"] for e in want.errors) == \
+        ["photo-0000.jpg", "photo-0009.jpg"]

@@ -82,7 +82,8 @@ def batch_command(
     preprocess: PreprocessOpt = None,
     decoder: Annotated[str, typer.Option("--decoder", help="Image decoder for models fed uint8 pixels: auto "
                        "(nvJPEG through torchvision on CUDA targets where installed, else a CPU process pool), "
-                       "nvjpeg, cpu-pool, cpu.")] = "auto",
+                       "hybrid (nvJPEG and the CPU pool together, each unit split by their rates), nvjpeg, "
+                       "cpu-pool, cpu.")] = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """Run MODEL over a dataset; options a --config can set resolve as flag > config > default (cli/groups.py)."""

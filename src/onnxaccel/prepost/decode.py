@@ -35,7 +35,9 @@ import numpy as np
 from onnxaccel.errors import InputError
 from onnxaccel.inputs_files import ImagePreprocess, apply_geometry, pillow
 
-DECODERS = ("auto", "nvjpeg", "cpu-pool", "cpu")
+DECODERS = ("auto", "hybrid", "nvjpeg", "cpu-pool", "cpu")
+#: The decoders that need torchvision with CUDA (nvJPEG).
+GPU_DECODERS = ("nvjpeg", "hybrid")
 
 
 def draft_size(size: tuple[int, int], height: int, width: int, pre: ImagePreprocess) -> tuple[int, int]:
@@ -76,12 +78,12 @@ def choose_decoder(device: str, wanted: str = "auto") -> tuple[str, str]:
     if wanted not in DECODERS:
         raise InputError(f"--decoder must be one of {', '.join(DECODERS)}, got '{wanted}'.",
                          "auto picks nvJPEG where torchvision with CUDA is installed, else a CPU process pool.")
-    if wanted == "nvjpeg":
+    if wanted in GPU_DECODERS:
         reason = nvjpeg_missing()
         if reason:
-            raise InputError(f"--decoder nvjpeg cannot run here: {reason}.",
+            raise InputError(f"--decoder {wanted} cannot run here: {reason}.",
                              "Install torchvision with CUDA (pip install torchvision), or pass --decoder auto.")
-        return "nvjpeg", "asked for"
+        return wanted, "asked for"
     if wanted != "auto":
         return wanted, "asked for"
     if device in ("cuda", "tensorrt"):
@@ -206,8 +208,12 @@ class DecodePool:
 class NvjpegDecoder:
     """Batched JPEG decode on an NVIDIA GPU (torchvision.io.decode_jpeg, device="cuda": nvJPEG), then the preset's
     geometry with torch on the GPU, copied back as uint8 NHWC. Non-JPEG files fall back to :func:`decode_pixels`.
-    Written against torchvision's documented API (decode_jpeg accepts a list of uint8 tensors and a device);
-    never executed on this machine (no torchvision, no GPU)."""
+    Written against torchvision's documented API (decode_jpeg accepts a list of uint8 tensors and a device).
+
+    Measured on the H200 (issue 22, 10,000 photographs at ~500x375, ResNet-50's 224): resizing and copying back
+    image by image (a device sync per image) gave 4,985 images/s; so images of one size are resized together, the
+    batch is stacked on the device and copied back once, through a page-locked buffer, on a stream of its own
+    (the model's runs keep theirs)."""
 
     name = "nvjpeg"
 
@@ -218,10 +224,14 @@ class NvjpegDecoder:
         self.torch, self.tio = torch, tio
         self.height, self.width, self.pre = height, width, pre
         self.device = f"cuda:{device}"
+        self.stream = torch.cuda.Stream(device=self.device)
+        self._host = None  # page-locked [rows, H, W, 3] uint8, grown as needed
 
-    def decode(self, paths: list[str]) -> tuple[np.ndarray, dict[int, str]]:
-        """uint8 [len(paths), H, W, 3] and per bad row its message."""
-        out = np.zeros((len(paths), self.height, self.width, 3), np.uint8)
+    def decode(self, paths: list[str], out: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, str]]:
+        """uint8 [len(paths), H, W, 3] (into ``out`` when given) and per bad row its message."""
+        torch = self.torch
+        if out is None:
+            out = np.zeros((len(paths), self.height, self.width, 3), np.uint8)
         bad: dict[int, str] = {}
         jpegs, where = [], []
         for i, path in enumerate(paths):
@@ -233,7 +243,9 @@ class NvjpegDecoder:
                     out[i] = decode_pixels(path, self.height, self.width, self.pre)
                 except InputError as exc:
                     bad[i] = exc.message
-        if jpegs:
+        if not jpegs:
+            return out, bad
+        with torch.cuda.stream(self.stream):
             try:
                 images = self.tio.decode_jpeg(jpegs, mode=self.tio.ImageReadMode.RGB, device=self.device)
             except RuntimeError:  # one bad file fails the batch: decode one by one to find it
@@ -244,21 +256,44 @@ class NvjpegDecoder:
                     except RuntimeError as exc:
                         images.append(None)
                         bad[i] = f"cannot decode JPEG: {exc}"
-            shaped = [self._geometry(img) if img is not None else None for img in images]
-            for i, img in zip(where, shaped):
-                if img is not None:
-                    out[i] = img.permute(1, 2, 0).contiguous().cpu().numpy()
+            good = [(i, img) for i, img in zip(where, images) if img is not None]
+            if not good:
+                return out, bad
+            shaped = self._geometry_all([img for _, img in good])  # [n, H, W, 3] uint8 on the device
+            n = shaped.shape[0]
+            if self._host is None or self._host.shape[0] < n:
+                self._host = torch.empty((n, self.height, self.width, 3), dtype=torch.uint8, pin_memory=True)
+            host = self._host[:n]
+            host.copy_(shaped, non_blocking=True)
+        self.stream.synchronize()
+        rows = [i for i, _ in good]
+        if rows == list(range(len(paths))):
+            out[:] = host.numpy()
+        else:
+            out[rows] = host.numpy()
         return out, bad
 
+    def _geometry_all(self, images: list):
+        """[3, h, w] uint8 images on the GPU -> [n, H, W, 3] uint8, images of one size resized as one batch."""
+        torch = self.torch
+        groups: dict[tuple[int, int], list[int]] = {}
+        for k, img in enumerate(images):
+            groups.setdefault(tuple(img.shape[1:]), []).append(k)
+        out = torch.empty((len(images), 3, self.height, self.width), dtype=torch.uint8, device=self.device)
+        for ks in groups.values():
+            stacked = torch.stack([images[k] for k in ks]) if len(ks) > 1 else images[ks[0]][None]
+            out[torch.tensor(ks, device=self.device)] = self._geometry(stacked)
+        return out.permute(0, 2, 3, 1).contiguous()
+
     def _geometry(self, img):
-        """[3, h, w] uint8 on the GPU -> [3, H, W] by the preset (bilinear, as Pillow's BILINEAR on downscale
-        within a level or two; antialias on)."""
+        """[n, 3, h, w] uint8 on the GPU -> [n, 3, H, W] by the preset (bilinear, as Pillow's BILINEAR on
+        downscale within a level or two; antialias on)."""
         torch = self.torch
         import torch.nn.functional as F
 
-        _, h0, w0 = img.shape
+        n, _, h0, w0 = img.shape
         height, width, pre = self.height, self.width, self.pre
-        x = img[None].float()
+        x = img.float()
         if pre.preset == "imagenet":
             short = pre.resize or round(min(height, width) * 256 / 224)
             scale = short / min(h0, w0)
@@ -270,10 +305,10 @@ class NvjpegDecoder:
             r = min(height / h0, width / w0)
             nh, nw = round(h0 * r), round(w0 * r)
             x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
-            canvas = torch.full((1, 3, height, width), float(pre.pad_value), device=x.device)
+            canvas = torch.full((n, 3, height, width), float(pre.pad_value), device=x.device)
             top, left = (height - nh) // 2, (width - nw) // 2
             canvas[..., top:top + nh, left:left + nw] = x
             x = canvas
         elif (h0, w0) != (height, width):
             x = F.interpolate(x, size=(height, width), mode="bilinear", antialias=True, align_corners=False)
-        return x[0].round().clamp(0, 255).to(torch.uint8)
+        return x.round().clamp(0, 255).to(torch.uint8)

@@ -16,6 +16,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +27,10 @@ from onnxaccel.pipeline import BoundModel, ConvertedModel, ModelFromSource, Runn
 from onnxaccel.scale.datasets import BadInput, Dataset, Unit, row_shape_of
 from onnxaccel.scale.rows import RowReader
 from onnxaccel.target import parse_target
+
+
+#: Instances of a GPU model in one worker (see BatchWorker: copies overlap runs).
+GPU_INSTANCES = 2
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,9 @@ class UnitResult:
 class BatchWorker:
     """Compiles the model once, then ``read(unit)`` and ``infer(unit, data)`` (or ``run(unit)``) per unit."""
 
-    def __init__(self, spec: WorkerSpec):
+    def __init__(self, spec: WorkerSpec, *, instances: int = 1):
+        """``instances``: on GPUs (padded batches), how many sessions run units at once (``infer_async``); the
+        pipelined runner uses GPU_INSTANCES, a Ray actor one per worker."""
         self.spec = spec
         target = parse_target(spec.target, options=dict(spec.options))
         if spec.drop_device_id:
@@ -80,9 +87,12 @@ class BatchWorker:
             # On GPUs, a dynamic batch axis runs fixed-size padded batches of ``batch`` rows from reused
             # page-locked buffers, bound once and replayed where the target captures graphs (the tuned
             # configuration as is: engines/pool.py); a short last unit is padded, its extra outputs dropped.
+            # Two instances there: one copies its batch in while the other runs (the pipeline keeps a unit in
+            # flight on each; measured on the H200, issue 22: one instance left the GPU idle during every copy).
             padded = (spec.batch,) if target.is_gpu and _fixed_batch(bound()) is None else ()
-            self.pool = RunnerPool.build(RunnerFromVariant(ConvertedModel(bound, target)), 1, name="batch",
-                                         buckets=padded, graph=bool(padded) and target.graph_capture)
+            self.pool = RunnerPool.build(RunnerFromVariant(ConvertedModel(bound, target)), max(1, instances) if padded
+                                         else 1, name="batch", buckets=padded,
+                                         graph=bool(padded) and target.graph_capture)
             if padded:
                 self.pool.warm_up()
         self.compile_s = time.perf_counter() - start
@@ -118,8 +128,20 @@ class BatchWorker:
             feeds[spec.name] = np.zeros((rows, *shape), np.dtype(spec.dtype))
         return feeds
 
+    @property
+    def instances(self) -> int:
+        """Units that may run at once (``infer_async`` on instances 0..instances-1)."""
+        return len(self.pool.runners)
+
     def infer(self, unit: Unit, data: tuple) -> UnitResult:
         """Run the model on rows read by ``read`` (padded to a fixed batch axis) and time the run."""
+        return self.infer_async(unit, data, 0).result()
+
+    def infer_async(self, unit: Unit, data: tuple, index: int) -> Future:
+        """``infer`` on instance ``index``, in that instance's thread: a Future of the UnitResult."""
+        return self.pool.submit(index, self._infer, unit, data, index)
+
+    def _infer(self, unit: Unit, data: tuple, index: int) -> UnitResult:
         ids, feeds, read_s, bad = data
         if feeds is None:  # every row unreadable and no bound shape to run zeros of
             return UnitResult(unit, ids, {}, read_s, 0.0, self.name, bad)
@@ -130,9 +152,9 @@ class BatchWorker:
             feeds = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) for k, v in feeds.items()}
         start = time.perf_counter()
         if self.pool.buckets:  # padded to the fixed size (and graph replay): outputs of the real rows
-            outputs, _ = self.pool.submit(0, self.pool.run, 0, feeds).result()
+            outputs, _ = self.pool.run(index, feeds)
         else:
-            outputs = self.pool.submit(0, self.runner.run, feeds).result()
+            outputs = self.pool.runners[index].run(feeds)
         run_s = time.perf_counter() - start
         result = {}
         for name in self.output_names:
