@@ -12,15 +12,15 @@ from onnxaccel.target import parse_target
 
 def test_the_h200_measurement_is_the_choice_on_16_cores():
     layout = choose_layout(16, parse_target("cuda/fp16"))
-    assert (layout.workers, layout.shared_models, layout.instances, layout.automatic) == (5, True, 4, True)
+    assert (layout.workers, layout.shared_models, layout.instances, layout.automatic) == (8, True, 4, True)
     assert parse_target(layout.target).graph_capture  # enable_cuda_graph=1 added; dropped per model if it cannot
     assert parse_target(layout.target).precision == "fp16"
     text = layout.describe()
-    assert "--workers 5 --shared-models --instances 4" in text and "Override with --workers" in text
+    assert "--workers 8 --shared-models --instances 4" in text and "Override with --workers" in text
 
 
-@pytest.mark.parametrize("cores, workers, shared, instances", [(1, 1, False, 2), (2, 1, False, 2), (6, 2, True, 2),
-                                                                (8, 2, True, 4), (64, 8, True, 4)])
+@pytest.mark.parametrize("cores, workers, shared, instances", [(1, 1, False, 2), (2, 1, False, 2), (6, 3, True, 2),
+                                                                (8, 4, True, 4), (64, 8, True, 4)])
 def test_the_layout_scales_with_the_cores(cores, workers, shared, instances):
     layout = choose_layout(cores, parse_target("cuda"))
     assert (layout.workers, layout.shared_models, layout.instances) == (workers, shared, instances)

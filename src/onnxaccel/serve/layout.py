@@ -2,11 +2,12 @@
 how many instances, graph capture. Flags override it; CPU targets keep one process and one instance.
 
 Why: with one process the event loop decoding requests, not the GPU, limits a GPU server. Measured on an H200
-host with 16 cores (issue 22, ResNet-50 FP16, 1-image binary requests at concurrency 64): the default single
-process served 1,205 infer/s; ``--workers 5 --shared-models --instances 4`` with a graph-capture target 5,356.
-The rule scales that measurement with the cores: a decoding worker per ~3 cores (the rest go to the model
-process's run threads, the decoding threads of encoded images and the kernel's network stack), at most 8;
-4 instances (2 below 8 cores) so copies and runs of different batches overlap. Graph capture is asked on
+host with 16 cores (issue 22, ResNet-50 FP16, 1-image binary requests at concurrency 64, graph capture): the
+single process served 1,205 infer/s; with one model process and 4 instances, 5 decoding workers 5,493 and 8
+workers 6,296 in the same run (their event loops ~0.9 ms of CPU per request: 5 of them were ~95% busy); 8
+workers with 3 instances 5,981 and with 2 5,218 (a later run, same machine). The rule: a decoding worker per 2
+cores (the rest go to the model process's run threads, the decoding threads of encoded images and the kernel's
+network stack), at most 8; 4 instances (2 below 8 cores) so copies and runs of different batches overlap. Graph capture is asked on
 targets whose provider captures (target.py GRAPH_OPTION); the server drops it for a model that cannot replay a
 fixed shape (serve/instance.py graph_capture_possible) and says so. Only the CUDA layout was measured; the
 ROCm/MIGraphX layout follows the same rule (without graph capture) and was never executed on AMD hardware.
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 
 from onnxaccel.target import GRAPH_OPTION, Target
 
-#: Cores per decoding worker, and the most workers (measured: 5 workers on 16 cores, see the docstring).
-CORES_PER_WORKER = 3
+#: Cores per decoding worker, and the most workers (measured: 8 workers on 16 cores, see the docstring).
+CORES_PER_WORKER = 2
 MAX_WORKERS = 8
 #: Providers whose graph capture the server uses by default: CUDA only, where it was measured (ROCm's HIP graphs
 #: were never executed here on AMD hardware; tensorrt's capture wraps an engine per shape): others ask for it in
