@@ -9,6 +9,7 @@ the driver drops that row's outputs. Errors of the setup (an input that is not a
 from __future__ import annotations
 
 import io
+import os
 import threading
 import zipfile
 from pathlib import Path
@@ -79,10 +80,10 @@ class RowReader:
         if path.suffix.lower() == ".npy":
             spec = self.model.inputs[0]
             try:
-                data = np.load(path, mmap_mode="r", allow_pickle=False)
+                rows = read_npy_rows(path, unit.start, unit.stop)
             except (ValueError, OSError) as exc:
                 raise InputError(f"Cannot read {path}: {exc}", "Write shards with numpy.save.") from None
-            feeds[spec.name] = _cast(np.array(data[unit.start:unit.stop]), spec, path)
+            feeds[spec.name] = _cast(rows, spec, path)
             return ids, feeds
         arrays = self._cached(rel, lambda: _load_npz(path))
         for spec in self.model.inputs:
@@ -173,6 +174,30 @@ def _load_npz(path: Path) -> dict[str, np.ndarray]:
             return {k: data[k] for k in data.files}
     except (ValueError, OSError, zipfile.BadZipFile) as exc:
         raise InputError(f"Cannot read {path}: {exc}", "Write shards with numpy.savez.") from None
+
+
+def read_npy_rows(path: Path, start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` of a .npy file, read with one seek and one ``readinto`` into a fresh array (a copy
+    out of ``np.load(mmap_mode="r")`` faults every 4 KiB page in: on the H200 host that capped `batch` at ~1.6
+    GB/s of uint8 images, the read stage 88% busy). Fortran-ordered or object arrays go through np.load."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = header(f)
+        if fortran or dtype.hasobject or not shape:
+            data = np.load(path, mmap_mode="r", allow_pickle=False)
+            return np.array(data[start:stop])
+        offset = f.tell()
+        need = int(np.prod(shape)) * dtype.itemsize
+        have = os.fstat(f.fileno()).st_size - offset
+        if have < need:  # the same message for every unit of the file: one error row per file in the report
+            raise ValueError(f"the file holds {have} bytes of data; its header ({list(shape)} {dtype}) needs {need}")
+        stop = min(stop, shape[0])
+        out = np.empty((max(0, stop - start), *shape[1:]), dtype)
+        f.seek(offset + start * (out[0].nbytes if len(out) else 0))
+        if out.nbytes and f.readinto(memoryview(out.reshape(-1).view(np.uint8))) != out.nbytes:
+            raise ValueError(f"the file changed while it was read (rows {start}:{stop})")
+        return out
 
 
 def _cast(values: np.ndarray, spec: TensorSpec, where) -> np.ndarray:

@@ -1,0 +1,44 @@
+"""`batch` reads .npy rows with one seek and one readinto (scale/rows.py read_npy_rows): the rows equal
+np.load's for C- and Fortran-ordered arrays, every dtype numpy.save writes, and slices past the end; a file cut
+short is an error, not a row of garbage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxaccel.scale.rows import read_npy_rows
+
+ARRAYS = {
+    "uint8-images": np.random.default_rng(0).integers(0, 256, (6, 8, 8, 3), dtype=np.uint8),
+    "float32": np.arange(5 * 3 * 4, dtype=np.float32).reshape(5, 3, 4),
+    "int64-1d": np.arange(7, dtype=np.int64),
+    "float16": np.linspace(-2, 2, 10, dtype=np.float16).reshape(5, 2),
+    "fortran": np.asfortranarray(np.arange(12.0).reshape(4, 3)),
+    "empty": np.zeros((0, 3), np.uint8),
+    "big-endian": np.arange(6, dtype=">i4").reshape(3, 2),
+}
+
+
+@pytest.mark.parametrize("name", list(ARRAYS))
+@pytest.mark.parametrize("start, stop", [(0, None), (1, 3), (2, 100), ("end", "end")])
+def test_rows_equal_np_load(tmp_path, name, start, stop):
+    arr = ARRAYS[name]
+    path = tmp_path / "a.npy"
+    np.save(path, arr)
+    start = len(arr) if start == "end" else start
+    stop = len(arr) if stop in (None, "end") else stop
+    got = read_npy_rows(path, start, stop)
+    want = np.load(path)[start:stop]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_file_cut_short_is_an_error(tmp_path):
+    path = tmp_path / "a.npy"
+    np.save(path, ARRAYS["uint8-images"])
+    path.write_bytes(path.read_bytes()[:-100])
+    for start, stop in ((0, 2), (4, 6)):  # one message for the file, whichever rows are read
+        with pytest.raises(ValueError, match=r"the file holds \d+ bytes of data; its header \(\[6, 8, 8, 3\] uint8\) "
+                           "needs 1152$"):
+            read_npy_rows(path, start, stop)
