@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from onnxaccel.scale import BatchJob, load_results, run_batch
@@ -223,18 +224,18 @@ def test_two_instances_in_flight_write_units_in_order_and_stop_after_a_failure()
 
 
 class _CpuAsGpu:
-    """nvJPEG's decode interface (prepost/decode.py NvjpegDecoder.decode) done by the CPU decode, so the hybrid
-    split can run here (no GPU, no torchvision): each row must land where its file is, bad rows included."""
+    """nvJPEG's decode interface (prepost/decode.py NvjpegDecoder: made with (height, width, pre, device),
+    ``decode(paths, out)``) done by the CPU decode, so the GPU decoding process and the hybrid split run here
+    (no GPU, no torchvision): each row must land where its file is, bad rows included. The pipeline's GPU
+    process makes it by name (scale/pipeline.py GPU_DECODER_CLASS)."""
 
     def __init__(self, height, width, pre, device=0):
         self.height, self.width, self.pre = height, width, pre
-        self.calls = []
 
     def decode(self, paths, out=None):
         from onnxaccel.errors import InputError
         from onnxaccel.prepost.decode import decode_pixels
 
-        self.calls.append(len(paths))
         bad = {}
         for i, path in enumerate(paths):
             try:
@@ -244,7 +245,8 @@ class _CpuAsGpu:
         return out, bad
 
 
-def test_hybrid_decode_puts_every_row_in_its_place(tmp_path, squeezenet, photo, monkeypatch):
+@pytest.mark.parametrize("decoder", ["hybrid", "nvjpeg"])
+def test_gpu_process_decoders_put_every_row_in_its_place(tmp_path, squeezenet, photo, monkeypatch, decoder):
     from onnxaccel.scale import pipeline
 
     data = write_photo_jpegs(photo, tmp_path / "jpegs", 11)
@@ -252,14 +254,15 @@ def test_hybrid_decode_puts_every_row_in_its_place(tmp_path, squeezenet, photo, 
     (data / "photo-0000.jpg").write_bytes(b"\xff\xd8 truncated")  # and one in the first (CPU pool side)
     want = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "pool"), target="cpu", batch=4,
                               decoder="cpu-pool"))
-    gpu = []
-    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted: ("hybrid", "test"))
-    monkeypatch.setattr(pipeline, "NvjpegDecoder", lambda *a: gpu.append(_CpuAsGpu(*a)) or gpu[-1])
-    got = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "hybrid"), target="cpu", batch=4,
-                             decoder="hybrid"))
-    assert got.stages["decoder"] == "hybrid" and gpu and sum(gpu[0].calls) > 0
-    assert any(n.startswith("hybrid decode: nvJPEG") for n in got.stages["notes"])
-    a, b = load_results(tmp_path / "hybrid"), load_results(tmp_path / "pool")
+    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted: (decoder, "test"))
+    monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpu")
+    got = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "gpu"), target="cpu", batch=4,
+                             decoder=decoder))
+    assert got.stages["decoder"] == decoder
+    if decoder == "hybrid":
+        [summary] = [n for n in got.stages["notes"] if n.startswith("hybrid decode: nvJPEG")]
+        assert not summary.startswith("hybrid decode: nvJPEG 0 ") and "CPU pool 0;" not in summary, summary
+    a, b = load_results(tmp_path / "gpu"), load_results(tmp_path / "pool")
     assert a.row_ids == b.row_ids and len(a.row_ids) == 9
     np.testing.assert_array_equal(a.outputs["softmaxout_1"], b.outputs["softmaxout_1"])
     assert sorted(e["file"] for e in got.errors) == sorted(e["file"] for e in want.errors) == \

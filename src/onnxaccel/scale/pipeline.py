@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnxaccel.prepost.decode import DecodePool, NvjpegDecoder, choose_decoder, pool_size
+from onnxaccel.prepost.decode import GPU_DECODER, DecodePool, choose_decoder, pool_size
 from onnxaccel.scale.datasets import BadInput, Unit
 from onnxaccel.scale.worker import GPU_INSTANCES, BatchWorker, UnitResult, WorkerSpec, stopped_at
 
@@ -40,6 +40,8 @@ DEPTH = 4
 #: Threads reading .npy/.npz units at once (measured on the H200, issue 22: one thread read ~1.6 GB/s of uint8
 #: images through np.load's memory map and was 88% busy at batch 256).
 READ_THREADS = 3
+#: The GPU decoding process's decoder (``module:Class``; a test names a CPU one).
+GPU_DECODER_CLASS = GPU_DECODER
 _END = object()
 
 
@@ -103,7 +105,7 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
         start = time.perf_counter()
         try:
             _pump(worker, source, units, sink, depth, times)
-            if isinstance(source, _HybridSource):
+            if isinstance(source, _HybridSource) and source.split:
                 times.notes.append(source.summary())
         finally:
             source.close()
@@ -133,14 +135,21 @@ def _source(worker: BatchWorker, spec: WorkerSpec, depth: int, decoder: str, tim
     times.decoder, times.decoder_reason = name, why
     height, width = int(shape[1]), int(shape[2])
     pre = spec.dataset.preprocess
-    if name == "nvjpeg":
-        return _NvjpegSource(worker, NvjpegDecoder(height, width, pre, worker.runner.target.device_id or 0))
-    workers = pool_size() if name in ("cpu-pool", "hybrid") else 0
-    times.decode_workers = max(1, workers) + (1 if name == "hybrid" else 0)
-    pool = DecodePool(depth + 2, spec.batch, height, width, pre, workers=workers)
-    if name == "hybrid":
-        return _HybridSource(worker, pool, NvjpegDecoder(height, width, pre, worker.runner.target.device_id or 0))
-    return _PoolSource(worker, pool)
+    device = worker.runner.target.device_id or 0
+    if name in ("nvjpeg", "hybrid"):  # nvJPEG in a process of its own; hybrid adds the CPU pool beside it
+        workers = max(1, pool_size() - 1) if name == "hybrid" else 0
+        times.decode_workers = workers + 1
+        pool = DecodePool(depth + 2, spec.batch, height, width, pre, workers=workers, gpu=device,
+                          gpu_decoder=GPU_DECODER_CLASS)
+        try:
+            pool.start_gpu()
+        except BaseException:
+            pool.close()
+            raise
+        return _HybridSource(worker, pool, split=name == "hybrid")
+    workers = pool_size() if name == "cpu-pool" else 0
+    times.decode_workers = max(1, workers)
+    return _PoolSource(worker, DecodePool(depth + 2, spec.batch, height, width, pre, workers=workers))
 
 
 class _ReaderSource:
@@ -209,36 +218,19 @@ class _PoolSource:
         self.pool.close()
 
 
-class _NvjpegSource(_ReaderSource):
-    """Images decoded in batches on the GPU (nvJPEG through torchvision); never executed here."""
-
-    def __init__(self, worker: BatchWorker, decoder: NvjpegDecoder):
-        super().__init__(worker)
-        self.decoder = decoder
-
-    def finish(self, pending, times: StageTimes):
-        unit = pending
-        shard = self.worker.spec.dataset.shards[unit.shard]
-        rels = list(shard.files[unit.start:unit.stop])
-        started = time.perf_counter()
-        pixels, bad_rows = self.decoder.decode([str(self.worker.reader._path(r)) for r in rels])
-        seconds = time.perf_counter() - started
-        times.decode_s += seconds
-        bad = _bad_rows(self.worker, unit, rels, bad_rows)
-        return unit, (rels, {self.worker.model.inputs[0].name: pixels}, seconds, bad), None
-
-
 class _HybridSource(_PoolSource):
-    """Each unit's images split between the CPU decode pool (the first rows, submitted ahead) and nvJPEG on the
-    GPU (the rest, decoded in the reader thread straight into the same shared-memory slot), in proportion to
-    the rates each side reached so far: the two decode at once, so JPEGs arrive at about the sum of their rates.
-    Measured on the H200 (issue 22): the pool alone decoded ~4,100 images/s on 16 cores, nvJPEG alone ~5,000
-    (before its batch resize); neither reaches the model's ~12,000."""
+    """Images decoded by nvJPEG in a process of its own (DecodePool ``gpu``), alone (``split`` False: the
+    ``nvjpeg`` decoder) or together with the CPU decode pool (``hybrid``): each unit's first rows go to the
+    pool, the rest to the GPU process, both writing into the unit's shared-memory slot at once, split by the
+    rates each side reached so far, so JPEGs arrive at about the sum of their rates. Measured on the H200
+    (issue 22, before this): the pool alone ~3,300-4,100 images/s on 16 cores; nvJPEG alone 8,400, but only
+    2,700-3,000 when it decoded in the batch process's reader thread (the GIL it shared with the run and write
+    threads)."""
 
-    def __init__(self, worker: BatchWorker, pool: DecodePool, gpu: NvjpegDecoder):
+    def __init__(self, worker: BatchWorker, pool: DecodePool, split: bool = True):
         super().__init__(worker, pool)
-        self.gpu = gpu
-        self.gpu_share = 0.5
+        self.split = split
+        self.gpu_share = 0.5 if split else 1.0
         self.rates = {"cpu": None, "gpu": None}  # images/s, smoothed
         self.images = {"cpu": 0, "gpu": 0}
 
@@ -248,30 +240,29 @@ class _HybridSource(_PoolSource):
         rels = list(shard.files[unit.start:unit.stop])
         paths = [str(self.worker.reader._path(r)) for r in rels]
         cut = len(paths) - round(len(paths) * self.gpu_share)
-        futures = self.pool.submit(slot, paths[:cut]) if cut else []
-        return unit, slot, rels, futures, paths[cut:], cut, time.perf_counter()
+        cpu = self.pool.submit(slot, paths[:cut]) if cut else []
+        gpu = self.pool.submit_gpu(slot, cut, paths[cut:]) if cut < len(paths) else None
+        return unit, slot, rels, cpu, gpu, cut, time.perf_counter()
 
     def finish(self, pending, times: StageTimes):
-        unit, slot, rels, futures, gpu_paths, cut, started = pending
+        unit, slot, rels, cpu, gpu, cut, started = pending
         bad_rows: dict[int, str] = {}
-        if gpu_paths:
-            began = time.perf_counter()
-            _, bad_gpu = self.gpu.decode(gpu_paths, out=self.pool.ring[slot, cut:cut + len(gpu_paths)])
-            seconds = time.perf_counter() - began
+        if gpu is not None:
+            rows, seconds = gpu.result()
+            bad_rows.update(rows)
             times.decode_s += seconds
-            bad_rows.update({cut + i: message for i, message in bad_gpu.items()})
-            self._learn("gpu", len(gpu_paths), seconds)
+            self._learn("gpu", len(rels) - cut, seconds)
         cpu_s = 0.0
-        for future in futures:
+        for future in cpu:
             rows, seconds = future.result()
             bad_rows.update(rows)
             times.decode_s += seconds
             cpu_s += seconds
         if cut:
-            self._learn("cpu", cut, cpu_s / max(1, min(len(futures), self.pool.workers)))
-        cpu, gpu = self.rates["cpu"], self.rates["gpu"]
-        if cpu and gpu:
-            self.gpu_share = min(0.95, max(0.05, gpu / (cpu + gpu)))
+            self._learn("cpu", cut, cpu_s / max(1, min(len(cpu), self.pool.workers)))
+        rates = self.rates
+        if self.split and rates["cpu"] and rates["gpu"]:
+            self.gpu_share = min(0.95, max(0.05, rates["gpu"] / (rates["cpu"] + rates["gpu"])))
         bad = _bad_rows(self.worker, unit, rels, bad_rows)
         feeds = {self.worker.model.inputs[0].name: self.pool.view(slot, unit.rows)}
         return unit, (rels, feeds, time.perf_counter() - started, bad), slot
