@@ -40,6 +40,8 @@ DEPTH = 4
 #: Threads reading .npy/.npz units at once (measured on the H200, issue 22: one thread read ~1.6 GB/s of uint8
 #: images through np.load's memory map and was 88% busy at batch 256).
 READ_THREADS = 3
+#: Units whose results may wait for the writer (their outputs only: ~256 KB a unit for 64 rows of 1,000 floats).
+WRITE_AHEAD = 64
 #: The GPU decoding process's decoder (``module:Class``; a test names a CPU one).
 GPU_DECODER_CLASS = GPU_DECODER
 _END = object()
@@ -300,7 +302,9 @@ def _bad_rows(worker: BatchWorker, unit: Unit, rels: list[str], bad_rows: dict[i
 def _pump(worker: BatchWorker, source, units: Sequence[Unit], sink: Sink, depth: int, times: StageTimes) -> None:
     """The three stages: a reader thread, the run in this thread, a writer thread."""
     ready: queue.Queue = queue.Queue(maxsize=depth)
-    written: queue.Queue = queue.Queue(maxsize=depth)
+    # Results wait here for the writer: a shard's parquet write and fsync take 100+ ms at once, and a queue as
+    # short as ``ready`` made every run wait out each one (the H200's npy run: write 82% busy, run stalled).
+    written: queue.Queue = queue.Queue(maxsize=max(depth, WRITE_AHEAD))
     stop = threading.Event()
     failure: list[BaseException] = []
 

