@@ -1,23 +1,43 @@
 #!/usr/bin/env bash
-# Issue 22 items 1-3 on the H200 in one device call (docs/SCALE.md "Pipelined batch"): bench's tuned model-only
-# ResNet-50 FP16 throughput at batch 64 and 256; `batch` from uint8 .npy shards (goal >= 85% of bench) and from
-# 10,000 JPEGs re-encoded from scikit-image's sample photographs (goal >= 60%), both with --embed-preprocess
-# imagenet and the stage breakdown; CPU decode pool vs nvJPEG (torchvision, where the image has it).
-# Run by the lead with SRC=<snapshot>/src; results land in $OUT. TINY=1 runs the CPU proof (squeezenet, 200 JPEGs).
+# Issue 22's H200 must-shows, one stage per device call (docs/BENCHMARKS.md "Issue 22"). Run from the repo root on
+# the GPU machine after onnxruntime-gpu is installed (../shared/device/ort-gpu-prepare); SRC=<snapshot>/src.
+#   batch: bench's tuned model-only ResNet-50 FP16 at batch 64 and 256; first the GPU's padded batches checked
+#          against the CPU on 200 JPEGs; `batch` from uint8 .npy shards (goal >= 85% of bench) and from 10,000
+#          JPEGs re-encoded from scikit-image's photographs (goal >= 60%), embedded preprocessing, stage breakdown;
+#          CPU decode pool vs nvJPEG (torchvision).
+#   serve: `serve` with no layout flag against in-process (numpy and IO binding) at batch 64, concurrency 64, then
+#          the same server given --preprocess imagenet (embedded on the GPU) sent JPEG files: images/s and p99.
+# Results land in $OUT. TINY=1 runs the CPU proof of the batch stage (squeezenet, 200 JPEGs).
 set -uo pipefail
 RES=${OUT:-/tmp}
-if [ -z "${TINY:-}" ]; then
-  source .ortgpu5/install.sh >/dev/null 2>&1
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-  bash benchmarks/gpu_session.sh setup > "$RES/setup.log" 2>&1
-  export PYTHONPATH=${SRC:-$PWD/src}:/tmp/ortgpu-site:/tmp/site
-  PY=python3
-  TARGET=${TARGET:-'cuda/fp16?prefer_nhwc=1&enable_cuda_graph=1'}
-  timeout 560 $PY benchmarks/gpu_issue22_batch.py --model zoo:resnet50 --target "$TARGET" --batches 64,256 \
-    --jpegs 10000 --npy-rows 20480 --work /tmp/i22 --out "$RES/issue22_batch.json" --timeout 200
-else
+STAGE=${1:-batch}
+if [ -n "${TINY:-}" ]; then
   export PYTHONPATH=${SRC:-$PWD/src}
-  PY=${PY:-.venv/bin/python}
-  $PY benchmarks/gpu_issue22_batch.py --tiny --work "${WORK:-/tmp/i22-tiny}" --out "$RES/issue22_batch_tiny.json"
+  ${PY:-.venv/bin/python} benchmarks/gpu_issue22_batch.py --tiny --work "${WORK:-/tmp/i22-tiny}" \
+    --out "$RES/issue22_batch_tiny.json"
+  echo "rc=$?"; exit 0
 fi
-echo "rc=$?"
+source .ortgpu5/install.sh >/dev/null 2>&1
+[ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
+bash benchmarks/gpu_session.sh setup > "$RES/setup-$STAGE.log" 2>&1
+export PYTHONPATH=${SRC:-$PWD/src}:/tmp/serve-site:/tmp/ortgpu-site:/tmp/site PATH=/tmp/serve-site/bin:$PATH
+export ONNXACCEL_CACHE_DIR=${ONNXACCEL_CACHE_DIR:-/tmp/oa-cache} PYTHONUNBUFFERED=1
+TARGET=${TARGET:-'cuda/fp16?prefer_nhwc=1&enable_cuda_graph=1'}
+case $STAGE in
+  batch)
+    timeout ${BATCH_TIMEOUT:-560} python3 benchmarks/gpu_issue22_batch.py --model zoo:resnet50 --target "$TARGET" \
+      --batches ${BATCHES:-64,256} --jpeg-decoders ${DECODERS:-hybrid,nvjpeg} --jpegs 10000 --npy-rows ${NPY_ROWS:-20480} --check ${CHECK:-200} --work /tmp/i22 \
+      --out "$RES/issue22_batch.json" --timeout 200 2>&1 | grep -v '^ ' | tail -40
+    echo "rc=$?" ;;
+  serve)
+    if [ ! -d /tmp/i22/jpegs-1k ]; then  # 1,000 of the batch stage's JPEGs (made here if that stage did not run)
+      python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_issue22_batch as g; from pathlib import Path; g.make_jpegs(Path('/tmp/i22/jpegs'), 10000)"
+      mkdir -p /tmp/i22/jpegs-1k && ls /tmp/i22/jpegs | head -1000 | while read f; do ln -s /tmp/i22/jpegs/$f /tmp/i22/jpegs-1k/$f; done
+    fi
+    timeout ${SERVE_TIMEOUT:-560} python3 benchmarks/serve_throughput.py --model zoo:resnet50 --target cuda:0 \
+      --precision fp16 --batch 64 --concurrency 64 --duration ${SERVE_SECONDS:-15} --warmup 5 --inprocess-duration 8 \
+      --server-workers "${SERVER_SPECS:-default}" --images /tmp/i22/jpegs-1k --workers 6 \
+      --json "$RES/issue22_serve.json" > "$RES/issue22_serve.log" 2>&1
+    echo "rc=$?"; tail -40 "$RES/issue22_serve.log" | cut -c1-600
+    mkdir -p "$RES/serve-logs"; tail -c 3000 /tmp/serve_throughput_*.log > "$RES/serve-logs/tails.txt" 2>/dev/null ;;
+esac

@@ -1,6 +1,6 @@
 """Issue 22 items 1-3 measured in one run: bench's tuned model-only throughput, `batch` from uint8 .npy shards and
 from a folder of real-photo JPEGs (embedded preprocessing, pipelined, stage breakdown), and image decode rates
-(CPU process pool vs nvJPEG through torchvision where installed). Driven by benchmarks/gpu_issue22_batch.sh.
+(CPU process pool vs nvJPEG through torchvision where installed). Driven by benchmarks/gpu_issue22.sh (stage batch).
 
     python benchmarks/gpu_issue22_batch.py --model zoo:resnet50 --target 'cuda/fp16?prefer_nhwc=1&enable_cuda_graph=1' \
         --batches 64,256 --jpegs 10000 --npy-rows 20480 --work /tmp/i22 --out results.json
@@ -40,21 +40,71 @@ def photos() -> list:
 
 
 def make_jpegs(folder: Path, count: int) -> Path:
-    from PIL import Image
 
     if folder.is_dir() and len(list(folder.glob("*.jpg"))) == count:
         return folder
     folder.mkdir(parents=True, exist_ok=True)
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = max(1, min(16, os.cpu_count() or 1))
+    with ProcessPoolExecutor(workers) as pool:  # ~3 ms an image: 10,000 take 2-3 s on 16 cores
+        list(pool.map(_encode_range, [(str(folder), i, count, workers) for i in range(workers)]))
+    return folder
+
+
+def _encode_range(job: tuple) -> None:
+    from PIL import Image
+
+    folder, first, count, step = job
     sources = photos()
-    for i in range(count):
+    for i in range(first, count, step):
         img = sources[i % len(sources)]
         side = 500 - 25 * ((i // len(sources)) % 5)
         scale = side / max(img.size)
         img = img.resize((round(img.width * scale), round(img.height * scale)), Image.BILINEAR)
         buffer = io.BytesIO()
         img.save(buffer, "JPEG", quality=75 + 5 * (i % 4))
-        (folder / f"img-{i:06d}.jpg").write_bytes(buffer.getvalue())
-    return folder
+        (Path(folder) / f"img-{i:06d}.jpg").write_bytes(buffer.getvalue())
+
+
+def check_outputs(a, work: Path, jpegs: Path, rows: int, batch: int) -> dict:
+    """The GPU's padded, graph-replayed batches answer like the CPU: ``rows`` JPEGs (not a multiple of
+    ``batch``, so the last batch is padded) run on --target with the CPU decode pool and with the automatic
+    decoder, and on cpu; top-1 agreement and the largest logit difference against the CPU run."""
+    from onnxaccel.scale.writer import load_results
+
+    sub = work / f"check-{rows}"
+    if not sub.is_dir():
+        sub.mkdir(parents=True)
+        for f in sorted(jpegs.glob("*.jpg"))[:rows]:
+            (sub / f.name).symlink_to(f)
+    runs = {"cpu": ("cpu", "cpu-pool"), "target_cpu_pool": (a.target, "cpu-pool"), "target_auto": (a.target, "auto")}
+    outs, report = {}, {"rows": rows, "batch": batch}
+    for name, (target, decoder) in runs.items():
+        out = work / f"check-out-{name}"
+        subprocess.run(["rm", "-rf", str(out)])
+        rep = run_json(["batch", a.model, "--input", str(sub), "--output", str(out), "--target", target,
+                        "--batch", str(batch), "--embed-preprocess", "imagenet", "--decoder", decoder, "--json"],
+                       a.timeout)
+        if "error" in rep:
+            report[name] = {"error": rep["error"]}
+            continue
+        res = load_results(out)
+        outs[name] = (res.row_ids, next(iter(res.outputs.values())).astype(np.float32))
+        report[name] = {"rows": len(res.row_ids), "decoder": (rep.get("stages") or {}).get("decoder"),
+                        "target": rep.get("target")}
+    if "cpu" in outs:
+        ids, ref = outs["cpu"]
+        for name in ("target_cpu_pool", "target_auto"):
+            if name in outs:
+                other_ids, got = outs[name]
+                same = other_ids == ids
+                report[name].update({
+                    "same_row_ids": same,
+                    "top1_agreement": float(np.mean(got.argmax(-1) == ref.argmax(-1))) if same else None,
+                    "max_abs_diff": float(np.abs(got - ref).max()) if same else None,
+                    "ref_abs_max": float(np.abs(ref).max())})
+    return report
 
 
 def make_npy(folder: Path, rows: int, per_shard: int, size: int) -> Path:
@@ -149,25 +199,35 @@ def main() -> None:
     p.add_argument("--out", default=None)
     p.add_argument("--bench-args", default="--iobinding on --graph on", help="extra bench flags")
     p.add_argument("--timeout", type=int, default=240)
+    p.add_argument("--jpeg-decoders", default="auto", help="comma-separated --decoder values, one JPEG run each")
+    p.add_argument("--check", type=int, default=0, help="first compare --target with cpu on this many JPEGs")
     p.add_argument("--tiny", action="store_true", help="CPU proof: squeezenet, 200 JPEGs, 256 .npy rows, batch 8")
     a = p.parse_args()
     if a.tiny:
         a.model, a.target, a.batches, a.jpegs, a.npy_rows, a.bench_args = "zoo:squeezenet", "cpu", "8", 200, 256, ""
+        a.check = a.check or 21
     work = Path(a.work)
     batches = [int(b) for b in a.batches.split(",")]
     results: dict = {"model": a.model, "target": a.target, "cores": os.cpu_count(), "runs": []}
     jpegs = make_jpegs(work / "jpegs", a.jpegs)
     npy = make_npy(work / "npy", a.npy_rows, per_shard=max(batches) * 8, size=224)
+    if a.check:
+        results["check"] = check_outputs(a, work, jpegs, a.check, min(batches))
+        print("check:", json.dumps(results["check"]), flush=True)
+        save(a, results)
     results["decode"] = decode_rates(jpegs, min(a.jpegs, 2048), max(batches))
     print("decode:", json.dumps(results["decode"]), flush=True)
+    save(a, results)
     for b in batches:
         bench = run_json(["bench", a.model, "-t", a.target, "-b", str(b), *a.bench_args.split(), "--json"], a.timeout)
         model_only = best_throughput(bench)
         row = {"batch": b, "bench_img_s": model_only, "bench_error": bench.get("error")}
-        for name, folder in (("npy_u8", npy), ("jpeg", jpegs)):
+        runs = [("npy_u8", npy, "auto")] + [(f"jpeg_{d}" if d != "auto" else "jpeg", jpegs, d)
+                                            for d in a.jpeg_decoders.split(",")]
+        for name, folder, decoder in runs:
             out = work / f"out-{name}-{b}"
             rep = run_json(["batch", a.model, "--input", str(folder), "--output", str(out), "--target", a.target,
-                            "--batch", str(b), "--embed-preprocess", "imagenet", "--overwrite",
+                            "--batch", str(b), "--embed-preprocess", "imagenet", "--overwrite", "--decoder", decoder,
                             "--images-per-shard", str(b * 16), "--json"], a.timeout)
             if "error" in rep:
                 row[name] = {"error": rep["error"]}
@@ -176,7 +236,7 @@ def main() -> None:
             rate = rep["rows_per_s"]
             row[name] = {"rows_per_s": rate, "rows_per_s_wall": rep["rows_per_s_wall"], "stages": rep["stages"],
                          "pct_of_bench": 100 * rate / model_only if model_only else None}
-        goals = {"npy_u8": 85, "jpeg": 60}
+        goals = {name: 85 if name == "npy_u8" else 60 for name, _, _ in runs}
         for name, goal in goals.items():
             r = row.get(name, {})
             pct = r.get("pct_of_bench")
@@ -184,13 +244,19 @@ def main() -> None:
             print(f"batch {b}: {name}: {r.get('rows_per_s', 0):,.0f} rows/s = "
                   f"{pct if pct is not None else float('nan'):.0f}% of bench {model_only or 0:,.0f} (goal {goal}%); "
                   f"bottleneck {st.get('bottleneck')}, decoder {st.get('decoder')}; "
-                  + ", ".join(f"{k} {v['pct_of_wall']:.0f}%" for k, v in (st.get("stages") or {}).items()),
+                  + ", ".join(f"{k} {v['pct_of_wall']:.0f}%" for k, v in (st.get("stages") or {}).items())
+                  + "".join(f"; {n}" for n in st.get("notes") or []) + (f"; error {r['error'][-300:]}" if "error" in r
+                                                                       else ""),
                   flush=True)
         results["runs"].append(row)
-    text = json.dumps(results, indent=2)
+        save(a, results)
+    print(json.dumps(results, indent=2))
+
+
+def save(a, results: dict) -> None:
+    """Write what is measured so far (a run cut short by the device's limit keeps it)."""
     if a.out:
-        Path(a.out).write_text(text)
-    print(text)
+        Path(a.out).write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,10 @@
 6. ``--soak S``: a further S seconds of load at concurrency C while the telemetry sampler reads GPU memory and
    /metrics gives the server's RSS; reports memory after warm-up and at the end (growth should be ~0 with
    arena_extend_strategy kSameAsRequested).
+7. ``--server-workers default``: the server with no layout flag at all (serve picks its own layout on a GPU
+   target, serve/layout.py); the ratio is also given against in-process IO binding (issue 22's reference).
+8. ``--images DIR``: after the first server run, the same spec serving --images-model (or --model with --preprocess
+   imagenet) is sent the folder's JPEG/PNG files, one per row: images/s, p50 and p99 beside the tensor run's.
 
 Usage:
   python benchmarks/serve_throughput.py --model zoo:resnet50 --target cuda:0 --precision fp16 --batch 64 \
@@ -76,30 +80,40 @@ def server_spec(text: str) -> str:
     import re
 
     spec, _, extra = text.strip().partition(" ")
-    if not re.fullmatch(r"\d+(s\d*)?", spec):
-        raise argparse.ArgumentTypeError(f"server spec {text!r}: use N, Ns or NsI (e.g. 4, 4s, 4s2), then "
-                                         "options if any")
+    if spec != DEFAULT and not re.fullmatch(r"\d+(s\d*)?", spec):
+        raise argparse.ArgumentTypeError(f"server spec {text!r}: use N, Ns, NsI (e.g. 4, 4s, 4s2) or default, "
+                                         "then options if any")
     return f"{spec} {extra.strip()}".strip()
 
 
+#: The server spec that passes no layout flag (serve picks its layout itself: serve/layout.py).
+DEFAULT = "default"
+
+
 def parse_spec(spec: str) -> tuple[int, bool, int | None]:
+    if spec == DEFAULT:
+        return 0, False, None
     workers, _, instances = spec.partition("s")
     return int(workers), "s" in spec, int(instances) if instances else None
 
 
-def start_server(args, log: Path, spec: str = "1", extra: str = "") -> tuple[subprocess.Popen, str, str]:
+def start_server(args, log: Path, spec: str = "1", extra: str = "", model: str | None = None
+                 ) -> tuple[subprocess.Popen, str, str]:
+    """``onnxaccel serve`` for ``spec``; ``default`` passes only the ports, --max-batch and the queue delay (no
+    layout, instance, queue or arena flag: what a user who types just those gets)."""
     workers, shared, instances = parse_spec(spec)
     http, grpc = free_port(), free_port()
-    cmd = [sys.executable, "-c", SERVE, "serve", args.model, "--target", args.server_target or args.target,
-           "--http-port", str(http),
-           "--grpc-port", str(grpc), "--max-batch", str(args.batch), "--max-queue-delay-ms", str(args.delay_ms),
-           "--instances", str(instances or args.instances), "--max-queue", str(max(256, 4 * args.concurrency)),
-           "--max-request-mb", "512", "--workers", str(workers)]
+    cmd = [sys.executable, "-c", SERVE, "serve", model or args.model, "--target", args.server_target or args.target,
+           "--http-port", str(http), "--grpc-port", str(grpc), "--max-batch", str(args.batch),
+           "--max-queue-delay-ms", str(args.delay_ms)]
+    if spec != DEFAULT:
+        cmd += ["--instances", str(instances or args.instances), "--max-queue", str(max(256, 4 * args.concurrency)),
+                "--max-request-mb", "512", "--workers", str(workers)]
     if args.precision:
         cmd += ["--precision", args.precision]
     if shared:
         cmd += ["--shared-models"]
-    if parse_target(args.target).is_gpu:
+    if parse_target(args.target).is_gpu and spec != DEFAULT:
         cmd += ["--arena-extend-strategy", "kSameAsRequested"]
     cmd += args.serve_args.split() + extra.split()  # last: a repeated option takes its last value
     # SERVE_PYTHONPATH: run the server from another tree than the load generator (A/B of the server alone).
@@ -124,10 +138,10 @@ def model_name(source: str) -> str:
     return source.split(":", 1)[1] if source.startswith("zoo:") else Path(source).stem
 
 
-def load(args, url, grpc, concurrency, duration, batch) -> dict:
-    config = LoadtestConfig(url=url, grpc_url=grpc, model=model_name(args.model), protocol=args.protocol,
+def load(args, url, grpc, concurrency, duration, batch, images: str | None = None, model: str | None = None) -> dict:
+    config = LoadtestConfig(url=url, grpc_url=grpc, model=model_name(model or args.model), protocol=args.protocol,
                             binary=not args.json_tensors, concurrency=(concurrency,), duration_s=duration,
-                            warmup_s=args.warmup, batch=batch, workers=args.workers)
+                            warmup_s=args.warmup, batch=batch, workers=args.workers, images=images)
     return run_loadtest(config).levels[0].to_dict()
 
 
@@ -356,6 +370,15 @@ def print_run(args, run: dict) -> None:
         f"per request, queue {server.get('server_queue_ms') or 0:.2f} ms\n")
     for code, text in (server.get("error_samples") or {}).items():
         sys.stdout.write(f"    first {code} error: {text[:300]}\n")
+    sys.stdout.write(f"    = {run['ratio_server_over_in_process_iobinding']:.1%} of in-process with IO binding\n")
+    if run.get("images"):
+        im = run["images"]
+        sys.stdout.write(f"    JPEG requests ({im['serve_args'] or im['model']}): {im['images_per_s']:,.1f} images/s, "
+                         f"p50 {im['p50_ms'] or float('nan'):.2f} ms, p99 {im['p99_ms'] or float('nan'):.2f} ms, "
+                         f"errors {im['errors']}, mean batch {im['mean_batch'] or 0:.1f} (tensor requests: "
+                         f"{server['inferences_per_s']:,.1f}/s, p99 {lat.get('p99_ms', float('nan')):.2f} ms)\n")
+        for code, text in (im.get("error_samples") or {}).items():
+            sys.stdout.write(f"      first {code} error: {text[:300]}\n")
     cpu = run["server_cpu_ms_per_request"]
     sys.stdout.write(f"    server CPU per request: event loop {cpu['event_loop_threads_ms']:.3f} ms, other threads "
                      f"{cpu['other_threads_ms']:.3f} ms, all {cpu['total_ms']:.3f} ms; load generator "
@@ -379,6 +402,26 @@ def print_run(args, run: dict) -> None:
         sys.stdout.write(f"  soak {args.soak:g} s: GPU memory growth {soaked['gpu_memory_growth_bytes']} bytes, "
                          f"server RSS growth {soaked['rss_growth_bytes'] / 2**20:.1f} MiB\n")
     sys.stdout.flush()
+
+def image_run(args, spec: str, extra: str, index: int) -> dict:
+    """The same server spec fed encoded images: a server of --images-model (or --model with --preprocess),
+    load at --concurrency with one file per row; images/s, p50, p99 and errors."""
+    model = args.images_model or args.model
+    more = extra if args.images_model else f"{extra} --preprocess {args.images_preprocess}"
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"serve_throughput_{os.getpid()}_{index}_{spec}_images.log"
+    proc, url, grpc = start_server(args, log, spec, more, model=model)
+    try:
+        level = load(args, url, grpc, args.concurrency, args.duration, args.request_batch, images=args.images,
+                     model=model)
+        batches = server_batches(url, model_name(model))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(90)
+    lat = level["latency"] or {}
+    return {"model": model, "serve_args": more.strip(), "images_per_s": level["inferences_per_s"],
+            "p50_ms": lat.get("p50_ms"), "p99_ms": lat.get("p99_ms"), "errors": level["error_count"],
+            "error_samples": level.get("error_samples"), "mean_batch": batches["mean_batch"], "loadtest": level}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -404,6 +447,13 @@ def main() -> None:
     parser.add_argument("--serve-args", default="", help="more `onnxaccel serve` options, e.g. '--gpu-wait auto'")
     parser.add_argument("--soak", type=float, default=0.0, help="seconds of GPU memory soak after the run")
     parser.add_argument("--load-timeout", type=float, default=600.0)
+    parser.add_argument("--images", default=None, help="a folder of JPEG/PNG files: after the first server run, one more "
+                        "with the same spec sending these files (BYTES, one image per row) to a server of "
+                        "--images-model, or of --model with --images-preprocess; images/s and p99 against the "
+                        "tensor run")
+    parser.add_argument("--images-model", default=None, help="the model the image server runs (e.g. the output of "
+                        "`optimize --embed-preprocess imagenet`: JPEGs decoded to uint8, preprocessing in the graph)")
+    parser.add_argument("--images-preprocess", default="imagenet", help="serve --preprocess for the image server")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -443,7 +493,9 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
             exit_code = proc.wait(90)
+        images = image_run(args, spec, extra, index) if args.images and index == 0 else None
         ratio = server["inferences_per_s"] / base["items_per_s"] if base["items_per_s"] else 0.0
+        bound = reference[f"b{args.batch}_iobinding"]["items_per_s"]
         added = single["latency"]["p50_ms"] - reference[f"b{args.request_batch}_numpy"]["p50_ms"] \
             if single and single["latency"] else None
         runs.append({"server_workers": workers, "server_spec": variant, "shared_models": parse_spec(spec)[1],
@@ -451,7 +503,8 @@ def main() -> None:
                      "server_concurrency_1": single, "ratio_server_over_in_process": ratio,
                      "added_latency_p50_ms_at_concurrency_1": added, "server_exit_code": exit_code,
                      "soak": soaked, "py_spy_top": profile, "server_cpu_ms_per_request": cpu,
-                     "batch_phases": phases, "extra_serve_args": extra})
+                     "batch_phases": phases, "extra_serve_args": extra, "images": images,
+                     "ratio_server_over_in_process_iobinding": server["inferences_per_s"] / bound if bound else 0.0})
         print_run(args, runs[-1])
         write_result(args, reference, runs)
 
