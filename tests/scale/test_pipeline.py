@@ -267,3 +267,28 @@ def test_gpu_process_decoders_put_every_row_in_its_place(tmp_path, squeezenet, p
     np.testing.assert_array_equal(a.outputs["softmaxout_1"], b.outputs["softmaxout_1"])
     assert sorted(e["file"] for e in got.errors) == sorted(e["file"] for e in want.errors) == \
         ["photo-0000.jpg", "photo-0009.jpg"]
+
+
+def test_decoding_processes_start_before_the_sessions_compile(tmp_path, squeezenet, photo, monkeypatch):
+    # Start-up of a JPEG job is max(decoders, sessions), not their sum: the pool's processes are started (not
+    # waited for) before BatchWorker compiles, and waited for after.
+    from onnxaccel.prepost.decode import DecodePool
+    from onnxaccel.scale import pipeline
+
+    events = []
+    real_start, real_worker = DecodePool.start, pipeline.BatchWorker
+
+    def start(self):
+        events.append("decoders started")
+        return real_start(self)
+
+    def worker(*args, **kwargs):
+        events.append("sessions compile")
+        return real_worker(*args, **kwargs)
+
+    monkeypatch.setattr(DecodePool, "start", start)
+    monkeypatch.setattr(pipeline, "BatchWorker", worker)
+    data = write_photo_jpegs(photo, tmp_path / "jpegs", 3)
+    report = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "out"), target="cpu", batch=4,
+                                decoder="cpu-pool"))
+    assert events == ["decoders started", "sessions compile"] and report.rows_done == 3

@@ -154,6 +154,11 @@ def _gpu_ready() -> bool:
     return "gpu" in _WORKER
 
 
+def _ready() -> bool:
+    time.sleep(0.05)  # long enough that the pool spawns a process per task rather than reusing the first
+    return "ring" in _WORKER
+
+
 def _gpu_decode_into(slot: int, first: int, paths: list[str]) -> tuple[dict[int, str], float]:
     """In the GPU process: decode ``paths`` into rows ``first``.. of ``slot``."""
     start = time.perf_counter()
@@ -229,11 +234,14 @@ class DecodePool:
             raise RuntimeError("this DecodePool has no GPU process (pass gpu=DEVICE)")
         return self._gpu.submit(_gpu_decode_into, slot, first, paths)
 
-    def start_gpu(self) -> None:
-        """Start the GPU process and its decoder now (CUDA context, torchvision: seconds), not at the first
-        batch; raises what the process raised."""
+    def start(self) -> list[Future]:
+        """Start every decoding process now (spawned: imports, and for the GPU process torchvision and a CUDA
+        context: seconds) rather than at the first batch, without waiting: futures that finish when they are up
+        (the GPU one raises what its process raised)."""
+        started = [self._pool.submit(_ready) for _ in range(self.workers)] if self._pool is not None else []
         if self._gpu is not None:
-            self._gpu.submit(_gpu_ready).result()
+            started.append(self._gpu.submit(_gpu_ready))
+        return started
 
     def view(self, slot: int, rows: int) -> np.ndarray:
         """The first ``rows`` rows of ``slot``."""

@@ -31,8 +31,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaccel.prepost.decode import GPU_DECODER, DecodePool, choose_decoder, pool_size
+from onnxaccel.pipeline import BoundModel, ModelFromSource
 from onnxaccel.scale.datasets import BadInput, Unit
 from onnxaccel.scale.worker import GPU_INSTANCES, BatchWorker, UnitResult, WorkerSpec, stopped_at
+from onnxaccel.target import parse_target
 
 Sink = Callable[[UnitResult], None]
 #: Units read ahead of the run (and shared-memory slots of decoded images).
@@ -100,10 +102,21 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
     times = StageTimes()
     if not units:
         return [], times
-    worker = BatchWorker(spec, instances=GPU_INSTANCES)
-    times.run_instances = worker.instances
+    # Image decoders start first (spawned processes; nvJPEG's imports torch and makes a CUDA context: seconds),
+    # so they come up while the sessions compile instead of after.
+    plan = _decode_plan(spec, decoder, times, depth)
+    worker = None
     try:
-        source = _source(worker, spec, depth, decoder, times)
+        worker = BatchWorker(spec, instances=GPU_INSTANCES)
+        times.run_instances = worker.instances
+        source = _source(worker, spec, plan)
+    except BaseException:
+        if plan is not None:
+            plan.pool.close()
+        if worker is not None:
+            worker.close()
+        raise
+    try:
         start = time.perf_counter()
         try:
             _pump(worker, source, units, sink, depth, times)
@@ -118,40 +131,57 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
     return list(worker.warnings), times
 
 
-def _source(worker: BatchWorker, spec: WorkerSpec, depth: int, decoder: str, times: StageTimes):
-    """How rows are read: decoded images into shared memory for a uint8 NHWC image model, else the worker's own
-    reader (arrays, parquet, float image models: today's host preprocessing)."""
-    model_input = worker.model.inputs[0]
-    shape = worker.model.input_shapes.get(model_input.name)
-    pixels = (spec.dataset.kind == "images" and np.dtype(model_input.dtype) == np.uint8 and shape is not None
-              and len(shape) == 4 and shape[3] == 3)
-    if not pixels:
-        if spec.dataset.kind == "images":
-            times.decoder, times.decoder_reason = "host-float", "the model takes float tensors: host preprocessing"
-        # .npy/.npz rows are read by several threads at once (file reads release the GIL); parquet handles are
-        # not shared between threads, and float images keep their one thread.
-        threads = READ_THREADS if spec.dataset.kind == "arrays" else 1
-        times.read_workers = threads
-        return _ReaderSource(worker, threads)
-    name, why = choose_decoder(worker.runner.target.device, decoder)
+@dataclass
+class _DecodePlan:
+    """The decoder chosen for a uint8 image model, its pool (processes starting) and their start-up futures."""
+
+    name: str
+    pool: DecodePool
+    starting: list
+
+
+def _decode_plan(spec: WorkerSpec, decoder: str, times: StageTimes, depth: int = DEPTH) -> _DecodePlan | None:
+    """For images fed to a uint8 NHWC model: choose the decoder and start its processes (not waiting for them);
+    None for every other input (the worker's own reader: arrays, parquet, float image models)."""
+    if spec.dataset.kind != "images" or spec.shape_buckets:
+        if spec.dataset.kind == "arrays":
+            # .npy/.npz rows are read by several threads at once (file reads release the GIL); parquet handles
+            # are not shared between threads.
+            times.read_workers = READ_THREADS
+        return None
+    model = BoundModel(ModelFromSource(spec.model), dict(spec.shapes) or None, batch=spec.batch)()
+    model_input = model.inputs[0]
+    shape = model.input_shapes.get(model_input.name)
+    if not (np.dtype(model_input.dtype) == np.uint8 and shape is not None and len(shape) == 4 and shape[3] == 3):
+        times.decoder, times.decoder_reason = "host-float", "the model takes float tensors: host preprocessing"
+        return None
+    target = parse_target(spec.target)
+    name, why = choose_decoder(target.device, decoder)
     times.decoder, times.decoder_reason = name, why
     height, width = int(shape[1]), int(shape[2])
     pre = spec.dataset.preprocess
-    device = worker.runner.target.device_id or 0
     if name in ("nvjpeg", "hybrid"):  # nvJPEG in a process of its own; hybrid adds the CPU pool beside it
         workers = max(1, pool_size() - 1) if name == "hybrid" else 0
         times.decode_workers = workers + 1
-        pool = DecodePool(depth + 2, spec.batch, height, width, pre, workers=workers, gpu=device,
-                          gpu_decoder=GPU_DECODER_CLASS)
-        try:
-            pool.start_gpu()
-        except BaseException:
-            pool.close()
-            raise
-        return _HybridSource(worker, pool, split=name == "hybrid")
-    workers = pool_size() if name == "cpu-pool" else 0
-    times.decode_workers = max(1, workers)
-    return _PoolSource(worker, DecodePool(depth + 2, spec.batch, height, width, pre, workers=workers))
+        pool = DecodePool(depth + 2, spec.batch, height, width, pre, workers=workers,
+                          gpu=0 if spec.drop_device_id else target.device_id or 0, gpu_decoder=GPU_DECODER_CLASS)
+    else:
+        workers = pool_size() if name == "cpu-pool" else 0
+        times.decode_workers = max(1, workers)
+        pool = DecodePool(depth + 2, spec.batch, height, width, pre, workers=workers)
+    return _DecodePlan(name, pool, pool.start())
+
+
+def _source(worker: BatchWorker, spec: WorkerSpec, plan: _DecodePlan | None):
+    """How rows are read: decoded images into shared memory (``plan``: its processes are waited for here), else
+    the worker's own reader."""
+    if plan is None:
+        return _ReaderSource(worker, READ_THREADS if spec.dataset.kind == "arrays" else 1)
+    for future in plan.starting:
+        future.result()  # a decoder that cannot start (no CUDA, a broken torchvision) stops the job here
+    if plan.name in ("nvjpeg", "hybrid"):
+        return _HybridSource(worker, plan.pool, split=plan.name == "hybrid")
+    return _PoolSource(worker, plan.pool)
 
 
 class _ReaderSource:
