@@ -292,3 +292,28 @@ def test_decoding_processes_start_before_the_sessions_compile(tmp_path, squeezen
     report = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "out"), target="cpu", batch=4,
                                 decoder="cpu-pool"))
     assert events == ["decoders started", "sessions compile"] and report.rows_done == 3
+
+
+def test_float_images_read_by_threads_keep_each_row_with_its_file(tmp_path, squeezenet, photo):
+    # The host-float path (a float model, CPU target: exact full-size decode + float preprocessing) reads units on
+    # 3 threads: with 5 units of 2 rows in flight, every output must still be its own file's.
+    import onnxruntime as ort
+
+    from onnxaccel.inputs_files import ImagePreprocess, read_image
+    from onnxaccel.model import load_model
+    from onnxaccel.prepost.presets import PreprocessRequest, preset_values
+
+    data = write_photo_jpegs(photo, tmp_path / "jpegs", 9)
+    report = run_batch(BatchJob(squeezenet, str(data), str(tmp_path / "out"), target="cpu", batch=2,
+                                preprocess=PreprocessRequest(preset="imagenet")))
+    assert report.stages["decoder"] == "host-float" and "3 threads" in report.stages["decoder_reason"]
+    model = load_model(squeezenet)
+    session = ort.InferenceSession(model.proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    scale, mean, std = preset_values("imagenet")
+    pre = ImagePreprocess(preset="imagenet", scale=scale, mean=mean, std=std)
+    got = load_results(tmp_path / "out")
+    assert got.row_ids == [f"photo-{i:04d}.jpg" for i in range(9)]
+    for row, rid in enumerate(got.row_ids):
+        image = read_image(data / rid, model.inputs[0], (1, 3, 224, 224), pre)[0]
+        want = session.run(None, {model.inputs[0].name: image})[0][0]
+        np.testing.assert_allclose(got.outputs["softmaxout_1"][row], want, rtol=1e-5, atol=1e-6)

@@ -153,7 +153,11 @@ def _decode_plan(spec: WorkerSpec, decoder: str, times: StageTimes, depth: int =
     model_input = model.inputs[0]
     shape = model.input_shapes.get(model_input.name)
     if not (np.dtype(model_input.dtype) == np.uint8 and shape is not None and len(shape) == 4 and shape[3] == 3):
-        times.decoder, times.decoder_reason = "host-float", "the model takes float tensors: host preprocessing"
+        # Full-size decode and float preprocessing on the host (the exact `run` path), by several threads at once
+        # (Pillow's decoders and resampling, and numpy's arithmetic, release the GIL).
+        times.decoder, times.decoder_reason = "host-float", (f"the model takes float tensors: host preprocessing, "
+                                                             f"{READ_THREADS} threads")
+        times.decode_workers = READ_THREADS
         return None
     target = parse_target(spec.target)
     name, why = choose_decoder(target.device, decoder)
@@ -176,7 +180,7 @@ def _source(worker: BatchWorker, spec: WorkerSpec, plan: _DecodePlan | None):
     """How rows are read: decoded images into shared memory (``plan``: its processes are waited for here), else
     the worker's own reader."""
     if plan is None:
-        return _ReaderSource(worker, READ_THREADS if spec.dataset.kind == "arrays" else 1)
+        return _ReaderSource(worker, READ_THREADS if spec.dataset.kind in ("arrays", "images") else 1)
     for future in plan.starting:
         future.result()  # a decoder that cannot start (no CUDA, a broken torchvision) stops the job here
     if plan.name in ("nvjpeg", "hybrid"):
