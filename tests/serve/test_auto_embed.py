@@ -102,3 +102,14 @@ def test_batch_embeds_for_images_on_a_gpu_target_only(tmp_path, photo):
     assert _model_to_run(SQUEEZENET, cpu, "imagenet", None, str(images)) == (path, False)
     with pytest.raises(UsageError, match="not an embeddable preset"):
         _model_to_run(SQUEEZENET, cuda, "resnet", None, str(images))
+
+
+def test_the_fp16_note_says_the_io_types_that_really_stay():
+    # The served embedded model on a GPU target runs FP16: its note must say uint8 inputs, not "FP32 inputs".
+    from onnxaccel.model import load_model
+    from onnxaccel.precision.variant import to_fp16
+    from onnxaccel.transform.embed_preprocess import embedded_copy
+
+    embedded = to_fp16(load_model(embedded_copy(SQUEEZENET, "imagenet")))
+    assert embedded.notes[0].startswith("converted to FP16 with uint8 inputs and float32 outputs kept")
+    assert to_fp16(load_model(SQUEEZENET)).notes[0].startswith("converted to FP16 with float32 inputs and float32")

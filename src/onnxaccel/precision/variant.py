@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from onnxaccel.errors import TargetError
@@ -94,7 +95,10 @@ def to_fp16(model: Model, provider: str | None = "CPUExecutionProvider") -> Mode
         return convert_fp16(proto, keep_io_types=True, provider=provider)
 
     kept = keep_fp32_nodes(model.proto)
-    note = "converted to FP16 with FP32 inputs/outputs"
+    ins = "/".join(sorted({str(np.dtype(spec.dtype)) for spec in model.inputs})) or "none"
+    outs = "/".join(sorted({str(np.dtype(spec.dtype)) for spec in model.outputs})) or "none"
+    # What the converted model takes and gives: its I/O types as they were (uint8 pixels stay uint8).
+    note = f"converted to FP16 with {ins} inputs and {outs} outputs kept"
     if kept:
         note += f", {len(kept)} node(s) kept in FP32 as the model's metadata asks"
     tag = f"fp16-v2-{(provider or 'any').replace('ExecutionProvider', '').lower()}"
