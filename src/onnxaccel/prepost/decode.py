@@ -204,8 +204,9 @@ class DecodePool:
         self._local_ready = False
         self._gpu = None
         if gpu is not None:
-            # Its own process: decoding there needs no GIL shared with the run and write threads (in the batch
-            # process on the H200, nvJPEG reached 2,700-3,000 images/s against 8,400 alone; issue 22).
+            # Its own process: decoding there shares no GIL with the job's run and write threads, and writes into
+            # the same ring as the CPU pool (hybrid). On the H200 it decoded at the same third of its isolated
+            # rate as in the reader thread (issue 22): the limit is elsewhere.
             self._gpu = ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_attach_gpu,
                                             initargs=(self._shm.name, self.shape, height, width, pre, gpu,
                                                       gpu_decoder))

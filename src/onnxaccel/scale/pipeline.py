@@ -258,10 +258,10 @@ class _HybridSource(_PoolSource):
     """Images decoded by nvJPEG in a process of its own (DecodePool ``gpu``), alone (``split`` False: the
     ``nvjpeg`` decoder) or together with the CPU decode pool (``hybrid``): each unit's first rows go to the
     pool, the rest to the GPU process, both writing into the unit's shared-memory slot at once, split by the
-    rates each side reached so far, so JPEGs arrive at about the sum of their rates. Measured on the H200
-    (issue 22, before this): the pool alone ~3,300-4,100 images/s on 16 cores; nvJPEG alone 8,400, but only
-    2,700-3,000 when it decoded in the batch process's reader thread (the GIL it shared with the run and write
-    threads)."""
+    rates each side reached so far. Measured on the H200 (issue 22): the pool alone decodes ~3,000-4,100
+    images/s on 16 cores, nvJPEG alone 5,800-8,400; inside the job nvJPEG reaches about a third of that, in the
+    reader thread as in its own process (so the GIL is not the cause; not found yet), and hybrid was slower than
+    nvJPEG alone (both sides lost rate: they share the cores)."""
 
     def __init__(self, worker: BatchWorker, pool: DecodePool, split: bool = True):
         super().__init__(worker, pool)
