@@ -98,6 +98,8 @@ def test_batch_embeds_for_images_on_a_gpu_target_only(tmp_path, photo):
     for args in ((cuda, None, "imagenet", str(arrays)), (cpu, None, "imagenet", str(images)),
                  (cuda, "none", "imagenet", str(images)), (cuda, None, None, str(images))):
         assert _model_to_run(SQUEEZENET, *args) == (SQUEEZENET, False), args
+    # A model embedded already is run as it is, not "embedded automatically".
+    assert _model_to_run(path, cuda, None, "imagenet", str(images)) == (path, False)
     # Asked for explicitly, any target embeds (not "automatically").
     assert _model_to_run(SQUEEZENET, cpu, "imagenet", None, str(images)) == (path, False)
     with pytest.raises(UsageError, match="not an embeddable preset"):

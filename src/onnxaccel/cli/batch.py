@@ -133,6 +133,8 @@ def _model_to_run(model: str, target, embed: str | None, preset: str | None, inp
     except (UsageError, ModelError) as exc:
         note(f"{auto} preprocessing kept on the host: {exc.message}")
         return model, False
+    if path == model:  # embedded already (this preset): nothing was done here
+        return model, False
     note(f"GPU target: {auto} preprocessing embedded in the model (uint8 pixels to the device, the arithmetic "
          "in the graph); --embed-preprocess none keeps it on the host")
     return path, True
