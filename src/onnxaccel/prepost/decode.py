@@ -7,11 +7,14 @@ are thrown away. libjpeg scales by 1/2, 1/4 or 1/8 inside the inverse DCT; Pillo
 letterbox, scale01/none resize) then runs on the smaller image. The DCT-scaled pixels differ slightly from a full
 decode + resize (tests/prepost/test_decode.py measures and bounds the difference on real photographs).
 
-Three decoders, chosen by :func:`choose_decoder`:
+Decoders, chosen by :func:`choose_decoder`:
 
 - ``nvjpeg``: torchvision.io.decode_jpeg(device="cuda") (NVIDIA nvJPEG), batched on the GPU, geometry with
-  torch on the GPU. Used automatically when torchvision with CUDA is importable and the target is a CUDA GPU;
-  never required. Never executed on this machine (no torchvision, no GPU here).
+  torch on the GPU, in a process of its own (DecodePool ``gpu``). Used automatically when torchvision with CUDA
+  is importable and the target is a CUDA GPU; never required. Run on the H200 (issue 22), never on this machine
+  (no torchvision, no GPU here).
+- ``hybrid``: the nvJPEG process and the CPU pool together, each batch split by their rates (slower than
+  ``nvjpeg`` alone on the H200: not chosen automatically).
 - ``cpu-pool``: worker processes (os.cpu_count()) decoding straight into a shared-memory batch buffer: only
   file names and slot indices travel between processes, never pixels.
 - ``cpu``: the same decode in the calling thread (one core, or a pool that could not start).
