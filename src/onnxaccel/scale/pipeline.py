@@ -228,11 +228,14 @@ class _PoolSource:
         for slot in range(pool.shape[0]):
             self.free.put(slot)
 
+    def files(self, unit: Unit) -> tuple[list[str], list[str]]:
+        """The unit's image files: as the shard names them (row ids, error rows) and as paths to open."""
+        rels = list(self.worker.spec.dataset.shards[unit.shard].files[unit.start:unit.stop])
+        return rels, [str(self.worker.reader._path(r)) for r in rels]
+
     def start(self, unit: Unit):
         slot = self.free.get()
-        shard = self.worker.spec.dataset.shards[unit.shard]
-        rels = list(shard.files[unit.start:unit.stop])
-        paths = [str(self.worker.reader._path(r)) for r in rels]
+        rels, paths = self.files(unit)
         return unit, slot, rels, self.pool.submit(slot, paths), time.perf_counter()
 
     def finish(self, pending, times: StageTimes):
@@ -272,9 +275,7 @@ class _HybridSource(_PoolSource):
 
     def start(self, unit: Unit):
         slot = self.free.get()
-        shard = self.worker.spec.dataset.shards[unit.shard]
-        rels = list(shard.files[unit.start:unit.stop])
-        paths = [str(self.worker.reader._path(r)) for r in rels]
+        rels, paths = self.files(unit)
         cut = len(paths) - round(len(paths) * self.gpu_share)
         cpu = self.pool.submit(slot, paths[:cut]) if cut else []
         gpu = self.pool.submit_gpu(slot, cut, paths[cut:]) if cut < len(paths) else None
