@@ -288,6 +288,16 @@ class Target:
         }
 
 
+def gpu_session_threads(target: Target) -> dict[str, str]:
+    """Extra options for a GPU ONNX Runtime session's CPU thread pool: one thread, unless the target sets
+    ``intra_op_num_threads`` ({} then, and for CPU targets and MIGraphX). The pool only runs the few CPU-placed
+    (shape) nodes, but by default has one spinning thread per core, which competes with everything else the
+    process and machine do for a GPU: serve's event loops, batch's readers, decoders and writer."""
+    if not target.is_gpu or target.engine != "ort" or "intra_op_num_threads" in target.option_dict:
+        return {}
+    return {"intra_op_num_threads": "1"}
+
+
 def parse_target(
     text: str,
     *,

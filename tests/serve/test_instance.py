@@ -46,6 +46,13 @@ def test_graph_capture_from_a_tuned_target_is_dropped_when_serving_with_a_note(t
     assert not any("graph capture" in n for n in plain_notes)
 
 
+@pytest.mark.parametrize("target,options,threads", [("cuda:0", {}, "1"), ("cuda:0?intra_op_num_threads=3", {}, "3"),
+                                                    ("cuda:0", {"intra_op_num_threads": 2}, "2"), ("cpu", {}, None)])
+def test_gpu_sessions_are_served_with_one_cpu_thread_unless_configured(target, options, threads):
+    resolved, _ = ModelConfig(name="m", source="zoo:resnet50", target=target, options=options).resolved_target()
+    assert resolved.option_dict.get("intra_op_num_threads") == threads
+
+
 def test_graph_capture_is_kept_for_models_served_in_padded_sizes():
     config = ModelConfig(name="m", source="zoo:resnet50", target="cuda:0?enable_cuda_graph=1", precision="fp16")
     resolved, notes = config.resolved_target(graph_ok=True)

@@ -30,7 +30,7 @@ from onnxaccel.scale.ray_data import plan_pool, run_on_ray
 from onnxaccel.scale.report import BatchReport, WorkerStats
 from onnxaccel.scale.worker import UnitResult, WorkerSpec
 from onnxaccel.scale.writer import OutputStore
-from onnxaccel.target import Target, parse_target
+from onnxaccel.target import Target, gpu_session_threads, parse_target
 
 DEFAULT_BATCH = {"cpu": 8}
 DEFAULT_GPU_BATCH = 32
@@ -132,8 +132,10 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
     units = plan_units(dataset, pending, batch)
     rows_total = dataset.rows
     rows_skipped = sum(s.rows for s in skipped)
+    # GPU sessions with one CPU thread (target.gpu_session_threads): the default pool spins a thread per core
+    # against the decoders, readers and writer. Worker options, not the target: the output header stays the same.
     spec = WorkerSpec(job.model, str(target), batch, dataset, dict(job.shapes), shape_buckets=job.shape_buckets,
-                      on_error=job.on_error)
+                      on_error=job.on_error, options=gpu_session_threads(target))
 
     assembler = ShardAssembler(dataset, store)
     stats: dict[str, WorkerStats] = {}

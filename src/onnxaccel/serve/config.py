@@ -21,7 +21,7 @@ from pathlib import Path
 from onnxaccel.engines.buckets import ShapeBuckets
 from onnxaccel.errors import UsageError
 from onnxaccel.inputs_files import PRESETS
-from onnxaccel.target import GRAPH_OPTION, Target, parse_target
+from onnxaccel.target import GRAPH_OPTION, Target, gpu_session_threads, parse_target
 
 SCHEMA = "onnxaccel.serve.model-config/1"
 #: ModelConfig.embed_preprocess values.
@@ -120,12 +120,8 @@ class ModelConfig:
         elif base.graph_capture and self.arena_shrinkage:
             notes.append(f"{self.name}: arena_shrinkage is not applied with graph capture (a captured graph keeps "
                          "its memory).")
-        if (base.is_gpu and base.engine == "ort" and "intra_op_num_threads" not in base.option_dict
-                and "intra_op_num_threads" not in extra):
-            # A GPU session's CPU thread pool only runs the few CPU-placed (shape) nodes, but by default has one
-            # spinning thread per core, which competes with the event loop decoding requests and with the
-            # other instances/workers. `?intra_op_num_threads=N` in the target overrides this.
-            extra["intra_op_num_threads"] = "1"
+        if "intra_op_num_threads" not in extra:  # `?intra_op_num_threads=N` in the target overrides this
+            extra.update(gpu_session_threads(base))
         return parse_target(base, options=extra), notes
 
     def shape_bindings(self) -> dict[str, tuple[int, ...]]:
