@@ -42,3 +42,27 @@ def test_a_file_cut_short_is_an_error(tmp_path):
         with pytest.raises(ValueError, match=r"the file holds \d+ bytes of data; its header \(\[6, 8, 8, 3\] uint8\) "
                            "needs 1152$"):
             read_npy_rows(path, start, stop)
+
+
+@pytest.mark.parametrize("name", ["uint8-images", "float32", "float16", "big-endian"])
+def test_rows_are_read_into_a_buffer_of_their_dtype_and_row_shape(tmp_path, name):
+    """A reused (page-locked, in a GPU job) buffer receives the rows in place: the result is its first rows."""
+    arr = ARRAYS[name]
+    path = tmp_path / "a.npy"
+    np.save(path, arr)
+    buffer = np.full((4, *arr.shape[1:]), 7, arr.dtype)
+    got = read_npy_rows(path, 1, 3, out=buffer)
+    assert got.ctypes.data == buffer.ctypes.data and got.shape == (2, *arr.shape[1:])
+    np.testing.assert_array_equal(got, arr[1:3])
+    np.testing.assert_array_equal(buffer[2:], np.full((2, *arr.shape[1:]), 7, arr.dtype))  # rows past: untouched
+
+
+def test_a_buffer_that_does_not_fit_is_not_used(tmp_path):
+    arr = ARRAYS["uint8-images"]
+    path = tmp_path / "a.npy"
+    np.save(path, arr)
+    for buffer in (np.zeros((2, 8, 8, 3), np.float32), np.zeros((1, 8, 8, 3), np.uint8),
+                   np.zeros((4, 8, 3, 8), np.uint8)):
+        got = read_npy_rows(path, 0, 2, out=buffer)
+        assert got.ctypes.data != buffer.ctypes.data and not buffer.any()
+        np.testing.assert_array_equal(got, arr[:2])

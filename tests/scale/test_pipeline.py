@@ -231,12 +231,15 @@ class _CpuAsGpu:
 
     def __init__(self, height, width, pre, device=0):
         self.height, self.width, self.pre = height, width, pre
+        self.phases = {"images": 0, "decode_s": 0.0}
 
     def decode(self, paths, out=None):
         from onnxaccel.errors import InputError
         from onnxaccel.prepost.decode import decode_pixels
 
         bad = {}
+        self.phases["images"] += len(paths)
+        self.phases["decode_s"] += 0.5  # so the report's rate is known: images / (0.5 s per call)
         for i, path in enumerate(paths):
             try:
                 out[i] = decode_pixels(path, self.height, self.width, self.pre)
@@ -262,6 +265,8 @@ def test_gpu_process_decoders_put_every_row_in_its_place(tmp_path, squeezenet, p
     if decoder == "hybrid":
         [summary] = [n for n in got.stages["notes"] if n.startswith("hybrid decode: nvJPEG")]
         assert not summary.startswith("hybrid decode: nvJPEG 0 ") and "CPU pool 0;" not in summary, summary
+    else:  # every file went to the GPU process, one call per unit of 4: its phases are reported
+        assert "GPU decoding process: 11 images in 1.50 s busy (7/s): decode 1.50 s" in got.stages["notes"]
     a, b = load_results(tmp_path / "gpu"), load_results(tmp_path / "pool")
     assert a.row_ids == b.row_ids and len(a.row_ids) == 9
     np.testing.assert_array_equal(a.outputs["softmaxout_1"], b.outputs["softmaxout_1"])
@@ -317,3 +322,75 @@ def test_float_images_read_by_threads_keep_each_row_with_its_file(tmp_path, sque
         image = read_image(data / rid, model.inputs[0], (1, 3, 224, 224), pre)[0]
         want = session.run(None, {model.inputs[0].name: image})[0][0]
         np.testing.assert_allclose(got.outputs["softmaxout_1"][row], want, rtol=1e-5, atol=1e-6)
+
+
+def test_rows_read_into_a_ring_of_page_locked_slots_give_the_plain_outputs(tmp_path, mlp_path, npy_data,
+                                                                           monkeypatch):
+    """On a GPU that takes direct copies (graph replay), rows are read straight into a ring of page-locked slots
+    and a slot is read into again only after its run is done. Here the CPU runs them (page-locking needs a GPU:
+    the pin calls are recorded and answered as the runtime does when it pins): with the fewest slots the ring
+    wraps five times over 15 units, every row reads from its own slot, and the outputs equal the job without
+    slots; the report says how rows reached the device, and the memory is unpinned at the end."""
+    import sys
+
+    from onnxaccel.scale import pipeline
+    from onnxaccel.scale.worker import BatchWorker
+
+    plain = run_batch(BatchJob(str(mlp_path), str(npy_data), str(tmp_path / "plain"), target="cpu", batch=4))
+    assert plain.stages["host_copies"] == "joined on the host (CPU target)"
+    pinned, unpinned, reads, switch = [], [], [], []
+    monkeypatch.setattr(pipeline, "_direct_copies", lambda worker: "")
+    monkeypatch.setattr(pipeline, "pin_for_copies", lambda target, address, nbytes: pinned.append((address, nbytes)) or "")
+    monkeypatch.setattr(pipeline, "unpin_for_copies", lambda target, address: unpinned.append(address))
+    monkeypatch.setattr(pipeline, "PINNED_SLOTS_BYTES", 1)  # the fewest slots: instances + 2
+    read = BatchWorker.read
+
+    def spy(self, unit, out=None):
+        result = read(self, unit, out)
+        reads.append((out["x"].ctypes.data, result[1]["x"].ctypes.data))
+        switch.append(sys.getswitchinterval())
+        return result
+
+    monkeypatch.setattr(BatchWorker, "read", spy)
+    before = sys.getswitchinterval()
+    report = run_batch(BatchJob(str(mlp_path), str(npy_data), str(tmp_path / "slots"), target="cpu", batch=4))
+    assert report.stages["host_copies"] == ("direct: rows read into 3 page-locked slots, copied by DMA into the "
+                                            "bound inputs")
+    assert len(reads) == 15 and all(slot == feed for slot, feed in reads)
+    assert len({slot for slot, _ in reads}) == 3
+    assert len(pinned) == 1 and unpinned == [pinned[0][0]] and pinned[0][1] == 3 * 4096  # 4 rows x 4 floats a page
+    assert set(switch) == {pipeline.GIL_SWITCH_S} and sys.getswitchinterval() == before
+    got, want = load_results(tmp_path / "slots"), load_results(tmp_path / "plain")
+    assert got.row_ids == want.row_ids
+    np.testing.assert_array_equal(got.outputs["probs"], want.outputs["probs"])
+
+
+def test_gpu_jobs_run_sessions_with_one_cpu_thread_unless_the_target_says(tmp_path, mlp_path, npy_data,
+                                                                          monkeypatch):
+    """A GPU session's default CPU pool spins a thread per core against the job's decoders, readers and writer:
+    batch gives its GPU workers intra_op_num_threads=1 (as serve does), keeps the user's own setting, and leaves
+    CPU targets and native MIGraphX alone; the output header (resume) does not change."""
+    from onnxaccel.scale import job as job_module
+    from onnxaccel.target import gpu_session_threads, parse_target
+
+    assert gpu_session_threads(parse_target("cuda:0?enable_cuda_graph=1")) == {"intra_op_num_threads": "1"}
+    assert gpu_session_threads(parse_target("cuda?intra_op_num_threads=4")) == {}
+    assert gpu_session_threads(parse_target("cpu")) == {}
+    assert gpu_session_threads(parse_target("migraphx")) == {"intra_op_num_threads": "1"}  # ORT's MIGraphX EP
+    assert gpu_session_threads(parse_target("migraphx", engine="migraphx")) == {}  # native MIGraphX: no ORT pool
+    specs = []
+
+    class Stop(Exception):
+        pass
+
+    def record(spec, units, sink, **_):
+        specs.append(spec)
+        raise Stop
+
+    monkeypatch.setattr(job_module, "run_pipelined", record)
+    for target in ("cuda", "cuda?intra_op_num_threads=3", "cpu"):
+        with pytest.raises(Stop):
+            run_batch(BatchJob(str(mlp_path), str(npy_data), str(tmp_path / target.replace("?", "_")), target=target,
+                               batch=4))
+    assert [dict(s.options) for s in specs] == [{"intra_op_num_threads": "1"}, {}, {}]
+    assert specs[0].target == "cuda"

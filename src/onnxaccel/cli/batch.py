@@ -243,6 +243,10 @@ def _render_stages(stages: dict | None) -> None:
     if stages.get("run_instances", 1) > 1:
         note(f"{stages['run_instances']} GPU sessions ran units at once (one copies in while another runs); the run "
              "share is over sessions x wall")
+    if stages.get("host_copies"):
+        note(f"copies to the device: {escape(stages['host_copies'])}")
+    for line in stages.get("notes", []):
+        note(escape(line))
     console.print(f"bottleneck: [bold]{stages['bottleneck']}[/]")
 
 

@@ -21,6 +21,7 @@ ShardAssembler refuses a row twice. Killed (SIGKILL), the job leaves only whole 
 from __future__ import annotations
 
 import queue
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from collections import deque
 import threading
@@ -30,9 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from onnxaccel.engines.pool import pin_for_copies, set_gpu_wait, unpin_for_copies
 from onnxaccel.prepost.decode import GPU_DECODER, DecodePool, choose_decoder, pool_size
 from onnxaccel.pipeline import BoundModel, ModelFromSource
-from onnxaccel.scale.datasets import BadInput, Unit
+from onnxaccel.scale.datasets import BadInput, Unit, row_shape_of
 from onnxaccel.scale.worker import GPU_INSTANCES, BatchWorker, UnitResult, WorkerSpec, stopped_at
 from onnxaccel.target import parse_target
 
@@ -46,7 +48,17 @@ READ_THREADS = 3
 WRITE_AHEAD = 64
 #: The GPU decoding process's decoder (``module:Class``; a test names a CPU one).
 GPU_DECODER_CLASS = GPU_DECODER
+#: On GPU targets, how the run threads wait for the GPU (engines/hostmem.py GPU_WAIT): blocking, so two waiting
+#: instances do not spin two cores the decoders, readers and writer need (serve's default too).
+GPU_WAIT_MODE = "block"
+#: The GIL switch interval while a pipelined job runs (seconds; Python's default is 5 ms): up to seven threads
+#: (readers, runs, writer, this one) hand units on, and a thread whose call returned waits for the GIL up to this
+#: long while another computes (serve's default too, engines/pool_io.py join_rows).
+GIL_SWITCH_S = 0.0005
+#: Page-locked bytes the read slots of a GPU job may take (fewer slots past it; at least instances + 2).
+PINNED_SLOTS_BYTES = 1 << 30
 _END = object()
+_PAGE = 4096
 
 
 @dataclass
@@ -65,6 +77,9 @@ class StageTimes:
     #: Units run at once (GPU instances): ``run`` is their summed seconds, its share over instances x wall.
     run_instances: int = 1
     write_s: float = 0.0
+    #: How rows reach the GPU: copied by DMA from page-locked read slots (or the decoders' shared memory) straight
+    #: into the bound inputs, or joined into the instance's buffer on the host first, and why.
+    host_copies: str = ""
     decoder: str | None = None
     decoder_reason: str = ""
     units: int = 0
@@ -90,7 +105,7 @@ class StageTimes:
         stages = {k: {"s": getattr(self, f"{k}_s"), "pct_of_wall": 100 * shares[k]} for k in shares}
         return {"wall_s": self.wall_s, "stages": stages, "decoder": self.decoder, "decoder_reason": self.decoder_reason,
                 "decode_workers": self.decode_workers, "read_workers": self.read_workers,
-                "run_instances": self.run_instances,
+                "run_instances": self.run_instances, "host_copies": self.host_copies,
                 "bottleneck": self.bottleneck(), "units": self.units,
                 "notes": list(self.notes)}
 
@@ -105,11 +120,16 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
     # Image decoders start first (spawned processes; nvJPEG's imports torch and makes a CUDA context: seconds),
     # so they come up while the sessions compile instead of after.
     plan = _decode_plan(spec, decoder, times, depth)
+    target = parse_target(spec.target)
+    if target.is_gpu:  # before this process first uses the device (the sessions below)
+        why = set_gpu_wait(target, GPU_WAIT_MODE)
+        times.notes.append(f"GPU wait: {GPU_WAIT_MODE}" if not why else f"GPU wait left as is: {why}")
+    switch = sys.getswitchinterval()
     worker = None
     try:
         worker = BatchWorker(spec, instances=GPU_INSTANCES)
         times.run_instances = worker.instances
-        source = _source(worker, spec, plan)
+        source = _source(worker, spec, plan, depth, times)
     except BaseException:
         if plan is not None:
             plan.pool.close()
@@ -118,11 +138,15 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
         raise
     try:
         start = time.perf_counter()
+        sys.setswitchinterval(GIL_SWITCH_S)
         try:
             _pump(worker, source, units, sink, depth, times)
-            if isinstance(source, _HybridSource) and source.split:
-                times.notes.append(source.summary())
+            if isinstance(source, _HybridSource):
+                if source.split:
+                    times.notes.append(source.summary())
+                times.notes.extend(source.phase_note())
         finally:
+            sys.setswitchinterval(switch)
             source.close()
             times.wall_s = time.perf_counter() - start
     finally:
@@ -176,47 +200,130 @@ def _decode_plan(spec: WorkerSpec, decoder: str, times: StageTimes, depth: int =
     return _DecodePlan(name, pool, pool.start())
 
 
-def _source(worker: BatchWorker, spec: WorkerSpec, plan: _DecodePlan | None):
+def _source(worker: BatchWorker, spec: WorkerSpec, plan: _DecodePlan | None, depth: int = DEPTH,
+            times: StageTimes | None = None):
     """How rows are read: decoded images into shared memory (``plan``: its processes are waited for here), else
-    the worker's own reader."""
+    the worker's own reader (into page-locked slots where the GPU takes direct copies)."""
+    times = times if times is not None else StageTimes()
     if plan is None:
-        return _ReaderSource(worker, READ_THREADS if spec.dataset.kind in ("arrays", "images") else 1)
+        slots, times.host_copies = _PinnedSlots.make(worker, 2 * depth + worker.instances)
+        return _ReaderSource(worker, READ_THREADS if spec.dataset.kind in ("arrays", "images") else 1, slots)
     for future in plan.starting:
         future.result()  # a decoder that cannot start (no CUDA, a broken torchvision) stops the job here
     if plan.name in ("nvjpeg", "hybrid"):
-        return _HybridSource(worker, plan.pool, split=plan.name == "hybrid")
-    return _PoolSource(worker, plan.pool)
+        source = _HybridSource(worker, plan.pool, split=plan.name == "hybrid")
+    else:
+        source = _PoolSource(worker, plan.pool)
+    times.host_copies = source.pin()
+    return source
+
+
+def _direct_copies(worker: BatchWorker) -> str:
+    """'' when the worker's instances copy page-locked rows straight into their bound device inputs (graph
+    replay with direct copies: engines/pool.py), else why not."""
+    pool = worker.pool
+    if not pool.target.is_gpu:
+        return "joined on the host (CPU target)"
+    if not (pool.graph and any(c is not None for c in pool.copiers)):
+        return "joined on the host (direct copies need graph capture in the target)"
+    return ""
+
+
+class _PinnedSlots:
+    """Reused page-locked host buffers, a padded batch of every input per slot: rows are read straight into a
+    slot and copied by DMA into the bound device inputs (RunnerPool's direct copies), with no host join and no
+    freshly allocated (page-faulting) arrays per unit."""
+
+    def __init__(self, worker: BatchWorker, count: int, layout: list[tuple[str, tuple[int, ...], np.dtype]],
+                 slot_bytes: int):
+        self.target = worker.pool.target
+        self._base = np.empty(count * slot_bytes + _PAGE, np.uint8)
+        offset = (-self._base.ctypes.data) % _PAGE
+        self._raw = self._base[offset:offset + count * slot_bytes]
+        self.buffers: list[dict[str, np.ndarray]] = []
+        for k in range(count):
+            at, slot = k * slot_bytes, {}
+            for name, shape, dtype in layout:
+                nbytes = int(np.prod(shape)) * dtype.itemsize
+                slot[name] = self._raw[at:at + nbytes].view(dtype).reshape(shape)
+                at += -(-nbytes // 64) * 64
+            self.buffers.append(slot)
+        self.free: queue.Queue[int] = queue.Queue()
+        for k in range(count):
+            self.free.put(k)
+        self.reason = pin_for_copies(self.target, self._raw.ctypes.data, self._raw.nbytes)
+
+    @classmethod
+    def make(cls, worker: BatchWorker, count: int) -> tuple[_PinnedSlots | None, str]:
+        """Slots for ``worker`` (None where the GPU does not take direct copies, an input's row shape is not fixed,
+        or pinning is refused) and what the job's copies to the device are."""
+        why = _direct_copies(worker)
+        if why:
+            return None, why
+        layout, slot_bytes = [], 0
+        for spec in worker.model.inputs:
+            rows = row_shape_of(worker.model, spec.name)
+            dtype = np.dtype(spec.dtype)
+            if rows is None or not all(isinstance(d, int) for d in rows) or dtype == np.dtype(object):
+                return None, f"joined on the host (input '{spec.name}' has no fixed row shape)"
+            shape = (worker.spec.batch, *rows)
+            layout.append((spec.name, shape, dtype))
+            slot_bytes += -(-int(np.prod(shape)) * dtype.itemsize // 64) * 64
+        slot_bytes = max(_PAGE, -(-slot_bytes // _PAGE) * _PAGE)
+        count = max(worker.instances + 2, min(count, PINNED_SLOTS_BYTES // slot_bytes))
+        slots = cls(worker, count, layout, slot_bytes)
+        if slots.reason:
+            return None, f"joined on the host (page-locking the read slots failed: {slots.reason})"
+        return slots, f"direct: rows read into {count} page-locked slots, copied by DMA into the bound inputs"
+
+    def close(self) -> None:
+        """Unpin (once nothing runs on the slots)."""
+        if not self.reason:
+            unpin_for_copies(self.target, self._raw.ctypes.data)
+            self.reason = "closed"
 
 
 class _ReaderSource:
     """Rows read by the worker, in the reader thread or (``threads`` > 1) by a pool of threads reading the units
-    in flight at once: read seconds go to ``read`` (``decode`` for float images)."""
+    in flight at once: read seconds go to ``read`` (``decode`` for float images). With ``slots``, each unit is
+    read into a free page-locked slot, given back once its run is done (``release``); waiting for a free one is
+    ``wait_for_device``."""
 
-    def __init__(self, worker: BatchWorker, threads: int = 1):
+    def __init__(self, worker: BatchWorker, threads: int = 1, slots: _PinnedSlots | None = None):
         self.worker = worker
+        self.slots = slots
         self.threads = ThreadPoolExecutor(threads, thread_name_prefix="onnxaccel-batch-read") if threads > 1 else None
 
     def start(self, unit: Unit):
-        return (unit, self.threads.submit(self.worker.read, unit)) if self.threads is not None else unit
+        slot, waited = None, 0.0
+        if self.slots is not None:
+            began = time.perf_counter()
+            slot = self.slots.free.get()
+            waited = time.perf_counter() - began
+        out = self.slots.buffers[slot] if slot is not None else None
+        future = self.threads.submit(self.worker.read, unit, out) if self.threads is not None else None
+        return unit, future, slot, waited
 
     def finish(self, pending, times: StageTimes):
-        if self.threads is not None:
-            pending, future = pending
-            data = future.result()
-        else:
-            data = self.worker.read(pending)
+        unit, future, slot, waited = pending
+        data = future.result() if future is not None else self.worker.read(
+            unit, self.slots.buffers[slot] if slot is not None else None)
+        times.wait_for_device_s += waited
         if self.worker.spec.dataset.kind == "images":
             times.decode_s += data[2]
         else:
             times.read_s += data[2]
-        return pending, data, None
+        return unit, data, slot
 
     def release(self, slot) -> None:
-        pass
+        if slot is not None and self.slots is not None:
+            self.slots.free.put(slot)
 
     def close(self) -> None:
         if self.threads is not None:
             self.threads.shutdown(wait=True, cancel_futures=True)
+        if self.slots is not None:
+            self.slots.close()
 
 
 class _PoolSource:
@@ -224,6 +331,7 @@ class _PoolSource:
 
     def __init__(self, worker: BatchWorker, pool: DecodePool):
         self.worker, self.pool = worker, pool
+        self._pinned: np.ndarray | None = None
         self.free: queue.Queue[int] = queue.Queue()
         for slot in range(pool.shape[0]):
             self.free.put(slot)
@@ -249,11 +357,27 @@ class _PoolSource:
         feeds = {self.worker.model.inputs[0].name: self.pool.view(slot, unit.rows)}
         return unit, (rels, feeds, time.perf_counter() - started, bad), slot
 
+    def pin(self) -> str:
+        """Page-lock the decoders' shared memory where the GPU takes direct copies from it: what the job's copies
+        to the device are."""
+        why = _direct_copies(self.worker)
+        if why:
+            return why
+        self._pinned = self.pool.ring
+        reason = pin_for_copies(self.worker.pool.target, self._pinned.ctypes.data, self._pinned.nbytes)
+        if reason:
+            self._pinned = None
+            return f"joined on the host (page-locking the decoders' shared memory failed: {reason})"
+        return "direct: decoded into page-locked shared memory, copied by DMA into the bound inputs"
+
     def release(self, slot) -> None:
         if slot is not None:
             self.free.put(slot)
 
     def close(self) -> None:
+        if self._pinned is not None:
+            unpin_for_copies(self.worker.pool.target, self._pinned.ctypes.data)
+            self._pinned = None
         self.pool.close()
 
 
@@ -311,6 +435,17 @@ class _HybridSource(_PoolSource):
         rate = images / seconds
         old = self.rates[side]
         self.rates[side] = rate if old is None else 0.8 * old + 0.2 * rate
+
+    def phase_note(self) -> list[str]:
+        """Where the GPU decoding process's time went (its decoder's phases), as a report line."""
+        phases = self.pool.gpu_phases()
+        images = phases.pop("images", 0)
+        if not images:
+            return []
+        busy = sum(phases.values())
+        parts = ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in phases.items())
+        return [f"GPU decoding process: {images} images in {busy:.2f} s busy ({images / max(busy, 1e-9):,.0f}/s): "
+                f"{parts}"]
 
     def summary(self) -> str:
         """Who decoded how many images, at what rate."""

@@ -40,15 +40,20 @@ class RowReader:
         ids, feeds, _ = self.read_rows(unit)
         return ids, feeds
 
-    def read_rows(self, unit: Unit) -> tuple[list[str], dict[str, np.ndarray], list[BadInput]]:
-        """Like ``read``, plus the images that could not be decoded (zeros in the feeds; ``skip_bad_images``)."""
+    def read_rows(self, unit: Unit, out: dict[str, np.ndarray] | None = None
+                  ) -> tuple[list[str], dict[str, np.ndarray], list[BadInput]]:
+        """Like ``read``, plus the images that could not be decoded (zeros in the feeds; ``skip_bad_images``).
+        ``out``: per input, a reused buffer of at least the unit's rows (e.g. page-locked, for direct copies to a
+        GPU): the feeds are then its first rows (.npy rows are read straight into it, the rest copied in)."""
         shard = self.dataset.shards[unit.shard]
         kind = self.dataset.kind
         if kind == "images":
-            return self._images(shard, unit)
-        if kind == "arrays":
-            return (*self._arrays(shard, unit), [])
-        return (*self._parquet(shard, unit), [])
+            ids, feeds, bad = self._images(shard, unit)
+        elif kind == "arrays":
+            ids, feeds, bad = (*self._arrays(shard, unit, out), [])
+        else:
+            ids, feeds, bad = (*self._parquet(shard, unit), [])
+        return ids, _into(feeds, out), bad
 
     def _path(self, rel: str) -> Path:
         return Path(self.dataset.root) / rel
@@ -72,15 +77,16 @@ class RowReader:
                 bad.append(BadInput(rel, exc.message, "read", row))
         return ids, {spec.name: np.concatenate(rows, axis=0)}, bad
 
-    def _arrays(self, shard: Shard, unit: Unit):
+    def _arrays(self, shard: Shard, unit: Unit, out: dict[str, np.ndarray] | None = None):
         rel = shard.files[0]
         path = self._path(rel)
         ids = [f"{rel}:{i}" for i in range(unit.start, unit.stop)]
         feeds = {}
         if path.suffix.lower() == ".npy":
             spec = self.model.inputs[0]
+            buffer = (out or {}).get(spec.name)
             try:
-                rows = read_npy_rows(path, unit.start, unit.stop)
+                rows = read_npy_rows(path, unit.start, unit.stop, out=buffer)
             except (ValueError, OSError) as exc:
                 raise InputError(f"Cannot read {path}: {exc}", "Write shards with numpy.save.") from None
             feeds[spec.name] = _cast(rows, spec, path)
@@ -176,10 +182,12 @@ def _load_npz(path: Path) -> dict[str, np.ndarray]:
         raise InputError(f"Cannot read {path}: {exc}", "Write shards with numpy.savez.") from None
 
 
-def read_npy_rows(path: Path, start: int, stop: int) -> np.ndarray:
+def read_npy_rows(path: Path, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
     """Rows ``start:stop`` of a .npy file, read with one seek and one ``readinto`` into a fresh array (a copy
     out of ``np.load(mmap_mode="r")`` faults every 4 KiB page in: on the H200 host that capped `batch` at ~1.6
-    GB/s of uint8 images, the read stage 88% busy). Fortran-ordered or object arrays go through np.load."""
+    GB/s of uint8 images, the read stage 88% busy). Fortran-ordered or object arrays go through np.load.
+    ``out``: a reused C-contiguous buffer of at least the rows asked for, read into when the file's dtype and row
+    shape are its own (its first rows are returned); otherwise ignored."""
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
         header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
@@ -193,11 +201,36 @@ def read_npy_rows(path: Path, start: int, stop: int) -> np.ndarray:
         if have < need:  # the same message for every unit of the file: one error row per file in the report
             raise ValueError(f"the file holds {have} bytes of data; its header ({list(shape)} {dtype}) needs {need}")
         stop = min(stop, shape[0])
-        out = np.empty((max(0, stop - start), *shape[1:]), dtype)
+        rows = max(0, stop - start)
+        if (out is not None and out.dtype == dtype and out.shape[1:] == tuple(shape[1:]) and out.shape[0] >= rows
+                and out.flags.c_contiguous):
+            out = out[:rows]
+        else:
+            out = np.empty((rows, *shape[1:]), dtype)
         f.seek(offset + start * (out[0].nbytes if len(out) else 0))
         if out.nbytes and f.readinto(memoryview(out.reshape(-1).view(np.uint8))) != out.nbytes:
             raise ValueError(f"the file changed while it was read (rows {start}:{stop})")
         return out
+
+
+def _into(feeds: dict[str, np.ndarray], out: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """The feeds as the first rows of the ``out`` buffers (copied in unless already read there); feeds that do
+    not fit a buffer (another dtype or row shape, more rows) stay as they are."""
+    if not out:
+        return feeds
+    placed = {}
+    for name, value in feeds.items():
+        buffer = out.get(name)
+        n = value.shape[0] if value.ndim else 0
+        if (buffer is None or not value.ndim or buffer.dtype != value.dtype or buffer.shape[1:] != value.shape[1:]
+                or buffer.shape[0] < n):
+            placed[name] = value
+        elif value.ctypes.data == buffer.ctypes.data:  # read straight into it
+            placed[name] = value
+        else:
+            np.copyto(buffer[:n], value)
+            placed[name] = buffer[:n]
+    return placed
 
 
 def _cast(values: np.ndarray, spec: TensorSpec, where) -> np.ndarray:

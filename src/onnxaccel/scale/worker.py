@@ -104,11 +104,13 @@ class BatchWorker:
         self.reader = RowReader(spec.dataset, self.model, skip_bad_images=spec.on_error == "skip")
         self.name = f"{os.uname().nodename}:{os.getpid()}"
 
-    def read(self, unit: Unit) -> tuple[list[str], dict[str, np.ndarray] | None, float, list[BadInput]]:
-        """Read a unit's rows and time the read; unreadable rows per ``on_error`` (module docstring)."""
+    def read(self, unit: Unit, out: dict[str, np.ndarray] | None = None
+             ) -> tuple[list[str], dict[str, np.ndarray] | None, float, list[BadInput]]:
+        """Read a unit's rows and time the read; unreadable rows per ``on_error`` (module docstring). ``out``: per
+        input a reused buffer the rows are read into (RowReader.read_rows)."""
         start = time.perf_counter()
         try:
-            ids, feeds, bad = self.reader.read_rows(unit)
+            ids, feeds, bad = self.reader.read_rows(unit, out)
         except InputError as exc:
             shard = self.spec.dataset.shards[unit.shard]
             if self.spec.on_error != "skip":
