@@ -4,7 +4,8 @@
 #   batch: bench's tuned model-only ResNet-50 FP16 at batch 64 and 256; first the GPU's padded batches checked
 #          against the CPU on 200 JPEGs; `batch` from uint8 .npy shards (goal >= 85% of bench) and from 10,000
 #          JPEGs re-encoded from scikit-image's photographs (goal >= 60%), embedded preprocessing, stage breakdown;
-#          CPU decode pool vs nvJPEG (torchvision).
+#          CPU decode pool vs nvJPEG (torchvision). VARIANTS=new,old runs each batch job also with issue 22's
+#          third-session changes undone (gpu_issue22_batch.py VARIANTS), side by side.
 #   serve: `serve` with no layout flag against in-process (numpy and IO binding) at batch 64, concurrency 64, then
 #          the same server given --preprocess imagenet (embedded on the GPU) sent JPEG files: images/s and p99.
 # Results land in $OUT. TINY=1 runs the CPU proof of the batch stage (squeezenet, 200 JPEGs).
@@ -26,7 +27,8 @@ TARGET=${TARGET:-'cuda/fp16?prefer_nhwc=1&enable_cuda_graph=1'}
 case $STAGE in
   batch)
     timeout ${BATCH_TIMEOUT:-560} python3 benchmarks/gpu_issue22_batch.py --model zoo:resnet50 --target "$TARGET" \
-      --batches ${BATCHES:-64,256} --jpeg-decoders ${DECODERS:-hybrid,nvjpeg} --jpegs 10000 --npy-rows ${NPY_ROWS:-20480} --check ${CHECK:-200} --work /tmp/i22 \
+      --batches ${BATCHES:-64,256} --jpeg-decoders ${DECODERS-hybrid,nvjpeg} --variants ${VARIANTS:-new} \
+      --npy-variants ${NPY_VARIANTS:-${VARIANTS:-new}} --jpegs 10000 --npy-rows ${NPY_ROWS:-20480} --check ${CHECK:-200} --work /tmp/i22 \
       --out "$RES/issue22_batch.json" --timeout 200 2>&1 | grep -v '^ ' | tail -40
     echo "rc=$?" ;;
   serve)

@@ -116,9 +116,25 @@ def make_npy(folder: Path, rows: int, per_shard: int, size: int) -> Path:
     return folder
 
 
-def run_json(args: list[str], timeout: int) -> dict:
+#: A/B variants of the pipeline's settings (--variants), applied in the `batch` process before it runs:
+#: "new" is the code as it is; "old" undoes issue 22's third-session changes (read slots and page-locked decode
+#: memory with direct copies, blocking GPU wait, 0.5 ms GIL switch, one CPU thread per GPU session).
+VARIANTS = {
+    "new": "",
+    "old": ("import onnxaccel.scale.pipeline as p, onnxaccel.scale.job as j; p._direct_copies = lambda w: 'off (A/B)'; "
+            "p.GIL_SWITCH_S = 0.005; p.GPU_WAIT_MODE = 'auto'; j.gpu_session_threads = lambda t: {}"),
+    "noslots": "import onnxaccel.scale.pipeline as p; p._direct_copies = lambda w: 'off (A/B)'",
+    "i1": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 1",
+    "i3": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 3",
+}
+LAUNCH = "import os, runpy; exec(os.environ.get('I22_PATCH', '')); runpy.run_module('onnxaccel.cli.main', run_name='__main__')"
+
+
+def run_json(args: list[str], timeout: int, variant: str = "new") -> dict:
     start = time.perf_counter()
-    proc = subprocess.run([*OA, *args], capture_output=True, text=True, timeout=timeout)
+    env = {**os.environ, "I22_PATCH": VARIANTS[variant]}
+    proc = subprocess.run([sys.executable, "-c", LAUNCH, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
     wall = time.perf_counter() - start
     if proc.returncode not in (0, 3):
         return {"error": proc.stderr[-2000:], "rc": proc.returncode, "cmd": " ".join(args)}
@@ -181,10 +197,12 @@ def decode_rates(folder: Path, count: int, batch: int) -> dict:
     else:
         dec = NvjpegDecoder(224, 224, pre)
         dec.decode(files[:batch])
+        dec.phases = dict.fromkeys(dec.phases, 0)
         start = time.perf_counter()
         for s in range(0, len(files), batch):
             dec.decode(files[s:s + batch])
         out["nvjpeg_img_s"] = len(files) / (time.perf_counter() - start)
+        out["nvjpeg_phases"] = dec.phases  # the same phases the pipeline's GPU process reports
     return out
 
 
@@ -200,6 +218,8 @@ def main() -> None:
     p.add_argument("--bench-args", default="--iobinding on --graph on", help="extra bench flags")
     p.add_argument("--timeout", type=int, default=240)
     p.add_argument("--jpeg-decoders", default="auto", help="comma-separated --decoder values, one JPEG run each")
+    p.add_argument("--variants", default="new", help=f"comma-separated A/B variants of every batch run: {list(VARIANTS)}")
+    p.add_argument("--npy-variants", default=None, help="variants of the .npy runs (default: --variants)")
     p.add_argument("--check", type=int, default=0, help="first compare --target with cpu on this many JPEGs")
     p.add_argument("--tiny", action="store_true", help="CPU proof: squeezenet, 200 JPEGs, 256 .npy rows, batch 8")
     a = p.parse_args()
@@ -222,13 +242,16 @@ def main() -> None:
         bench = run_json(["bench", a.model, "-t", a.target, "-b", str(b), *a.bench_args.split(), "--json"], a.timeout)
         model_only = best_throughput(bench)
         row = {"batch": b, "bench_img_s": model_only, "bench_error": bench.get("error")}
-        runs = [("npy_u8", npy, "auto")] + [(f"jpeg_{d}" if d != "auto" else "jpeg", jpegs, d)
-                                            for d in a.jpeg_decoders.split(",")]
-        for name, folder, decoder in runs:
+        variants = a.variants.split(",")
+        tag = (lambda v: "" if v == "new" and len(variants) == 1 else f"@{v}")
+        runs = [(f"npy_u8{tag(v)}", npy, "auto", v) for v in (a.npy_variants or a.variants).split(",")]
+        runs += [(f"jpeg_{d}{tag(v)}" if d != "auto" else f"jpeg{tag(v)}", jpegs, d, v)
+                 for d in (a.jpeg_decoders.split(",") if a.jpeg_decoders else []) for v in variants]
+        for name, folder, decoder, variant in runs:
             out = work / f"out-{name}-{b}"
             rep = run_json(["batch", a.model, "--input", str(folder), "--output", str(out), "--target", a.target,
                             "--batch", str(b), "--embed-preprocess", "imagenet", "--overwrite", "--decoder", decoder,
-                            "--images-per-shard", str(b * 16), "--json"], a.timeout)
+                            "--images-per-shard", str(b * 16), "--json"], a.timeout, variant)
             if "error" in rep:
                 row[name] = {"error": rep["error"]}
                 continue
@@ -236,7 +259,7 @@ def main() -> None:
             rate = rep["rows_per_s"]
             row[name] = {"rows_per_s": rate, "rows_per_s_wall": rep["rows_per_s_wall"], "stages": rep["stages"],
                          "pct_of_bench": 100 * rate / model_only if model_only else None}
-        goals = {name: 85 if name == "npy_u8" else 60 for name, _, _ in runs}
+        goals = {name: 85 if name.startswith("npy_u8") else 60 for name, _, _, _ in runs}
         for name, goal in goals.items():
             r = row.get(name, {})
             pct = r.get("pct_of_bench")
@@ -245,7 +268,7 @@ def main() -> None:
                   f"{pct if pct is not None else float('nan'):.0f}% of bench {model_only or 0:,.0f} (goal {goal}%); "
                   f"bottleneck {st.get('bottleneck')}, decoder {st.get('decoder')}; "
                   + ", ".join(f"{k} {v['pct_of_wall']:.0f}%" for k, v in (st.get("stages") or {}).items())
-                  + "".join(f"; {n}" for n in st.get("notes") or []) + (f"; error {r['error'][-300:]}" if "error" in r
+                  + f"; copies: {st.get('host_copies')}" + "".join(f"; {n}" for n in st.get("notes") or []) + (f"; error {r['error'][-300:]}" if "error" in r
                                                                        else ""),
                   flush=True)
         results["runs"].append(row)
