@@ -243,6 +243,7 @@ def main() -> None:
         model_only = best_throughput(bench)
         row = {"batch": b, "bench_img_s": model_only, "bench_error": bench.get("error")}
         variants = a.variants.split(",")
+        references: dict = {}
         tag = (lambda v: "" if v == "new" and len(variants) == 1 else f"@{v}")
         runs = [(f"npy_u8{tag(v)}", npy, "auto", v) for v in (a.npy_variants or a.variants).split(",")]
         runs += [(f"jpeg_{d}{tag(v)}" if d != "auto" else f"jpeg{tag(v)}", jpegs, d, v)
@@ -255,10 +256,11 @@ def main() -> None:
             if "error" in rep:
                 row[name] = {"error": rep["error"]}
                 continue
+            same = _same_as_first(references, name.split("@")[0], out)
             subprocess.run(["rm", "-rf", str(out)])  # rerun from scratch next time (no resume skip)
             rate = rep["rows_per_s"]
             row[name] = {"rows_per_s": rate, "rows_per_s_wall": rep["rows_per_s_wall"], "stages": rep["stages"],
-                         "pct_of_bench": 100 * rate / model_only if model_only else None}
+                         "pct_of_bench": 100 * rate / model_only if model_only else None, "vs_first_variant": same}
         goals = {name: 85 if name.startswith("npy_u8") else 60 for name, _, _, _ in runs}
         for name, goal in goals.items():
             r = row.get(name, {})
@@ -268,12 +270,29 @@ def main() -> None:
                   f"{pct if pct is not None else float('nan'):.0f}% of bench {model_only or 0:,.0f} (goal {goal}%); "
                   f"bottleneck {st.get('bottleneck')}, decoder {st.get('decoder')}; "
                   + ", ".join(f"{k} {v['pct_of_wall']:.0f}%" for k, v in (st.get("stages") or {}).items())
-                  + f"; copies: {st.get('host_copies')}" + "".join(f"; {n}" for n in st.get("notes") or []) + (f"; error {r['error'][-300:]}" if "error" in r
+                  + f"; copies: {st.get('host_copies')}; vs first variant {r.get('vs_first_variant')}" + "".join(f"; {n}" for n in st.get("notes") or []) + (f"; error {r['error'][-300:]}" if "error" in r
                                                                        else ""),
                   flush=True)
         results["runs"].append(row)
         save(a, results)
     print(json.dumps(results, indent=2))
+
+
+def _same_as_first(references: dict, key: str, out: Path) -> dict | None:
+    """The outputs of a run against the first variant's run of the same input (the A/B changes how rows reach the
+    device, never what is computed): rows in the same order, top-1 agreement, largest difference."""
+    from onnxaccel.scale.writer import load_results
+
+    res = load_results(out)
+    ids, values = res.row_ids, next(iter(res.outputs.values())).astype(np.float32)
+    if key not in references:
+        references[key] = (ids, values)
+        return None
+    ref_ids, ref = references[key]
+    if ids != ref_ids:
+        return {"same_row_ids": False}
+    return {"same_row_ids": True, "top1_agreement": float(np.mean(values.argmax(-1) == ref.argmax(-1))),
+            "max_abs_diff": float(np.abs(values - ref).max())}
 
 
 def save(a, results: dict) -> None:
