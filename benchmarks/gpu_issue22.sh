@@ -31,6 +31,16 @@ case $STAGE in
       --npy-variants ${NPY_VARIANTS:-${VARIANTS:-new}} --jpegs 10000 --npy-rows ${NPY_ROWS:-20480} --check ${CHECK:-200} --work /tmp/i22 \
       --out "$RES/issue22_batch.json" --timeout 200 2>&1 | grep -v '^ ' | tail -40
     echo "rc=$?" ;;
+  probe)  # where nvJPEG's in-job slowdown comes from: its process's phases beside a light GPU model and a CPU one
+    for spec in "zoo:squeezenet|$TARGET" "zoo:squeezenet|cpu" "zoo:resnet50|$TARGET"; do
+      model=${spec%%|*}; target=${spec#*|}
+      timeout 200 python3 -m onnxaccel.cli.main batch "$model" --input /tmp/i22/jpegs --output /tmp/i22/probe \
+        --target "$target" --batch 64 --embed-preprocess imagenet --decoder nvjpeg --overwrite --json \
+        > "$RES/probe.json" 2> "$RES/probe.err"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d['stages']; print(sys.argv[2], sys.argv[3], \
+round(d['rows_per_s']), 'rows/s;', s['bottleneck'], '|', ' | '.join(s['notes']))" "$RES/probe.json" "$model" "$target" \
+        || tail -5 "$RES/probe.err"
+    done ;;
   serve)
     if [ ! -d /tmp/i22/jpegs-1k ]; then  # 1,000 of the batch stage's JPEGs (made here if that stage did not run)
       python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_issue22_batch as g; from pathlib import Path; g.make_jpegs(Path('/tmp/i22/jpegs'), 10000)"

@@ -394,3 +394,21 @@ def test_gpu_jobs_run_sessions_with_one_cpu_thread_unless_the_target_says(tmp_pa
                                batch=4))
     assert [dict(s.options) for s in specs] == [{"intra_op_num_threads": "1"}, {}, {}]
     assert specs[0].target == "cuda"
+
+
+def test_weight_bytes_count_the_file_and_its_external_data(tmp_path, mlp_path):
+    """A GPU job runs one session instead of two past INSTANCE_WEIGHTS_LIMIT (each session holds the weights):
+    the size counted is the model file's plus the external-data files its initializers name."""
+    import onnx
+
+    from onnxaccel import load_model
+    from onnxaccel.scale.worker import weight_bytes
+
+    inline = load_model(str(mlp_path))
+    assert weight_bytes(inline) == mlp_path.stat().st_size
+    proto = onnx.load(str(mlp_path))
+    split = tmp_path / "split.onnx"
+    onnx.save(proto, str(split), save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin",
+              size_threshold=0)
+    assert (tmp_path / "w.bin").stat().st_size > 0
+    assert weight_bytes(load_model(str(split))) == split.stat().st_size + (tmp_path / "w.bin").stat().st_size

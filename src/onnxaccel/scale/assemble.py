@@ -55,30 +55,46 @@ class ShardAssembler:
         if rows.size and (rows.min() < 0 or rows.max() >= spec.rows):
             raise RowAccountingError(f"Shard {spec.name} got row {int(rows.max())}; it has {spec.rows} rows.",
                                      "This is a bug in onnxaccel; please report it.")
-        if pending.filled[rows].any() or len(np.unique(rows)) != len(rows):
+        # A unit is usually a run of consecutive rows: slices then, and no sort to find repeats (the writer thread
+        # does this per unit; its Python time is the job's when the writer is the busiest stage).
+        run = rows.size > 0 and int(rows[-1]) - int(rows[0]) + 1 == rows.size and bool(np.all(np.diff(rows) == 1))
+        where = slice(int(rows[0]), int(rows[-1]) + 1) if run else rows
+        if pending.filled[where].any() or (not run and len(np.unique(rows)) != len(rows)):
             raise RowAccountingError(f"Shard {spec.name}: row(s) {rows[pending.filled[rows]][:5].tolist()} came back "
                                      "twice.", "This is a bug in onnxaccel; please report it.")
+        if len(row_ids) != rows.size:
+            raise ValueError(f"{len(row_ids)} row ids for {rows.size} rows")
         for item in bad or ():
             pending.bad[int(item.row)] = item
-        good = np.array([r not in pending.bad for r in rows.tolist()], bool)
+        good = np.array([r not in pending.bad for r in rows.tolist()], bool) if pending.bad else None
         for name, value in outputs.items():
             buffer = pending.outputs.get(name)
             if buffer is None:
                 buffer = pending.outputs[name] = np.empty((spec.rows, *value.shape[1:]), value.dtype)
-            buffer[rows[good]] = value[good]
-        for r, row_id in zip(rows.tolist(), row_ids, strict=True):
-            pending.ids[r] = row_id
-        pending.filled[rows] = True
+            if good is None:
+                buffer[where] = value[:rows.size]
+            else:
+                buffer[rows[good]] = value[good]
+        if run:
+            pending.ids[where] = row_ids
+        else:
+            for r, row_id in zip(rows.tolist(), row_ids):
+                pending.ids[r] = row_id
+        pending.filled[where] = True
         if pending.filled.all():
             self._write(shard)
 
     def _write(self, shard: int) -> None:
         spec = self.dataset.shards[shard]
         pending = self.pending.pop(shard)
-        keep = np.array([r not in pending.bad for r in range(spec.rows)], bool)
-        rows = np.flatnonzero(keep)
-        outputs = {k: v[keep] for k, v in pending.outputs.items()} if rows.size else {}
-        record = self.store.write(spec.name, spec.index, spec.fingerprint, [pending.ids[r] for r in rows], outputs,
+        if pending.bad:
+            keep = np.array([r not in pending.bad for r in range(spec.rows)], bool)
+            rows = np.flatnonzero(keep)
+            outputs = {k: v[keep] for k, v in pending.outputs.items()} if rows.size else {}
+            ids = [pending.ids[r] for r in rows]
+        else:  # every row good: the buffers and ids as they are, no copies
+            rows, outputs, ids = np.arange(spec.rows), pending.outputs, pending.ids
+        record = self.store.write(spec.name, spec.index, spec.fingerprint, ids, outputs,
                                   rows=rows, rows_in=spec.rows,
                                   errors=[pending.bad[r] for r in sorted(pending.bad)])
         self.written.append(record)

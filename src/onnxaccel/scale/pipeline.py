@@ -129,6 +129,7 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
     try:
         worker = BatchWorker(spec, instances=GPU_INSTANCES)
         times.run_instances = worker.instances
+        times.notes.extend(worker.notes)
         source = _source(worker, spec, plan, depth, times)
     except BaseException:
         if plan is not None:

@@ -31,6 +31,9 @@ from onnxaccel.target import parse_target
 
 #: Instances of a GPU model in one worker (see BatchWorker: copies overlap runs).
 GPU_INSTANCES = 2
+#: A model whose weights take more than this runs one GPU instance: each instance is a session with its own copy
+#: of the weights on the device.
+INSTANCE_WEIGHTS_LIMIT = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class BatchWorker:
         """``instances``: on GPUs (padded batches), how many sessions run units at once (``infer_async``); the
         pipelined runner uses GPU_INSTANCES, a Ray actor one per worker."""
         self.spec = spec
+        #: What the worker chose and why (the job's report shows them).
+        self.notes: list[str] = []
         target = parse_target(spec.target, options=dict(spec.options))
         if spec.drop_device_id:
             target = dataclasses.replace(target, device_id=None)
@@ -90,9 +95,13 @@ class BatchWorker:
             # Two instances there: one copies its batch in while the other runs (the pipeline keeps a unit in
             # flight on each; measured on the H200, issue 22: one instance left the GPU idle during every copy).
             padded = (spec.batch,) if target.is_gpu and _fixed_batch(bound()) is None else ()
-            self.pool = RunnerPool.build(RunnerFromVariant(ConvertedModel(bound, target)), max(1, instances) if padded
-                                         else 1, name="batch", buckets=padded,
-                                         graph=bool(padded) and target.graph_capture)
+            count = max(1, instances) if padded else 1
+            if count > 1 and weight_bytes(bound()) > INSTANCE_WEIGHTS_LIMIT:
+                count = 1
+                self.notes.append(f"one GPU session, not {instances}: the model's weights take "
+                                  f"{weight_bytes(bound()) / 2**30:.1f} GiB, and each session holds its own copy")
+            self.pool = RunnerPool.build(RunnerFromVariant(ConvertedModel(bound, target)), count, name="batch",
+                                         buckets=padded, graph=bool(padded) and target.graph_capture)
             if padded:
                 self.pool.warm_up()
         self.compile_s = time.perf_counter() - start
@@ -198,6 +207,17 @@ def _bucketed_factory(spec: WorkerSpec, target):
         return RunnerFromVariant(ConvertedModel(bound, target))()
 
     return lambda: BucketedRunner(model, target, buckets, compile, batch=spec.batch, shapes=others)
+
+
+def weight_bytes(model) -> int:
+    """Bytes of the model's file and of the external-data files its initializers name."""
+    total = model.path.stat().st_size if model.path.is_file() else 0
+    files = {entry.value for init in model.proto.graph.initializer for entry in init.external_data
+             if entry.key == "location"}
+    for name in files:
+        path = model.path.parent / name
+        total += path.stat().st_size if path.is_file() else 0
+    return total
 
 
 def _fixed_batch(model) -> int | None:

@@ -102,6 +102,10 @@ class OutputStore:
             else:
                 self.records = {name: ShardRecord.from_dict(name, r) for name, r in existing.get("shards", {}).items()}
         self._save()
+        # pyarrow's tensor columns import pandas at first use (~0.3 s): here, at start-up, not in the writer
+        # thread in the middle of the run.
+        pa, _ = _arrow()
+        _tensor_column(pa, np.zeros((1, 1), np.float32))
 
     def is_done(self, name: str, fingerprint: str, rows: int) -> bool:
         """True when the shard was written from the same input (fingerprint and rows) and its file exists."""
@@ -155,7 +159,10 @@ class OutputStore:
             with open(tmp, "wb") as handle:
                 # No dictionary pages: model outputs are floats that rarely repeat and row ids are unique, so the
                 # dictionary attempt only costs time (measured: 173 -> 138 ms for 8,192 rows of 1,000 floats).
-                pq.write_table(table, handle, use_dictionary=False)
+                # Statistics only for the row columns and one-number outputs: min/max over every value of a tensor
+                # column says little and cost ~10% of the write (2,048 rows of 1,000 floats: 18.2 -> 16.6 ms).
+                pq.write_table(table, handle, use_dictionary=False, write_statistics=[
+                    k for k, v in columns.items() if not isinstance(v.type, pa.BaseExtensionType)])
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, final)
