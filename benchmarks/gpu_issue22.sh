@@ -41,6 +41,10 @@ case $STAGE in
 round(d['rows_per_s']), 'rows/s;', s['bottleneck'], '|', ' | '.join(s['notes']))" "$RES/probe.json" "$model" "$target" \
         || tail -5 "$RES/probe.err"
     done ;;
+  nvjpeg)  # the decoder alone: in this process, in the pipeline's spawned process, and beside a busy GPU
+    [ -d /tmp/i22/jpegs ] || python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_issue22_batch as g; from pathlib import Path; g.make_jpegs(Path('/tmp/i22/jpegs'), 10000)"
+    timeout ${PROBE_TIMEOUT:-300} python3 benchmarks/nvjpeg_probe.py --target "$TARGET" --out "$RES/nvjpeg_probe.json" 2>&1 | tail -12
+    echo "rc=$?" ;;
   serve)
     if [ ! -d /tmp/i22/jpegs-1k ]; then  # 1,000 of the batch stage's JPEGs (made here if that stage did not run)
       python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_issue22_batch as g; from pathlib import Path; g.make_jpegs(Path('/tmp/i22/jpegs'), 10000)"
