@@ -213,7 +213,8 @@ class DecodePool:
         if gpu is not None:
             # Its own process: decoding there shares no GIL with the job's run and write threads, and writes into
             # the same ring as the CPU pool (hybrid). On the H200 it decoded at the same third of its isolated
-            # rate as in the reader thread (issue 22): the limit is elsewhere.
+            # rate as in the reader thread (issue 22): in a process of its own, its CUDA context and the model's take
+            # turns on the GPU (time-slicing; benchmarks/nvjpeg_probe.py).
             self._gpu = ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_attach_gpu,
                                             initargs=(self._shm.name, self.shape, height, width, pre, gpu,
                                                       gpu_decoder))

@@ -387,9 +387,11 @@ class _HybridSource(_PoolSource):
     ``nvjpeg`` decoder) or together with the CPU decode pool (``hybrid``): each unit's first rows go to the
     pool, the rest to the GPU process, both writing into the unit's shared-memory slot at once, split by the
     rates each side reached so far. Measured on the H200 (issue 22): the pool alone decodes ~3,000-4,100
-    images/s on 16 cores, nvJPEG alone 5,800-8,400; inside the job nvJPEG reaches about a third of that, in the
-    reader thread as in its own process (so the GIL is not the cause; not found yet), and hybrid was slower than
-    nvJPEG alone (both sides lost rate: they share the cores)."""
+    images/s on 16 cores, nvJPEG alone 5,800-8,400; inside the job nvJPEG reaches about a third of that. In its own
+    process, the GPU time-slices between its CUDA context and ONNX Runtime's, and nvJPEG's short synchronised
+    steps wait out the other context's slices (benchmarks/nvjpeg_probe.py: 1/9 of its rate beside a busy GPU;
+    docs/BENCHMARKS.md, issue 22 third session). Hybrid was slower than nvJPEG alone (both sides lost rate: they
+    share the cores)."""
 
     def __init__(self, worker: BatchWorker, pool: DecodePool, split: bool = True):
         super().__init__(worker, pool)
