@@ -6,6 +6,10 @@
         pool (prepost/decode.py) into    target captures graphs (BatchWorker)                critical path
         shared-memory slots
 
+On GPUs with graph replay, rows are read straight into a ring of page-locked slots (decoded images: the decoders'
+shared memory, page-locked too) and copied by DMA into the bound device inputs: no host join, no fresh arrays
+(:class:`_PinnedSlots`; ``host_copies`` in the report says which way rows went and why).
+
 Every stage is timed, so the report says which one limits the job (:class:`StageTimes`): ``read`` (reading and
 casting rows), ``decode`` (decoding images: seconds of all decoding processes, its share of wall is over
 processes x wall), ``wait_for_device`` (the reader blocked because the runner is busy: the model is the limit),
