@@ -124,6 +124,7 @@ VARIANTS = {
     "old": ("import onnxaccel.scale.pipeline as p, onnxaccel.scale.job as j; p._direct_copies = lambda w: 'off (A/B)'; "
             "p.GIL_SWITCH_S = 0.005; p.GPU_WAIT_MODE = 'auto'; j.gpu_session_threads = lambda t: {}"),
     "noslots": "import onnxaccel.scale.pipeline as p; p._direct_copies = lambda w: 'off (A/B)'",
+    "nvproc": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = False",
     "i1": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 1",
     "i3": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 3",
 }
@@ -220,6 +221,7 @@ def main() -> None:
     p.add_argument("--jpeg-decoders", default="auto", help="comma-separated --decoder values, one JPEG run each")
     p.add_argument("--variants", default="new", help=f"comma-separated A/B variants of every batch run: {list(VARIANTS)}")
     p.add_argument("--npy-variants", default=None, help="variants of the .npy runs (default: --variants)")
+    p.add_argument("--quick", action="store_true", help="no bench, no isolated decode rates (a short lease)")
     p.add_argument("--check", type=int, default=0, help="first compare --target with cpu on this many JPEGs")
     p.add_argument("--tiny", action="store_true", help="CPU proof: squeezenet, 200 JPEGs, 256 .npy rows, batch 8")
     a = p.parse_args()
@@ -230,22 +232,25 @@ def main() -> None:
     batches = [int(b) for b in a.batches.split(",")]
     results: dict = {"model": a.model, "target": a.target, "cores": os.cpu_count(), "runs": []}
     jpegs = make_jpegs(work / "jpegs", a.jpegs)
-    npy = make_npy(work / "npy", a.npy_rows, per_shard=max(batches) * 8, size=224)
+    npy = make_npy(work / "npy", a.npy_rows, per_shard=max(batches) * 8, size=224) if a.npy_rows else None
     if a.check:
         results["check"] = check_outputs(a, work, jpegs, a.check, min(batches))
         print("check:", json.dumps(results["check"]), flush=True)
         save(a, results)
-    results["decode"] = decode_rates(jpegs, min(a.jpegs, 2048), max(batches))
-    print("decode:", json.dumps(results["decode"]), flush=True)
-    save(a, results)
+    if not a.quick:
+        results["decode"] = decode_rates(jpegs, min(a.jpegs, 2048), max(batches))
+        print("decode:", json.dumps(results["decode"]), flush=True)
+        save(a, results)
     for b in batches:
-        bench = run_json(["bench", a.model, "-t", a.target, "-b", str(b), *a.bench_args.split(), "--json"], a.timeout)
+        bench = {} if a.quick else run_json(["bench", a.model, "-t", a.target, "-b", str(b), *a.bench_args.split(),
+                                             "--json"], a.timeout)
         model_only = best_throughput(bench)
         row = {"batch": b, "bench_img_s": model_only, "bench_error": bench.get("error")}
         variants = a.variants.split(",")
         references: dict = {}
         tag = (lambda v: "" if v == "new" and len(variants) == 1 else f"@{v}")
-        runs = [(f"npy_u8{tag(v)}", npy, "auto", v) for v in (a.npy_variants or a.variants).split(",")]
+        runs = [(f"npy_u8{tag(v)}", npy, "auto", v) for v in (a.npy_variants or a.variants).split(",")
+                if npy is not None and v != "none"]
         runs += [(f"jpeg_{d}{tag(v)}" if d != "auto" else f"jpeg{tag(v)}", jpegs, d, v)
                  for d in (a.jpeg_decoders.split(",") if a.jpeg_decoders else []) for v in variants]
         for name, folder, decoder, variant in runs:

@@ -227,9 +227,10 @@ class HostCopier:
     the "device" and the runtime's error text when told to fail at a given piece."""
 
     def __init__(self, fail_at: int | None = None):
-        self.fail_at, self.pieces = fail_at, 0
+        self.fail_at, self.pieces, self.kinds = fail_at, 0, []
 
-    def copy(self, jobs):
+    def copy(self, jobs, kind=1):
+        self.kinds.append(kind)
         for destination, pieces in jobs:
             at = destination
             for address, nbytes in pieces:
@@ -282,6 +283,45 @@ def test_direct_copies_place_each_part_in_its_rows_and_fall_back_to_the_host_joi
         assert "join" in pool.phases[0]
     finally:
         pool.close()
+
+
+class OnDevice:
+    """An array in "device memory" as a GPU library hands it on (``__cuda_array_interface__``, e.g. a torch
+    tensor from a GPU decoder); here the memory is the host's, as the HostCopier stand-in's "device" is."""
+
+    def __init__(self, array):
+        self.array = np.ascontiguousarray(array)
+        self.shape = self.array.shape
+        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": self.array.dtype.str, "strides": None,
+                                         "data": (self.array.ctypes.data, False), "version": 3}
+
+
+def test_rows_in_device_memory_are_copied_device_to_device(compiled, reference, monkeypatch):
+    """A GPU decoder's batch stays on the device: the pool copies it device to device (cudaMemcpyDeviceToDevice,
+    3) into the bound input and answers as for host rows; without direct copies it refuses with the reason
+    instead of joining device pointers on the host."""
+    from onnxaccel.engines.pool_io import device_address
+
+    sizes = {size: compiled.new_runner() for size in (1, 2, 4, 8)}
+    pool = RunnerPool([sizes[1]], model=compiled.model, sessions=[sizes], buckets=(1, 2, 4, 8), graph=True)
+    try:
+        pool.warm_up()
+        pool.bound = {k: HostAddressed(v) for k, v in pool.bound.items()}
+        pool.copiers = [HostCopier()]
+        for counts in ((3,), (2, 2), (8,)):
+            parts = rows(*counts, seed=sum(counts))
+            out, _ = pool.run_rows(0, [{"x": OnDevice(p["x"])} for p in parts])
+            np.testing.assert_array_equal(out["probs"], reference(np.concatenate([p["x"] for p in parts])))
+        assert pool.copiers[0].kinds == [3, 3, 3]
+        pool.copiers = [None]
+        with pytest.raises(ValueError, match="got rows in device memory but copies them on the host"):
+            pool.run_rows(0, [{"x": OnDevice(rows(2, seed=1)[0]["x"])}])
+    finally:
+        pool.close()
+    strided = OnDevice(np.zeros((4, 3), np.float32))
+    strided.__cuda_array_interface__["strides"] = (4, 16)  # a transposed view: not C-contiguous
+    assert device_address(strided) is None and device_address(np.zeros(3)) is None
+    assert device_address(OnDevice(np.zeros((4, 3), np.float32)))[1] == 48
 
 
 def test_a_timing_loop_gets_the_bare_bound_call_made_in_its_thread(compiled, reference):

@@ -248,6 +248,67 @@ class _CpuAsGpu:
         return out, bad
 
 
+class _OnDevice(np.ndarray):
+    """A decoded batch as a GPU decoder hands it on (``__cuda_array_interface__``); here in host memory, so the CPU
+    session can run it as it is (the device-to-device copy itself: tests/engines/test_pool.py)."""
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "strides": None, "data": (self.ctypes.data, False),
+                "version": 3}
+
+
+class _CpuAsGpuOnDevice(_CpuAsGpu):
+    """nvJPEG's in-process interface (``decode_device(paths)``: the batch on the device, bad rows zero) done by
+    the CPU decode; records the threads it decoded on."""
+
+    threads: set = set()
+
+    def decode_device(self, paths):
+        import threading
+
+        type(self).threads.add(threading.current_thread().name)
+        out = np.zeros((len(paths), self.height, self.width, 3), np.uint8)
+        _, bad = self.decode(paths, out)
+        for i in bad:
+            out[i] = 0
+        return out.view(_OnDevice), bad
+
+
+def test_nvjpeg_in_the_jobs_process_hands_batches_on_the_device(tmp_path, squeezenet, photo, monkeypatch):
+    """Where the runs take direct copies, nvJPEG decodes in the job's own process (one CUDA context with the
+    model: no time-slicing) on two threads and hands each batch on as device memory; every row lands with its
+    file, bad files are error rows, the outputs equal the CPU pool's, and the report says what ran."""
+    from onnxaccel.scale import pipeline
+
+    data = write_photo_jpegs(photo, tmp_path / "jpegs", 11)
+    (data / "photo-0009.jpg").write_bytes(b"\xff\xd8 truncated")
+    want = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "pool"), target="cpu", batch=4,
+                              decoder="cpu-pool"))
+    fed = []
+    real_infer = pipeline.BatchWorker._infer
+
+    def infer(self, unit, data, index):
+        fed.append(hasattr(next(iter(data[1].values())), "__cuda_array_interface__"))
+        return real_infer(self, unit, data, index)
+
+    monkeypatch.setattr(pipeline.BatchWorker, "_infer", infer)
+    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted: ("nvjpeg", "test"))
+    monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpuOnDevice")
+    monkeypatch.setattr(pipeline, "_direct_copies", lambda worker: "")
+    got = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "gpu"), target="cpu", batch=4,
+                             decoder="nvjpeg"))
+    assert got.stages["host_copies"].startswith("direct: decoded on the GPU in this process")
+    assert fed == [True, True, True]
+    assert len(_CpuAsGpuOnDevice.threads) >= 1 and all(t.startswith("onnxaccel-batch-nvjpeg")
+                                                     for t in _CpuAsGpuOnDevice.threads)
+    assert any(n.startswith("nvJPEG in this process (2 threads): 11 images") for n in got.stages["notes"])
+    a, b = load_results(tmp_path / "gpu"), load_results(tmp_path / "pool")
+    assert a.row_ids == b.row_ids and len(a.row_ids) == 10
+    np.testing.assert_array_equal(a.outputs["softmaxout_1"], b.outputs["softmaxout_1"])
+    assert [e["file"] for e in got.errors] == [e["file"] for e in want.errors] == ["photo-0009.jpg"]
+
+
 @pytest.mark.parametrize("decoder", ["hybrid", "nvjpeg"])
 def test_gpu_process_decoders_put_every_row_in_its_place(tmp_path, squeezenet, photo, monkeypatch, decoder):
     from onnxaccel.scale import pipeline
@@ -267,6 +328,9 @@ def test_gpu_process_decoders_put_every_row_in_its_place(tmp_path, squeezenet, p
         assert not summary.startswith("hybrid decode: nvJPEG 0 ") and "CPU pool 0;" not in summary, summary
     else:  # every file went to the GPU process, one call per unit of 4: its phases are reported
         assert "GPU decoding process: 11 images in 1.50 s busy (7/s): decode 1.50 s" in got.stages["notes"]
+        # on the CPU the runs take no direct copies, so nvJPEG decodes in a process of its own, and says why
+        assert any(n.startswith("nvJPEG decodes in a process of its own: the runs copy rows on the host (joined "
+                                "on the host (CPU target))") for n in got.stages["notes"])
     a, b = load_results(tmp_path / "gpu"), load_results(tmp_path / "pool")
     assert a.row_ids == b.row_ids and len(a.row_ids) == 9
     np.testing.assert_array_equal(a.outputs["softmaxout_1"], b.outputs["softmaxout_1"])

@@ -196,6 +196,9 @@ _COPY_API = {"cuda": ("cudaStreamCreateWithFlags", "cudaMemcpyAsync", "cudaStrea
              "hip": ("hipStreamCreateWithFlags", "hipMemcpyAsync", "hipStreamSynchronize", "hipStreamDestroy")}
 _NON_BLOCKING = 0x01  # cudaStreamNonBlocking == hipStreamNonBlocking
 _HOST_TO_DEVICE = 1  # cudaMemcpyHostToDevice == hipMemcpyHostToDevice
+#: cudaMemcpyDeviceToDevice == hipMemcpyDeviceToDevice (cuda_runtime_api.h / driver_types.h; hip_runtime_api.h).
+DEVICE_TO_DEVICE = 3
+HOST_TO_DEVICE = _HOST_TO_DEVICE
 
 #: Address ranges [start, end) page-locked through pin(), for is_pinned().
 _pinned_ranges: list[tuple[int, int]] = []
@@ -276,11 +279,12 @@ class DeviceCopier:
         if status != 0:
             raise RuntimeError(refusal(self._lib, self.runtime, call, status, self.device_id))
 
-    def copy(self, jobs: list[tuple[int, list[tuple[int, int]]]]) -> None:
+    def copy(self, jobs: list[tuple[int, list[tuple[int, int]]]], kind: int = _HOST_TO_DEVICE) -> None:
         """For each (device destination, pieces) job, copy its (host address, bytes) pieces to the destination
         onwards, in order; return when every copy is done (one wait for all jobs). Raises RuntimeError with the
         runtime's error code, after the copies already queued have finished (so that the caller may write the
-        same device memory, or free the sources, once it has the error)."""
+        same device memory, or free the sources, once it has the error). ``kind``: DEVICE_TO_DEVICE for pieces
+        that are device memory of the same device (ready: the producer synchronised its own stream)."""
         if self._stream is None:
             self._start()
         queued = False
@@ -288,7 +292,7 @@ class DeviceCopier:
             for destination, pieces in jobs:
                 at = destination
                 for address, nbytes in pieces:
-                    self._check(self._copy(at, address, nbytes, _HOST_TO_DEVICE, self._stream),
+                    self._check(self._copy(at, address, nbytes, kind, self._stream),
                                 _COPY_API[self.runtime][1])
                     queued = True
                     at += nbytes

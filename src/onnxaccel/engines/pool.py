@@ -29,9 +29,10 @@ import numpy as np
 
 from onnxaccel.engines.base import Runner
 from onnxaccel.engines.gpu_runtime import runtime_for
-from onnxaccel.engines.hostmem import GPU_WAIT, DeviceCopier, HostMemory, is_pinned, pin, unpin
+from onnxaccel.engines.hostmem import DEVICE_TO_DEVICE, GPU_WAIT, HOST_TO_DEVICE, DeviceCopier, HostMemory, is_pinned
+from onnxaccel.engines.hostmem import pin, unpin
 from onnxaccel.engines.hostmem import set_gpu_wait as _set_gpu_wait
-from onnxaccel.engines.pool_io import CAPTURE_GATE, CaptureGate, join_rows, real_rows
+from onnxaccel.engines.pool_io import CAPTURE_GATE, CaptureGate, device_address, join_rows, real_rows
 from onnxaccel.model import Model
 from onnxaccel.target import Target
 
@@ -192,6 +193,9 @@ class RunnerPool:
             direct = self._run_direct(index, parts, rows, size)
             if direct is not None:
                 return direct
+        if any(device_address(v) is not None for part in parts for v in part.values()):
+            raise ValueError(f"'{self.name}' instance {index} got rows in device memory but copies them on the host "
+                             f"({self.direct_copy_note or 'no graph replay with direct copies'})")
         if len(parts) == 1 and size == rows and not pinned:
             return self._execute(index, parts[0])
         joined = {}
@@ -208,23 +212,29 @@ class RunnerPool:
 
     def _run_direct(self, index: int, parts: list[Mapping[str, np.ndarray]], rows: int, size: int
                     ) -> tuple[dict[str, np.ndarray], float] | None:
-        """With graphs, where every part lies in page-locked memory: copy each part straight into its rows of
+        """With graphs, where every part lies in page-locked memory (or in device memory, given through
+        ``__cuda_array_interface__``: copied device to device): copy each part straight into its rows of
         the bound device inputs (the rows past ``rows`` keep an earlier run's values: padding, whose results are
         dropped), replay, and return the real rows' outputs. None where it does not apply."""
         bound = self.bound.get((index, size))
         addresses = bound.input_addresses() if bound is not None else None
         if not addresses or set(addresses) != set(parts[0]):
             return None
-        pieces = {}
-        for name in addresses:
+        jobs: dict[int, list] = {}  # per copy kind: (bound device input, pieces)
+        for name, address in addresses.items():
             values = [part[name] for part in parts]
-            if not all(v.flags.c_contiguous and v.dtype != np.dtype(object) and is_pinned(v.ctypes.data, v.nbytes)
-                       for v in values):
+            on_device = [device_address(v) for v in values]
+            if all(d is not None for d in on_device):  # e.g. a GPU decoder's batch: device to device
+                jobs.setdefault(DEVICE_TO_DEVICE, []).append((address, on_device))
+            elif all(isinstance(v, np.ndarray) and v.flags.c_contiguous and v.dtype != np.dtype(object)
+                     and is_pinned(v.ctypes.data, v.nbytes) for v in values):
+                jobs.setdefault(HOST_TO_DEVICE, []).append((address, [(v.ctypes.data, v.nbytes) for v in values]))
+            else:
                 return None
-            pieces[name] = [(v.ctypes.data, v.nbytes) for v in values]
         start = time.perf_counter()
         try:
-            self.copiers[index].copy([(address, pieces[name]) for name, address in addresses.items()])
+            for kind, copies in jobs.items():
+                self.copiers[index].copy(copies, kind=kind)
         except RuntimeError as exc:  # the host join still works: use it from now on, and say why
             self.copiers[index].close()
             self.copiers[index] = None

@@ -96,6 +96,25 @@ def join_rows(buffer: np.ndarray, values: list[np.ndarray], *, hold_gil: bool = 
         buffer[at:] = buffer[at - 1]
 
 
+def device_address(value) -> tuple[int, int] | None:
+    """(device address, bytes) of a C-contiguous CUDA array given through ``__cuda_array_interface__`` (e.g. a torch
+    tensor on the GPU: a decoder's batch handed on without a copy back to the host); None for anything else."""
+    interface = getattr(value, "__cuda_array_interface__", None)
+    if not isinstance(interface, dict):
+        return None
+    shape, typestr = tuple(interface.get("shape", ())), interface.get("typestr", "")
+    itemsize = np.dtype(typestr).itemsize if typestr else 0
+    strides = interface.get("strides")
+    if strides is not None:  # C-contiguous strides are allowed to be given explicitly
+        expected, step = [], itemsize
+        for dim in reversed(shape):
+            expected.insert(0, step)
+            step *= dim
+        if tuple(strides) != tuple(expected):
+            return None
+    return int(interface["data"][0]), int(np.prod(shape, dtype=np.int64)) * itemsize
+
+
 def real_rows(outputs: dict[str, np.ndarray], rows: int, size: int) -> dict[str, np.ndarray]:
     """The outputs of a batch padded from ``rows`` to ``size``, without the padding rows (views)."""
     if size == rows:

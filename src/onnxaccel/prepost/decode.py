@@ -300,12 +300,29 @@ class NvjpegDecoder:
         self.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
 
     def decode(self, paths: list[str], out: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, str]]:
-        """uint8 [len(paths), H, W, 3] (into ``out`` when given) and per bad row its message."""
+        """uint8 [len(paths), H, W, 3] (into ``out`` when given) and per bad row its message (a zero row)."""
         torch = self.torch
         if out is None:
             out = np.zeros((len(paths), self.height, self.width, 3), np.uint8)
+        pixels, bad = self.decode_device(paths)
+        began = time.perf_counter()
+        n = pixels.shape[0]
+        if self._host is None or self._host.shape[0] < n:
+            self._host = torch.empty((n, self.height, self.width, 3), dtype=torch.uint8, pin_memory=True)
+        host = self._host[:n]
+        with torch.cuda.stream(self.stream):
+            host.copy_(pixels, non_blocking=True)
+        self.stream.synchronize()
+        out[:n] = host.numpy()
+        self.phases["copy_s"] += time.perf_counter() - began
+        return out, bad
+
+    def decode_device(self, paths: list[str]) -> tuple[object, dict[int, str]]:
+        """A torch uint8 tensor [len(paths), H, W, 3] on the GPU, C-contiguous, its work finished (this decoder's
+        stream synchronised, so any stream or library may read it), and per bad row its message (a zero row)."""
+        torch = self.torch
         bad: dict[int, str] = {}
-        jpegs, where = [], []
+        jpegs, where, others = [], [], {}
         phases, began = self.phases, time.perf_counter()
         phases["images"] += len(paths)
         for i, path in enumerate(paths):
@@ -314,47 +331,42 @@ class NvjpegDecoder:
                 where.append(i)
             else:
                 try:
-                    out[i] = decode_pixels(path, self.height, self.width, self.pre)
+                    others[i] = decode_pixels(path, self.height, self.width, self.pre)
                 except InputError as exc:
                     bad[i] = exc.message
         read = time.perf_counter()
         phases["read_s"] += read - began
-        if not jpegs:
-            return out, bad
         with torch.cuda.stream(self.stream):
-            try:
-                images = self.tio.decode_jpeg(jpegs, mode=self.tio.ImageReadMode.RGB, device=self.device)
-                self.stream.synchronize()  # one wait per batch, so the phases below are each their own
-            except RuntimeError:  # one bad file fails the batch: decode one by one to find it
-                images = []
-                for i, data in zip(where, jpegs):
-                    try:
-                        images.append(self.tio.decode_jpeg(data, mode=self.tio.ImageReadMode.RGB, device=self.device))
-                    except RuntimeError as exc:
-                        images.append(None)
-                        bad[i] = f"cannot decode JPEG: {exc}"
+            images = []
+            if jpegs:
+                try:
+                    images = self.tio.decode_jpeg(jpegs, mode=self.tio.ImageReadMode.RGB, device=self.device)
+                    self.stream.synchronize()  # one wait per batch, so the phases below are each their own
+                except RuntimeError:  # one bad file fails the batch: decode one by one to find it
+                    images = []
+                    for i, data in zip(where, jpegs):
+                        try:
+                            images.append(self.tio.decode_jpeg(data, mode=self.tio.ImageReadMode.RGB,
+                                                               device=self.device))
+                        except RuntimeError as exc:
+                            images.append(None)
+                            bad[i] = f"cannot decode JPEG: {exc}"
             good = [(i, img) for i, img in zip(where, images) if img is not None]
             decoded = time.perf_counter()
             phases["decode_s"] += decoded - read
-            if not good:
-                return out, bad
-            shaped = self._geometry_all([img for _, img in good])  # [n, H, W, 3] uint8 on the device
+            shaped = self._geometry_all([img for _, img in good]) if good else None  # [n, H, W, 3] on the device
+            rows = [i for i, _ in good]
+            if shaped is not None and rows == list(range(len(paths))):
+                pixels = shaped
+            else:  # some rows are not JPEG-decoded: zeros, then each row where it belongs
+                pixels = torch.zeros((len(paths), self.height, self.width, 3), dtype=torch.uint8, device=self.device)
+                if shaped is not None:
+                    pixels[torch.tensor(rows, device=self.device)] = shaped
+                for i, row in others.items():
+                    pixels[i] = torch.from_numpy(row).to(self.device)
             self.stream.synchronize()
-            resized = time.perf_counter()
-            phases["resize_s"] += resized - decoded
-            n = shaped.shape[0]
-            if self._host is None or self._host.shape[0] < n:
-                self._host = torch.empty((n, self.height, self.width, 3), dtype=torch.uint8, pin_memory=True)
-            host = self._host[:n]
-            host.copy_(shaped, non_blocking=True)
-        self.stream.synchronize()
-        rows = [i for i, _ in good]
-        if rows == list(range(len(paths))):
-            out[:] = host.numpy()
-        else:
-            out[rows] = host.numpy()
-        phases["copy_s"] += time.perf_counter() - resized
-        return out, bad
+        phases["resize_s"] += time.perf_counter() - decoded
+        return pixels, bad
 
     def _geometry_all(self, images: list):
         """[3, h, w] uint8 images on the GPU -> [n, H, W, 3] uint8, images of one size resized as one batch."""

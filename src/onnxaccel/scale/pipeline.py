@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnxaccel.engines.pool import pin_for_copies, set_gpu_wait, unpin_for_copies
+from onnxaccel.engines.pool import CAPTURE_GATE, pin_for_copies, set_gpu_wait, unpin_for_copies
 from onnxaccel.prepost.decode import GPU_DECODER, DecodePool, choose_decoder, pool_size
 from onnxaccel.pipeline import BoundModel, ModelFromSource
 from onnxaccel.scale.datasets import BadInput, Unit, row_shape_of
@@ -61,6 +61,11 @@ GPU_WAIT_MODE = "block"
 GIL_SWITCH_S = 0.0005
 #: Page-locked bytes the read slots of a GPU job may take (fewer slots past it; at least instances + 2).
 PINNED_SLOTS_BYTES = 1 << 30
+#: The ``nvjpeg`` decoder in the job's own process and CUDA context (decoded batches handed to the model on the
+#: device), where the runs take direct copies; else in a process of its own (DecodePool ``gpu``).
+NVJPEG_IN_PROCESS = True
+#: Threads decoding with nvJPEG in the job's process, each with its own decoder and CUDA stream.
+GPU_DECODE_THREADS = 2
 _END = object()
 _PAGE = 4096
 
@@ -136,7 +141,7 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
         times.notes.extend(worker.notes)
         source = _source(worker, spec, plan, depth, times)
     except BaseException:
-        if plan is not None:
+        if plan is not None and plan.pool is not None:
             plan.pool.close()
         if worker is not None:
             worker.close()
@@ -146,9 +151,9 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
         sys.setswitchinterval(GIL_SWITCH_S)
         try:
             _pump(worker, source, units, sink, depth, times)
-            if isinstance(source, _HybridSource):
-                if source.split:
-                    times.notes.append(source.summary())
+            if isinstance(source, _HybridSource) and source.split:
+                times.notes.append(source.summary())
+            if isinstance(source, (_HybridSource, _DeviceDecodeSource)):
                 times.notes.extend(source.phase_note())
         finally:
             sys.setswitchinterval(switch)
@@ -162,11 +167,13 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
 
 @dataclass
 class _DecodePlan:
-    """The decoder chosen for a uint8 image model, its pool (processes starting) and their start-up futures."""
+    """The decoder chosen for a uint8 image model, its pool (processes starting) and their start-up futures; or,
+    for nvJPEG in this process (``inline``: height, width, preset, device), no pool yet."""
 
     name: str
-    pool: DecodePool
+    pool: DecodePool | None
     starting: list
+    inline: tuple | None = None
 
 
 def _decode_plan(spec: WorkerSpec, decoder: str, times: StageTimes, depth: int = DEPTH) -> _DecodePlan | None:
@@ -193,11 +200,15 @@ def _decode_plan(spec: WorkerSpec, decoder: str, times: StageTimes, depth: int =
     times.decoder, times.decoder_reason = name, why
     height, width = int(shape[1]), int(shape[2])
     pre = spec.dataset.preprocess
+    device = 0 if spec.drop_device_id else target.device_id or 0
+    if name == "nvjpeg" and NVJPEG_IN_PROCESS:  # made in _source, once the sessions are up (one CUDA context)
+        times.decode_workers = GPU_DECODE_THREADS
+        return _DecodePlan(name, None, [], inline=(height, width, pre, device))
     if name in ("nvjpeg", "hybrid"):  # nvJPEG in a process of its own; hybrid adds the CPU pool beside it
         workers = max(1, pool_size() - 1) if name == "hybrid" else 0
         times.decode_workers = workers + 1
-        pool = DecodePool(depth + 2, spec.batch, height, width, pre, workers=workers,
-                          gpu=0 if spec.drop_device_id else target.device_id or 0, gpu_decoder=GPU_DECODER_CLASS)
+        pool = DecodePool(depth + 2, spec.batch, height, width, pre, workers=workers, gpu=device,
+                          gpu_decoder=GPU_DECODER_CLASS)
     else:
         workers = pool_size() if name == "cpu-pool" else 0
         times.decode_workers = max(1, workers)
@@ -213,6 +224,19 @@ def _source(worker: BatchWorker, spec: WorkerSpec, plan: _DecodePlan | None, dep
     if plan is None:
         slots, times.host_copies = _PinnedSlots.make(worker, 2 * depth + worker.instances)
         return _ReaderSource(worker, READ_THREADS if spec.dataset.kind in ("arrays", "images") else 1, slots)
+    if plan.inline is not None:
+        why = _direct_copies(worker)
+        if not why:
+            times.host_copies = ("direct: decoded on the GPU in this process, copied device to device into the "
+                                 "bound inputs")
+            return _DeviceDecodeSource(worker, plan.inline)
+        # The runs cannot take device rows: nvJPEG in a process of its own after all, into shared memory.
+        height, width, pre, device = plan.inline
+        times.decode_workers = 1
+        times.notes.append(f"nvJPEG decodes in a process of its own: the runs copy rows on the host ({why})")
+        pool = DecodePool(depth + 2, worker.spec.batch, height, width, pre, workers=0, gpu=device,
+                          gpu_decoder=GPU_DECODER_CLASS)
+        plan = _DecodePlan(plan.name, pool, pool.start())
     for future in plan.starting:
         future.result()  # a decoder that cannot start (no CUDA, a broken torchvision) stops the job here
     if plan.name in ("nvjpeg", "hybrid"):
@@ -343,8 +367,7 @@ class _PoolSource:
 
     def files(self, unit: Unit) -> tuple[list[str], list[str]]:
         """The unit's image files: as the shard names them (row ids, error rows) and as paths to open."""
-        rels = list(self.worker.spec.dataset.shards[unit.shard].files[unit.start:unit.stop])
-        return rels, [str(self.worker.reader._path(r)) for r in rels]
+        return _unit_files(self.worker, unit)
 
     def start(self, unit: Unit):
         slot = self.free.get()
@@ -460,6 +483,79 @@ class _HybridSource(_PoolSource):
         rates = ", ".join(f"{k} {v:,.0f}/s" for k, v in self.rates.items() if v)
         return (f"hybrid decode: nvJPEG {self.images['gpu']} images ({100 * self.images['gpu'] / total:.0f}%), CPU "
                 f"pool {self.images['cpu']}; rates {rates}")
+
+
+class _DeviceDecodeSource:
+    """nvJPEG in the job's own process and CUDA context, on GPU_DECODE_THREADS threads (a decoder and stream
+    each): a unit's batch stays on the GPU and the run copies it device to device into its bound input
+    (RunnerPool's direct copies), with no copy back to the host and none to the device again. In a process of its
+    own, nvJPEG took turns with the model's context on the GPU (time-slicing) and kept a third of its rate (issue
+    22, benchmarks/nvjpeg_probe.py); here its kernels and the model's share one context. A decode holds the
+    capture gate shared (no CUDA call of ours during a graph capture). ``inline``: height, width, preset, device.
+    The decoder is GPU_DECODER_CLASS with ``decode_device(paths)``: an array on the device given through
+    ``__cuda_array_interface__``, its work finished, and {row: error}."""
+
+    def __init__(self, worker: BatchWorker, inline: tuple, threads: int = GPU_DECODE_THREADS):
+        import importlib
+
+        height, width, pre, device = inline
+        module, _, cls = GPU_DECODER_CLASS.partition(":")
+        make = getattr(importlib.import_module(module), cls)
+        self.worker = worker
+        self.decoders = [make(height, width, pre, device) for _ in range(max(1, threads))]  # fails here, not later
+        self._free: queue.Queue = queue.Queue()
+        for decoder in self.decoders:
+            self._free.put(decoder)
+        self.threads = ThreadPoolExecutor(len(self.decoders), thread_name_prefix="onnxaccel-batch-nvjpeg")
+
+    def _decode(self, paths: list[str]):
+        decoder = self._free.get()
+        try:
+            start = time.perf_counter()
+            with CAPTURE_GATE.shared():
+                pixels, bad = decoder.decode_device(paths)
+            return pixels, bad, time.perf_counter() - start
+        finally:
+            self._free.put(decoder)
+
+    def start(self, unit: Unit):
+        rels, paths = _unit_files(self.worker, unit)
+        return unit, rels, self.threads.submit(self._decode, paths), time.perf_counter()
+
+    def finish(self, pending, times: StageTimes):
+        unit, rels, future, started = pending
+        pixels, bad_rows, seconds = future.result()
+        times.decode_s += seconds
+        bad = _bad_rows(self.worker, unit, rels, bad_rows)
+        feeds = {self.worker.model.inputs[0].name: pixels}
+        # The batch is the "slot": held (with its device memory) until its run is done, then dropped.
+        return unit, (rels, feeds, time.perf_counter() - started, bad), pixels
+
+    def release(self, slot) -> None:
+        pass
+
+    def phase_note(self) -> list[str]:
+        """Where the decoding threads' time went (their decoders' phases summed), as a report line."""
+        phases: dict[str, float] = {}
+        for decoder in self.decoders:
+            for key, value in getattr(decoder, "phases", {}).items():
+                phases[key] = phases.get(key, 0) + value
+        images = phases.pop("images", 0)
+        if not images:
+            return []
+        busy = sum(phases.values())
+        parts = ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in phases.items() if v)
+        return [f"nvJPEG in this process ({len(self.decoders)} threads): {images} images in {busy:.2f} s busy "
+                f"({images / max(busy, 1e-9):,.0f}/s per thread-second): {parts}"]
+
+    def close(self) -> None:
+        self.threads.shutdown(wait=True, cancel_futures=True)
+
+
+def _unit_files(worker: BatchWorker, unit: Unit) -> tuple[list[str], list[str]]:
+    """A unit's image files: as the shard names them (row ids, error rows) and as paths to open."""
+    rels = list(worker.spec.dataset.shards[unit.shard].files[unit.start:unit.stop])
+    return rels, [str(worker.reader._path(r)) for r in rels]
 
 
 def _bad_rows(worker: BatchWorker, unit: Unit, rels: list[str], bad_rows: dict[int, str]) -> list[BadInput]:
