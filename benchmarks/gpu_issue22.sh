@@ -33,7 +33,7 @@ case $STAGE in
     echo "rc=$?" ;;
   quick)  # a short lease: JPEGs only, nvJPEG in the job's process against its own process, outputs compared
     timeout ${BATCH_TIMEOUT:-150} python3 benchmarks/gpu_issue22_batch.py --model zoo:resnet50 --target "$TARGET" \
-      --batches ${BATCHES:-64} --jpeg-decoders nvjpeg --variants ${VARIANTS:-new,nvproc} --npy-variants none \
+      --batches ${BATCHES:-64} --jpeg-decoders nvjpeg --variants ${VARIANTS:-inproc,nvproc} --npy-variants none \
       --npy-rows 0 --jpegs ${JPEGS:-4000} --quick --work /tmp/i22 --out "$RES/issue22_quick.json" --timeout 120 \
       2>&1 | grep -v '^ ' | tail -8
     echo "rc=$?" ;;

@@ -125,6 +125,7 @@ VARIANTS = {
             "p.GIL_SWITCH_S = 0.005; p.GPU_WAIT_MODE = 'auto'; j.gpu_session_threads = lambda t: {}"),
     "noslots": "import onnxaccel.scale.pipeline as p; p._direct_copies = lambda w: 'off (A/B)'",
     "nvproc": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = False",
+    "inproc": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = True",
     "i1": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 1",
     "i3": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 3",
 }

@@ -296,6 +296,7 @@ def test_nvjpeg_in_the_jobs_process_hands_batches_on_the_device(tmp_path, squeez
     monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted: ("nvjpeg", "test"))
     monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpuOnDevice")
     monkeypatch.setattr(pipeline, "_direct_copies", lambda worker: "")
+    monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)  # off by default until measured on a GPU
     got = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "gpu"), target="cpu", batch=4,
                              decoder="nvjpeg"))
     assert got.stages["host_copies"].startswith("direct: decoded on the GPU in this process")
@@ -320,6 +321,7 @@ def test_gpu_process_decoders_put_every_row_in_its_place(tmp_path, squeezenet, p
                               decoder="cpu-pool"))
     monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted: (decoder, "test"))
     monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpu")
+    monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)  # asked for; the CPU runs take no device rows
     got = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "gpu"), target="cpu", batch=4,
                              decoder=decoder))
     assert got.stages["decoder"] == decoder

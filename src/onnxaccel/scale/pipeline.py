@@ -62,8 +62,11 @@ GIL_SWITCH_S = 0.0005
 #: Page-locked bytes the read slots of a GPU job may take (fewer slots past it; at least instances + 2).
 PINNED_SLOTS_BYTES = 1 << 30
 #: The ``nvjpeg`` decoder in the job's own process and CUDA context (decoded batches handed to the model on the
-#: device), where the runs take direct copies; else in a process of its own (DecodePool ``gpu``).
-NVJPEG_IN_PROCESS = True
+#: device), where the runs take direct copies; else in a process of its own (DecodePool ``gpu``). Off until it has
+#: run on a GPU: written and tested on the CPU only (tests/scale/test_pipeline.py with a stand-in decoder,
+#: tests/engines/test_pool.py for the device-to-device copy); `VARIANTS=inproc,new bash benchmarks/gpu_issue22.sh
+#: quick` measures it against the process decoder and compares their outputs.
+NVJPEG_IN_PROCESS = False
 #: Threads decoding with nvJPEG in the job's process, each with its own decoder and CUDA stream.
 GPU_DECODE_THREADS = 2
 _END = object()
