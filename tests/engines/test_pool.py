@@ -257,18 +257,25 @@ class HostAddressed:
         return getattr(self.bound, name)
 
 
+def _host_device_pool(compiled) -> RunnerPool:
+    """A graph pool with a session per bucket (1, 2, 4, 8), warmed, whose "device" is host memory: bindings that
+    tell their input addresses and the HostCopier stand-in."""
+    sizes = {size: compiled.new_runner() for size in (1, 2, 4, 8)}
+    pool = RunnerPool([sizes[1]], model=compiled.model, sessions=[sizes], buckets=(1, 2, 4, 8), graph=True)
+    pool.warm_up()
+    pool.bound = {k: HostAddressed(v) for k, v in pool.bound.items()}
+    pool.copiers = [HostCopier()]
+    return pool
+
+
 def test_direct_copies_place_each_part_in_its_rows_and_fall_back_to_the_host_join(compiled, reference,
                                                                                    monkeypatch):
     """The --shared-models graph path copies each request from page-locked memory into its rows of the bound
     input. Here the "device" is host memory (a CPU binding and the HostCopier stand-in; page-locking is
     assumed): every batch shape gives exactly the unbatched rows, no host join happens, and a copy that fails
     part-way falls back to the host join with the reason kept."""
-    sizes = {size: compiled.new_runner() for size in (1, 2, 4, 8)}
-    pool = RunnerPool([sizes[1]], model=compiled.model, sessions=[sizes], buckets=(1, 2, 4, 8), graph=True)
+    pool = _host_device_pool(compiled)
     try:
-        pool.warm_up()
-        pool.bound = {k: HostAddressed(v) for k, v in pool.bound.items()}
-        pool.copiers = [HostCopier()]
         monkeypatch.setattr(pool_module, "is_pinned", lambda address, nbytes: True)
         for counts in ((1, 2), (3,), (2, 2, 1), (8,), (1,), (5, 3), (1, 1, 1)):
             parts = rows(*counts, seed=len(counts))
@@ -302,12 +309,8 @@ def test_rows_in_device_memory_are_copied_device_to_device(compiled, reference, 
     instead of joining device pointers on the host."""
     from onnxaccel.engines.pool_io import device_address
 
-    sizes = {size: compiled.new_runner() for size in (1, 2, 4, 8)}
-    pool = RunnerPool([sizes[1]], model=compiled.model, sessions=[sizes], buckets=(1, 2, 4, 8), graph=True)
+    pool = _host_device_pool(compiled)
     try:
-        pool.warm_up()
-        pool.bound = {k: HostAddressed(v) for k, v in pool.bound.items()}
-        pool.copiers = [HostCopier()]
         for counts in ((3,), (2, 2), (8,)):
             parts = rows(*counts, seed=sum(counts))
             out, _ = pool.run_rows(0, [{"x": OnDevice(p["x"])} for p in parts])
