@@ -29,7 +29,7 @@ case $STAGE in
     timeout ${BATCH_TIMEOUT:-560} python3 benchmarks/gpu_issue22_batch.py --model zoo:resnet50 --target "$TARGET" \
       --batches ${BATCHES:-64,256} --jpeg-decoders ${DECODERS-hybrid,nvjpeg} --variants ${VARIANTS:-new} \
       --npy-variants ${NPY_VARIANTS:-${VARIANTS:-new}} --jpegs 10000 --npy-rows ${NPY_ROWS:-20480} --check ${CHECK:-200} --work /tmp/i22 \
-      --out "$RES/issue22_batch.json" --timeout 200 2>&1 | grep -v '^ ' | tail -40
+      --out "$RES/issue22_batch.json" --timeout ${RUN_TIMEOUT:-200} 2>&1 | grep -v '^ ' | tail -40
     echo "rc=$?" ;;
   quick)  # a short lease: JPEGs only, nvJPEG in the job's process against its own process, outputs compared
     timeout ${BATCH_TIMEOUT:-150} python3 benchmarks/gpu_issue22_batch.py --model zoo:resnet50 --target "$TARGET" \

@@ -121,9 +121,9 @@ def make_npy(folder: Path, rows: int, per_shard: int, size: int) -> Path:
 #: memory with direct copies, blocking GPU wait, 0.5 ms GIL switch, one CPU thread per GPU session).
 VARIANTS = {
     "new": "",
-    "old": ("import onnxaccel.scale.pipeline as p, onnxaccel.scale.job as j; p._direct_copies = lambda w: 'off (A/B)'; "
+    "old": ("import onnxaccel.scale.pipeline as p, onnxaccel.scale.job as j; p._direct_copies = lambda w, every=False: 'off (A/B)'; "
             "p.GIL_SWITCH_S = 0.005; p.GPU_WAIT_MODE = 'auto'; j.gpu_session_threads = lambda t: {}"),
-    "noslots": "import onnxaccel.scale.pipeline as p; p._direct_copies = lambda w: 'off (A/B)'",
+    "noslots": "import onnxaccel.scale.pipeline as p; p._direct_copies = lambda w, every=False: 'off (A/B)'",
     "nvproc": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = False",
     "inproc": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = True",
     "i1": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 1",

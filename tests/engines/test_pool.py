@@ -303,10 +303,23 @@ class OnDevice:
                                          "data": (self.array.ctypes.data, False), "version": 3}
 
 
+class TorchOnDevice(OnDevice):
+    """A torch CUDA tensor's way back to the host: ``cpu()`` (a copy; ``numpy()`` on it)."""
+
+    def __init__(self, array):
+        super().__init__(array)
+        self.copied_back = 0
+
+    def cpu(self):
+        self.copied_back += 1
+        return self.array.copy()
+
+
 def test_rows_in_device_memory_are_copied_device_to_device(compiled, reference, monkeypatch):
     """A GPU decoder's batch stays on the device: the pool copies it device to device (cudaMemcpyDeviceToDevice,
-    3) into the bound input and answers as for host rows; without direct copies it refuses with the reason
-    instead of joining device pointers on the host."""
+    3) into the bound input and answers as for host rows. Where a device copy fails (or the instance has none)
+    the rows come back to the host through their library (torch's cpu()) and are joined there, with the same
+    answers; rows with no way back are refused with the reason, never joined from device pointers."""
     from onnxaccel.engines.pool_io import device_address
 
     pool = _host_device_pool(compiled)
@@ -316,8 +329,22 @@ def test_rows_in_device_memory_are_copied_device_to_device(compiled, reference, 
             out, _ = pool.run_rows(0, [{"x": OnDevice(p["x"])} for p in parts])
             np.testing.assert_array_equal(out["probs"], reference(np.concatenate([p["x"] for p in parts])))
         assert pool.copiers[0].kinds == [3, 3, 3]
-        pool.copiers = [None]
-        with pytest.raises(ValueError, match="got rows in device memory but copies them on the host"):
+        monkeypatch.setattr(pool_module, "is_pinned", lambda address, nbytes: True)
+        for counts in ((2, 3), (1, 1, 2), (4, 4)):  # a hybrid decoder's unit: host rows, then device rows, mixed
+            parts = rows(*counts, seed=len(counts))
+            mixed = [{"x": OnDevice(p["x"]) if i % 2 else p["x"]} for i, p in enumerate(parts)]
+            pool.copiers[0].kinds.clear()
+            out, _ = pool.run_rows(0, mixed)
+            np.testing.assert_array_equal(out["probs"], reference(np.concatenate([p["x"] for p in parts])))
+            assert sorted(pool.copiers[0].kinds) == [1, 3] and "join" not in pool.phases[0]
+        pool.copiers = [HostCopier(fail_at=1)]  # the device copy fails: the batch comes to the host instead
+        parts = rows(2, 3, seed=5)
+        fed = [TorchOnDevice(p["x"]) for p in parts]
+        out, _ = pool.run_rows(0, [{"x": f} for f in fed])
+        np.testing.assert_array_equal(out["probs"], reference(np.concatenate([p["x"] for p in parts])))
+        assert pool.copiers[0] is None and [f.copied_back for f in fed] == [1, 1] and "join" in pool.phases[0]
+        with pytest.raises(ValueError, match="direct copies to the GPU failed .* got rows in device memory "
+                                             r"\(OnDevice\) with no way to copy them to the host"):
             pool.run_rows(0, [{"x": OnDevice(rows(2, seed=1)[0]["x"])}])
     finally:
         pool.close()

@@ -60,3 +60,27 @@ def test_a_missing_row_is_an_error_and_bad_rows_are_dropped(parts):
     got = load_results(out)
     assert got.row_ids == [f"s0:{r}" for r in range(10) if r != 4]
     assert assembler.written[0].written == 9 and assembler.written[0].errors[0]["reason"] == "unreadable"
+
+
+@pytest.mark.parametrize("got", [1, 3, 5])
+def test_an_output_with_other_than_one_row_per_input_row_is_an_error_not_a_broadcast(parts, got):
+    # A run of 4 consecutive rows whose output has 1 row (numpy would broadcast it into all 4), 3 or 5: refused.
+    dataset, store, _ = parts
+    assembler = ShardAssembler(dataset, store)
+    ids, _ = _rows(0, range(4))
+    with pytest.raises(RowAccountingError, match=f"output 'y' has {got} row\\(s\\) for 4 input row\\(s\\)"):
+        assembler.add(0, np.arange(4), ids, {"y": np.zeros((got, 3), np.float32)})
+
+
+def test_the_store_opens_without_pyarrow_and_says_so_where_it_writes(tmp_path, monkeypatch):
+    # pyarrow is optional: opening the output folder (and its warm-up of the tensor columns) must not fail
+    # without it; the missing-dependency error comes from the first parquet write, with how to install it.
+    from onnxaccel.errors import MissingDependencyError
+    from onnxaccel.scale import writer
+
+    def no_arrow():
+        raise MissingDependencyError("pyarrow", "ray", "Writing parquet output")
+
+    monkeypatch.setattr(writer, "_arrow", no_arrow)
+    store = OutputStore(tmp_path / "out", {"job": "test"})
+    assert (tmp_path / "out").is_dir() and store.records == {}

@@ -275,39 +275,53 @@ class _CpuAsGpuOnDevice(_CpuAsGpu):
         return out.view(_OnDevice), bad
 
 
-def test_nvjpeg_in_the_jobs_process_hands_batches_on_the_device(tmp_path, squeezenet, photo, monkeypatch):
+@pytest.mark.parametrize("decoder", ["nvjpeg", "hybrid"])
+def test_nvjpeg_in_the_jobs_process_hands_batches_on_the_device(tmp_path, squeezenet, photo, monkeypatch, decoder):
     """Where the runs take direct copies, nvJPEG decodes in the job's own process (one CUDA context with the
-    model: no time-slicing) on two threads and hands each batch on as device memory; every row lands with its
-    file, bad files are error rows, the outputs equal the CPU pool's, and the report says what ran."""
+    model: no time-slicing) on two threads and hands each batch on as device memory; ``hybrid`` splits each unit
+    between the CPU pool (host rows first) and nvJPEG (device rows after them), and the run takes both parts.
+    Every row lands with its file, bad files on either side are error rows, the outputs equal the CPU pool's,
+    and the report says what ran."""
     from onnxaccel.scale import pipeline
 
     data = write_photo_jpegs(photo, tmp_path / "jpegs", 11)
-    (data / "photo-0009.jpg").write_bytes(b"\xff\xd8 truncated")
+    (data / "photo-0009.jpg").write_bytes(b"\xff\xd8 truncated")  # unit 3's second row: nvJPEG's side
+    (data / "photo-0000.jpg").write_bytes(b"\xff\xd8 truncated")  # unit 1's first row: the CPU pool's in hybrid
     want = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "pool"), target="cpu", batch=4,
                               decoder="cpu-pool"))
     fed = []
     real_infer = pipeline.BatchWorker._infer
 
     def infer(self, unit, data, index):
-        fed.append(hasattr(next(iter(data[1].values())), "__cuda_array_interface__"))
+        parts = data[1] if isinstance(data[1], list) else [data[1]]
+        fed.append(tuple(hasattr(next(iter(p.values())), "__cuda_array_interface__") for p in parts))
         return real_infer(self, unit, data, index)
 
     monkeypatch.setattr(pipeline.BatchWorker, "_infer", infer)
-    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted: ("nvjpeg", "test"))
+    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted: (decoder, "test"))
     monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpuOnDevice")
-    monkeypatch.setattr(pipeline, "_direct_copies", lambda worker: "")
+    monkeypatch.setattr(_CpuAsGpuOnDevice, "threads", set())  # this test's threads only
+    monkeypatch.setattr(pipeline, "_direct_copies", lambda worker, every=False: "")
     monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)  # off by default until measured on a GPU
     got = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "gpu"), target="cpu", batch=4,
-                             decoder="nvjpeg"))
-    assert got.stages["host_copies"].startswith("direct: decoded on the GPU in this process")
-    assert fed == [True, True, True]
+                             decoder=decoder))
     assert len(_CpuAsGpuOnDevice.threads) >= 1 and all(t.startswith("onnxaccel-batch-nvjpeg")
                                                      for t in _CpuAsGpuOnDevice.threads)
-    assert any(n.startswith("nvJPEG in this process (2 threads): 11 images") for n in got.stages["notes"])
+    if decoder == "nvjpeg":
+        assert got.stages["host_copies"].startswith("direct: decoded on the GPU in this process")
+        assert fed == [(True,)] * 3
+        assert any(n.startswith("nvJPEG in this process (2 threads): 11 images") for n in got.stages["notes"])
+    else:  # the first unit split half and half: host rows, then device rows
+        assert fed[0] == (False, True) and len(fed) == 3 and all(fed), fed
+        [summary] = [n for n in got.stages["notes"] if n.startswith("hybrid decode: nvJPEG")]
+        assert "CPU pool 0;" not in summary and not summary.startswith("hybrid decode: nvJPEG 0 "), summary
+        assert "nvJPEG's rows decoded on the GPU in this process" in got.stages["host_copies"] or \
+            got.stages["host_copies"].startswith("joined on the host (page-locking")  # no GPU to pin with here
     a, b = load_results(tmp_path / "gpu"), load_results(tmp_path / "pool")
-    assert a.row_ids == b.row_ids and len(a.row_ids) == 10
+    assert a.row_ids == b.row_ids and len(a.row_ids) == 9
     np.testing.assert_array_equal(a.outputs["softmaxout_1"], b.outputs["softmaxout_1"])
-    assert [e["file"] for e in got.errors] == [e["file"] for e in want.errors] == ["photo-0009.jpg"]
+    assert sorted(e["file"] for e in got.errors) == sorted(e["file"] for e in want.errors) == \
+        ["photo-0000.jpg", "photo-0009.jpg"]
 
 
 @pytest.mark.parametrize("decoder", ["hybrid", "nvjpeg"])
@@ -390,14 +404,18 @@ def test_float_images_read_by_threads_keep_each_row_with_its_file(tmp_path, sque
         np.testing.assert_allclose(got.outputs["softmaxout_1"][row], want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("depth", [4, 6])
 def test_rows_read_into_a_ring_of_page_locked_slots_give_the_plain_outputs(tmp_path, mlp_path, npy_data,
-                                                                           monkeypatch):
+                                                                           monkeypatch, depth):
     """On a GPU that takes direct copies (graph replay), rows are read straight into a ring of page-locked slots
     and a slot is read into again only after its run is done. Here the CPU runs them (page-locking needs a GPU:
-    the pin calls are recorded and answered as the runtime does when it pins): with the fewest slots the ring
-    wraps five times over 15 units, every row reads from its own slot, and the outputs equal the job without
-    slots; the report says how rows reached the device, and the memory is unpinned at the end."""
+    the pin calls are recorded and answered as the runtime does when it pins): with the fewest slots (depth +
+    instances: the reader holds up to depth - 1 started units while the runs wait for the next; fewer would hang
+    it at depth 6) the ring wraps over 15 units, every row reads from its own slot, and the outputs equal the job
+    without slots; the report says how rows reached the device, and the memory is unpinned at the end. The GIL
+    switch interval is the GPU jobs' alone: a CPU job leaves it as it is."""
     import sys
+    import threading
 
     from onnxaccel.scale import pipeline
     from onnxaccel.scale.worker import BatchWorker
@@ -405,10 +423,11 @@ def test_rows_read_into_a_ring_of_page_locked_slots_give_the_plain_outputs(tmp_p
     plain = run_batch(BatchJob(str(mlp_path), str(npy_data), str(tmp_path / "plain"), target="cpu", batch=4))
     assert plain.stages["host_copies"] == "joined on the host (CPU target)"
     pinned, unpinned, reads, switch = [], [], [], []
-    monkeypatch.setattr(pipeline, "_direct_copies", lambda worker: "")
+    monkeypatch.setattr(pipeline, "_direct_copies", lambda worker, every=False: "")
     monkeypatch.setattr(pipeline, "pin_for_copies", lambda target, address, nbytes: pinned.append((address, nbytes)) or "")
     monkeypatch.setattr(pipeline, "unpin_for_copies", lambda target, address: unpinned.append(address))
-    monkeypatch.setattr(pipeline, "PINNED_SLOTS_BYTES", 1)  # the fewest slots: instances + 2
+    monkeypatch.setattr(pipeline, "PINNED_SLOTS_BYTES", 1)  # the fewest slots: depth + instances
+    monkeypatch.setattr(pipeline, "DEPTH", depth)
     read = BatchWorker.read
 
     def spy(self, unit, out=None):
@@ -419,13 +438,20 @@ def test_rows_read_into_a_ring_of_page_locked_slots_give_the_plain_outputs(tmp_p
 
     monkeypatch.setattr(BatchWorker, "read", spy)
     before = sys.getswitchinterval()
-    report = run_batch(BatchJob(str(mlp_path), str(npy_data), str(tmp_path / "slots"), target="cpu", batch=4))
-    assert report.stages["host_copies"] == ("direct: rows read into 3 page-locked slots, copied by DMA into the "
-                                            "bound inputs")
+    done: list = []
+    job = threading.Thread(target=lambda: done.append(run_batch(BatchJob(
+        str(mlp_path), str(npy_data), str(tmp_path / "slots"), target="cpu", batch=4))), daemon=True)
+    job.start()
+    job.join(timeout=120)
+    assert done, "the job hung: the reader waits for a slot the runs never give back"
+    report, count = done[0], depth + 1  # one CPU instance
+    assert report.stages["host_copies"] == (f"direct: rows read into {count} page-locked slots, copied by DMA into "
+                                            "the bound inputs")
     assert len(reads) == 15 and all(slot == feed for slot, feed in reads)
-    assert len({slot for slot, _ in reads}) == 3
-    assert len(pinned) == 1 and unpinned == [pinned[0][0]] and pinned[0][1] == 3 * 4096  # 4 rows x 4 floats a page
-    assert set(switch) == {pipeline.GIL_SWITCH_S} and sys.getswitchinterval() == before
+    assert len({slot for slot, _ in reads}) == count
+    assert len(pinned) == 1 and unpinned == [pinned[0][0]]
+    assert pinned[0][1] == count * 4096  # 4 rows x 4 floats, a page a slot
+    assert set(switch) == {before} and sys.getswitchinterval() == before
     got, want = load_results(tmp_path / "slots"), load_results(tmp_path / "plain")
     assert got.row_ids == want.row_ids
     np.testing.assert_array_equal(got.outputs["probs"], want.outputs["probs"])
@@ -478,3 +504,95 @@ def test_weight_bytes_count_the_file_and_its_external_data(tmp_path, mlp_path):
               size_threshold=0)
     assert (tmp_path / "w.bin").stat().st_size > 0
     assert weight_bytes(load_model(str(split))) == split.stat().st_size + (tmp_path / "w.bin").stat().st_size
+
+
+def test_the_gil_switch_is_set_while_any_gpu_run_lasts_and_put_back_after_the_last():
+    # Two pipelined GPU runs on two threads overlap: the interval is the process's, so the first to finish must
+    # not put Python's back under the second; the last to finish does.
+    import sys
+
+    from onnxaccel.scale.pipeline import _gil_switch
+
+    before = sys.getswitchinterval()
+    first, second = _gil_switch(0.0005), _gil_switch(0.0005)
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert sys.getswitchinterval() == pytest.approx(0.0005)
+    second.__exit__(None, None, None)
+    assert sys.getswitchinterval() == before
+    with _gil_switch(None):  # a CPU run: left as is
+        assert sys.getswitchinterval() == before
+
+
+def test_a_gpu_job_runs_its_pump_at_the_short_gil_switch(tmp_path, mlp_path, npy_data, monkeypatch):
+    import dataclasses
+    import sys
+
+    from onnxaccel.scale import pipeline
+    from onnxaccel.scale.worker import BatchWorker
+    from onnxaccel.target import parse_target
+
+    seen = []
+    real = BatchWorker.read
+
+    def spy(self, unit, out=None):
+        seen.append(sys.getswitchinterval())
+        return real(self, unit, out)
+
+    monkeypatch.setattr(BatchWorker, "read", spy)
+    # The pump sees a GPU target (the sessions still run on the CPU); no CUDA driver here: the wait mode stays.
+    monkeypatch.setattr(pipeline, "parse_target", lambda text: dataclasses.replace(parse_target(text), device="cuda"))
+    before = sys.getswitchinterval()
+    report = run_batch(BatchJob(str(mlp_path), str(npy_data), str(tmp_path / "out"), target="cpu", batch=4))
+    assert report.rows_done == report.rows_total > 0 and set(seen) == {pipeline.GIL_SWITCH_S} and sys.getswitchinterval() == before
+
+
+class _NoGpu:
+    """A GPU decoder that cannot start (no CUDA here): what NvjpegDecoder raises without a GPU."""
+
+    def __init__(self, *args):
+        raise RuntimeError("CUDA unavailable: no NVIDIA driver")
+
+
+def test_a_fallback_decoding_process_that_cannot_start_is_closed(tmp_path, squeezenet, photo, monkeypatch):
+    # nvJPEG asked for in the job's process, but the runs take no device rows: a decoding process of its own is
+    # made instead; when its decoder cannot start, the job says why (not "a process terminated abruptly") and that
+    # pool is closed (its processes and shared memory gone), not left behind.
+    from onnxaccel.errors import ProviderUnavailableError
+    from onnxaccel.prepost.decode import DecodePool
+    from onnxaccel.scale import pipeline
+
+    closed, made = [], []
+    real_init, real_close = DecodePool.__init__, DecodePool.close
+
+    def init(self, *args, **kwargs):
+        made.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(DecodePool, "__init__", init)
+    monkeypatch.setattr(DecodePool, "close", lambda self: closed.append(self) or real_close(self))
+    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted: ("nvjpeg", "test"))
+    monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_NoGpu")
+    monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)
+    data = write_photo_jpegs(photo, tmp_path / "jpegs", 3)
+    with pytest.raises(ProviderUnavailableError, match="nvJPEG.* could not start on device 0: RuntimeError: CUDA unavailable"):
+        run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "out"), target="cpu", batch=4,
+                           decoder="nvjpeg"))
+    assert len(made) == 1 and made[0] in closed and made[0]._pool is None and made[0]._gpu is None
+
+
+def test_device_rows_need_every_instance_to_copy_on_the_device():
+    # Host rows go direct where one instance has a copier (the others join on the host); a GPU decoder's device
+    # rows need all of them, or an instance would get rows it cannot take.
+    from types import SimpleNamespace
+
+    from onnxaccel.scale.pipeline import _direct_copies
+    from onnxaccel.target import parse_target
+
+    pool = SimpleNamespace(target=parse_target("cuda"), graph=True, copiers=[object(), None])
+    worker = SimpleNamespace(pool=pool)
+    assert _direct_copies(worker) == ""
+    assert "direct copies need graph capture" in _direct_copies(worker, every=True)
+    pool.copiers = [object(), object()]
+    assert _direct_copies(worker, every=True) == ""

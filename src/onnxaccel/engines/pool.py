@@ -32,7 +32,7 @@ from onnxaccel.engines.gpu_runtime import runtime_for
 from onnxaccel.engines.hostmem import DEVICE_TO_DEVICE, GPU_WAIT, HOST_TO_DEVICE, DeviceCopier, HostMemory, is_pinned
 from onnxaccel.engines.hostmem import pin, unpin
 from onnxaccel.engines.hostmem import set_gpu_wait as _set_gpu_wait
-from onnxaccel.engines.pool_io import CAPTURE_GATE, CaptureGate, device_address, join_rows, real_rows
+from onnxaccel.engines.pool_io import CAPTURE_GATE, CaptureGate, device_address, join_rows, real_rows, to_host
 from onnxaccel.model import Model
 from onnxaccel.target import Target
 
@@ -184,7 +184,8 @@ class RunnerPool:
     def _run_rows(self, index: int, parts: list[Mapping[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], float]:
         host = self.hosts[index]
         pinned = host.pinned if host is not None else False
-        if len(parts) == 1 and not self.buckets:
+        on_device = any(device_address(v) is not None for part in parts for v in part.values())
+        if len(parts) == 1 and not self.buckets and not on_device:
             return self._execute(index, parts[0])
         names = list(parts[0])
         rows = sum(next(iter(p.values())).shape[0] for p in parts) if names else 0
@@ -193,9 +194,12 @@ class RunnerPool:
             direct = self._run_direct(index, parts, rows, size)
             if direct is not None:
                 return direct
-        if any(device_address(v) is not None for part in parts for v in part.values()):
-            raise ValueError(f"'{self.name}' instance {index} got rows in device memory but copies them on the host "
-                             f"({self.direct_copy_note or 'no graph replay with direct copies'})")
+        if on_device:  # no direct copy (none here, or it failed): the rows come to the host and are joined there
+            why = self.direct_copy_note or "no graph replay with direct copies"
+            parts = [{name: to_host(value, f"'{self.name}' instance {index}: {why}") for name, value in part.items()}
+                     for part in parts]
+            if len(parts) == 1 and not self.buckets:
+                return self._execute(index, parts[0])
         if len(parts) == 1 and size == rows and not pinned:
             return self._execute(index, parts[0])
         joined = {}
@@ -212,25 +216,36 @@ class RunnerPool:
 
     def _run_direct(self, index: int, parts: list[Mapping[str, np.ndarray]], rows: int, size: int
                     ) -> tuple[dict[str, np.ndarray], float] | None:
-        """With graphs, where every part lies in page-locked memory (or in device memory, given through
-        ``__cuda_array_interface__``: copied device to device): copy each part straight into its rows of
+        """With graphs, where every part lies in page-locked memory or in device memory (given through
+        ``__cuda_array_interface__``: copied device to device; parts of both kinds mixed): copy each part straight
+        into its rows of
         the bound device inputs (the rows past ``rows`` keep an earlier run's values: padding, whose results are
         dropped), replay, and return the real rows' outputs. None where it does not apply."""
         bound = self.bound.get((index, size))
         addresses = bound.input_addresses() if bound is not None else None
         if not addresses or set(addresses) != set(parts[0]):
             return None
-        jobs: dict[int, list] = {}  # per copy kind: (bound device input, pieces)
+        jobs: dict[int, list] = {}  # per copy kind: (place in the bound device input, pieces)
         for name, address in addresses.items():
-            values = [part[name] for part in parts]
-            on_device = [device_address(v) for v in values]
-            if all(d is not None for d in on_device):  # e.g. a GPU decoder's batch: device to device
-                jobs.setdefault(DEVICE_TO_DEVICE, []).append((address, on_device))
-            elif all(isinstance(v, np.ndarray) and v.flags.c_contiguous and v.dtype != np.dtype(object)
-                     and is_pinned(v.ctypes.data, v.nbytes) for v in values):
-                jobs.setdefault(HOST_TO_DEVICE, []).append((address, [(v.ctypes.data, v.nbytes) for v in values]))
-            else:
-                return None
+            at = address
+            for part in parts:  # each part by its own kind: a hybrid decoder's batch is partly on each side
+                value = part[name]
+                on_device = device_address(value)
+                if on_device is not None:  # e.g. a GPU decoder's rows: device to device
+                    kind, piece = DEVICE_TO_DEVICE, on_device
+                elif (isinstance(value, np.ndarray) and value.flags.c_contiguous and value.dtype != np.dtype(object)
+                      and is_pinned(value.ctypes.data, value.nbytes)):
+                    kind, piece = HOST_TO_DEVICE, (value.ctypes.data, value.nbytes)
+                else:
+                    return None
+                pieces = jobs.setdefault(kind, [])
+                if pieces and pieces[-1][2] == at:  # right after this kind's last piece: the same job
+                    pieces[-1][1].append(piece)
+                    pieces[-1][2] = at + piece[1]
+                else:
+                    pieces.append([at, [piece], at + piece[1]])
+                at += piece[1]
+        jobs = {kind: [(start, pieces) for start, pieces, _ in found] for kind, found in jobs.items()}
         start = time.perf_counter()
         try:
             for kind, copies in jobs.items():

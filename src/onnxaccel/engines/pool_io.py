@@ -115,6 +115,23 @@ def device_address(value) -> tuple[int, int] | None:
     return int(interface["data"][0]), int(np.prod(shape, dtype=np.int64)) * itemsize
 
 
+def to_host(value, why: str) -> np.ndarray:
+    """``value`` as a host array: itself unless it lies in device memory (``__cuda_array_interface__``), which is
+    copied back through its own library (torch's ``cpu()``, CuPy's ``get()``). ``why``: why the rows are not
+    copied on the device, for the error where the library gives no way back."""
+    if device_address(value) is None:
+        return value
+    if isinstance(value, np.ndarray):
+        return np.asarray(value)
+    for back in ("cpu", "get"):
+        method = getattr(value, back, None)
+        if callable(method):
+            out = method()
+            return out.numpy() if hasattr(out, "numpy") else np.asarray(out)
+    raise ValueError(f"{why}: got rows in device memory ({type(value).__name__}) with no way to copy them to "
+                     "the host (neither cpu() nor get())")
+
+
 def real_rows(outputs: dict[str, np.ndarray], rows: int, size: int) -> dict[str, np.ndarray]:
     """The outputs of a batch padded from ``rows`` to ``size``, without the padding rows (views)."""
     if size == rows:

@@ -145,15 +145,26 @@ def _attach(name: str, shape: tuple[int, ...], height: int, width: int, pre: Ima
 def _attach_gpu(name: str, shape: tuple[int, ...], height: int, width: int, pre: ImagePreprocess, device: int,
                 decoder: str) -> None:
     """GPU process initializer: map the ring, make the decoder (``module:Class``, called (height, width, pre,
-    device))."""
+    device)); a decoder that cannot be made is kept as ``gpu_error`` (raised by ``_gpu_ready``)."""
     import importlib
 
+    _WORKER["device"] = device
     _attach(name, shape, height, width, pre)
     module, _, cls = decoder.partition(":")
-    _WORKER["gpu"] = getattr(importlib.import_module(module), cls)(height, width, pre, device)
+    try:
+        _WORKER["gpu"] = getattr(importlib.import_module(module), cls)(height, width, pre, device)
+    except Exception as exc:  # kept for _gpu_ready: a failed initializer only says the process "terminated abruptly"
+        _WORKER["gpu_error"] = f"{type(exc).__name__}: {exc}"
 
 
 def _gpu_ready() -> bool:
+    """In the GPU process: True once its decoder is made; else raises why it could not be."""
+    if "gpu_error" in _WORKER:
+        from onnxaccel.errors import ProviderUnavailableError
+
+        raise ProviderUnavailableError(
+            f"The GPU JPEG decoder (nvJPEG) could not start on device {_WORKER.get('device', 0)}: "
+            f"{_WORKER['gpu_error']}.", "Check the GPU with `onnxaccel doctor`, or pass --decoder cpu-pool.")
     return "gpu" in _WORKER
 
 

@@ -68,11 +68,15 @@ class ShardAssembler:
             pending.bad[int(item.row)] = item
         good = np.array([r not in pending.bad for r in rows.tolist()], bool) if pending.bad else None
         for name, value in outputs.items():
+            if value.ndim == 0 or value.shape[0] != rows.size:  # never broadcast one row over many, nor cut rows
+                raise RowAccountingError(
+                    f"Shard {spec.name}: output '{name}' has {value.shape[0] if value.ndim else 'no'} row(s) for "
+                    f"{rows.size} input row(s).", "This is a bug in onnxaccel; please report it.")
             buffer = pending.outputs.get(name)
             if buffer is None:
                 buffer = pending.outputs[name] = np.empty((spec.rows, *value.shape[1:]), value.dtype)
             if good is None:
-                buffer[where] = value[:rows.size]
+                buffer[where] = value
             else:
                 buffer[rows[good]] = value[good]
         if run:

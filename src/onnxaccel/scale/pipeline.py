@@ -31,6 +31,7 @@ from collections import deque
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,7 +60,8 @@ GPU_WAIT_MODE = "block"
 #: (readers, runs, writer, this one) hand units on, and a thread whose call returned waits for the GIL up to this
 #: long while another computes (serve's default too, engines/pool_io.py join_rows).
 GIL_SWITCH_S = 0.0005
-#: Page-locked bytes the read slots of a GPU job may take (fewer slots past it; at least instances + 2).
+#: Page-locked bytes the read slots of a GPU job may take (fewer slots past it; at least depth + instances: the
+#: reader may hold depth - 1 units started and the runs instances - 1 while both wait for the next).
 PINNED_SLOTS_BYTES = 1 << 30
 #: The ``nvjpeg`` decoder in the job's own process and CUDA context (decoded batches handed to the model on the
 #: device), where the runs take direct copies; else in a process of its own (DecodePool ``gpu``). Off until it has
@@ -122,10 +124,11 @@ class StageTimes:
                 "notes": list(self.notes)}
 
 
-def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth: int = DEPTH,
+def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth: int | None = None,
                   decoder: str = "auto") -> tuple[list[str], StageTimes]:
-    """Run every unit through the pipeline, handing results to ``sink`` in order (from the writer thread);
-    returns the worker's warnings and the stage times."""
+    """Run every unit through the pipeline (``depth`` units read ahead; DEPTH by default), handing results to
+    ``sink`` in order (from the writer thread); returns the worker's warnings and the stage times."""
+    depth = depth or DEPTH
     times = StageTimes()
     if not units:
         return [], times
@@ -136,7 +139,6 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
     if target.is_gpu:  # before this process first uses the device (the sessions below)
         why = set_gpu_wait(target, GPU_WAIT_MODE)
         times.notes.append(f"GPU wait: {GPU_WAIT_MODE}" if not why else f"GPU wait left as is: {why}")
-    switch = sys.getswitchinterval()
     worker = None
     try:
         worker = BatchWorker(spec, instances=GPU_INSTANCES)
@@ -151,21 +153,46 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
         raise
     try:
         start = time.perf_counter()
-        sys.setswitchinterval(GIL_SWITCH_S)
         try:
-            _pump(worker, source, units, sink, depth, times)
+            with _gil_switch(GIL_SWITCH_S if target.is_gpu else None):
+                _pump(worker, source, units, sink, depth, times)
             if isinstance(source, _HybridSource) and source.split:
                 times.notes.append(source.summary())
-            if isinstance(source, (_HybridSource, _DeviceDecodeSource)):
+            if isinstance(source, (_HybridSource, _DeviceDecodeSource)):  # _DeviceHybridSource is a _HybridSource
                 times.notes.extend(source.phase_note())
         finally:
-            sys.setswitchinterval(switch)
             source.close()
             times.wall_s = time.perf_counter() - start
     finally:
         worker.close()
     times.units = len(units)
     return list(worker.warnings), times
+
+
+_switch_lock = threading.Lock()
+_switch_users = [0, 0.0]  # pipelined runs inside _gil_switch now, Python's interval before the first
+
+
+@contextmanager
+def _gil_switch(seconds: float | None):
+    """Python's GIL switch interval at ``seconds`` while the block runs (None: left as is). The interval is the
+    process's: runs on several threads at once share one setting, and the last to leave puts back the interval
+    from before the first."""
+    if seconds is None:
+        yield
+        return
+    with _switch_lock:
+        if not _switch_users[0]:
+            _switch_users[1] = sys.getswitchinterval()
+        _switch_users[0] += 1
+        sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        with _switch_lock:
+            _switch_users[0] -= 1
+            if not _switch_users[0]:
+                sys.setswitchinterval(_switch_users[1])
 
 
 @dataclass
@@ -204,9 +231,11 @@ def _decode_plan(spec: WorkerSpec, decoder: str, times: StageTimes, depth: int =
     height, width = int(shape[1]), int(shape[2])
     pre = spec.dataset.preprocess
     device = 0 if spec.drop_device_id else target.device_id or 0
-    if name == "nvjpeg" and NVJPEG_IN_PROCESS:  # made in _source, once the sessions are up (one CUDA context)
-        times.decode_workers = GPU_DECODE_THREADS
-        return _DecodePlan(name, None, [], inline=(height, width, pre, device))
+    if name in ("nvjpeg", "hybrid") and NVJPEG_IN_PROCESS:  # nvJPEG made in _source, once the sessions are up
+        workers = max(1, pool_size() - 1) if name == "hybrid" else 0  # hybrid: the CPU pool starts now
+        times.decode_workers = GPU_DECODE_THREADS + workers
+        pool = DecodePool(depth + 2, spec.batch, height, width, pre, workers=workers) if workers else None
+        return _DecodePlan(name, pool, pool.start() if pool else [], inline=(height, width, pre, device))
     if name in ("nvjpeg", "hybrid"):  # nvJPEG in a process of its own; hybrid adds the CPU pool beside it
         workers = max(1, pool_size() - 1) if name == "hybrid" else 0
         times.decode_workers = workers + 1
@@ -225,38 +254,59 @@ def _source(worker: BatchWorker, spec: WorkerSpec, plan: _DecodePlan | None, dep
     the worker's own reader (into page-locked slots where the GPU takes direct copies)."""
     times = times if times is not None else StageTimes()
     if plan is None:
-        slots, times.host_copies = _PinnedSlots.make(worker, 2 * depth + worker.instances)
+        slots, times.host_copies = _PinnedSlots.make(worker, depth)
         return _ReaderSource(worker, READ_THREADS if spec.dataset.kind in ("arrays", "images") else 1, slots)
     if plan.inline is not None:
-        why = _direct_copies(worker)
-        if not why:
+        why = _direct_copies(worker, every=True)
+        if not why and plan.pool is None:
             times.host_copies = ("direct: decoded on the GPU in this process, copied device to device into the "
                                  "bound inputs")
             return _DeviceDecodeSource(worker, plan.inline)
+        if not why:  # hybrid: the CPU pool's rows from page-locked shared memory, nvJPEG's on the device
+            for future in plan.starting:
+                future.result()
+            source = _DeviceHybridSource(worker, plan.pool, plan.inline)
+            host = source.pin()
+            times.host_copies = (f"{host}; nvJPEG's rows decoded on the GPU in this process, copied device to "
+                                 "device" if host.startswith("direct") else host)
+            return source
         # The runs cannot take device rows: nvJPEG in a process of its own after all, into shared memory.
         height, width, pre, device = plan.inline
-        times.decode_workers = 1
+        if plan.pool is not None:
+            plan.pool.close()  # hybrid's CPU pool: a new one with the GPU process beside it
+        workers = max(1, pool_size() - 1) if plan.name == "hybrid" else 0
+        times.decode_workers = workers + 1
         times.notes.append(f"nvJPEG decodes in a process of its own: the runs copy rows on the host ({why})")
-        pool = DecodePool(depth + 2, worker.spec.batch, height, width, pre, workers=0, gpu=device,
+        pool = DecodePool(depth + 2, worker.spec.batch, height, width, pre, workers=workers, gpu=device,
                           gpu_decoder=GPU_DECODER_CLASS)
-        plan = _DecodePlan(plan.name, pool, pool.start())
-    for future in plan.starting:
-        future.result()  # a decoder that cannot start (no CUDA, a broken torchvision) stops the job here
-    if plan.name in ("nvjpeg", "hybrid"):
-        source = _HybridSource(worker, plan.pool, split=plan.name == "hybrid")
-    else:
-        source = _PoolSource(worker, plan.pool)
-    times.host_copies = source.pin()
+        try:
+            plan = _DecodePlan(plan.name, pool, pool.start())
+        except BaseException:
+            pool.close()
+            raise
+    try:
+        for future in plan.starting:
+            future.result()  # a decoder that cannot start (no CUDA, a broken torchvision) stops the job here
+        if plan.name in ("nvjpeg", "hybrid"):
+            source = _HybridSource(worker, plan.pool, split=plan.name == "hybrid")
+        else:
+            source = _PoolSource(worker, plan.pool)
+        times.host_copies = source.pin()
+    except BaseException:
+        plan.pool.close()  # the caller closes the pool it started; this one may be the fallback made here
+        raise
     return source
 
 
-def _direct_copies(worker: BatchWorker) -> str:
+def _direct_copies(worker: BatchWorker, every: bool = False) -> str:
     """'' when the worker's instances copy page-locked rows straight into their bound device inputs (graph
-    replay with direct copies: engines/pool.py), else why not."""
+    replay with direct copies: engines/pool.py), else why not. Host rows need one instance that does (the others
+    join them on the host); device rows (``every``) need every instance to."""
     pool = worker.pool
     if not pool.target.is_gpu:
         return "joined on the host (CPU target)"
-    if not (pool.graph and any(c is not None for c in pool.copiers)):
+    have = [c is not None for c in pool.copiers]
+    if not (pool.graph and (all(have) if every else any(have))):
         return "joined on the host (direct copies need graph capture in the target)"
     return ""
 
@@ -286,9 +336,9 @@ class _PinnedSlots:
         self.reason = pin_for_copies(self.target, self._raw.ctypes.data, self._raw.nbytes)
 
     @classmethod
-    def make(cls, worker: BatchWorker, count: int) -> tuple[_PinnedSlots | None, str]:
-        """Slots for ``worker`` (None where the GPU does not take direct copies, an input's row shape is not fixed,
-        or pinning is refused) and what the job's copies to the device are."""
+    def make(cls, worker: BatchWorker, depth: int) -> tuple[_PinnedSlots | None, str]:
+        """Slots for ``worker`` reading ``depth`` units ahead (None where the GPU does not take direct copies, an
+        input's row shape is not fixed, or pinning is refused) and what the job's copies to the device are."""
         why = _direct_copies(worker)
         if why:
             return None, why
@@ -302,7 +352,9 @@ class _PinnedSlots:
             layout.append((spec.name, shape, dtype))
             slot_bytes += -(-int(np.prod(shape)) * dtype.itemsize // 64) * 64
         slot_bytes = max(_PAGE, -(-slot_bytes // _PAGE) * _PAGE)
-        count = max(worker.instances + 2, min(count, PINNED_SLOTS_BYTES // slot_bytes))
+        # Up to 2 x depth + instances are in use at once (started, ready, running); never fewer than depth +
+        # instances, or the reader waits for a slot that the runs, waiting for the reader, never give back.
+        count = max(depth + worker.instances, min(2 * depth + worker.instances, PINNED_SLOTS_BYTES // slot_bytes))
         slots = cls(worker, count, layout, slot_bytes)
         if slots.reason:
             return None, f"joined on the host (page-locking the read slots failed: {slots.reason})"
@@ -446,6 +498,14 @@ class _HybridSource(_PoolSource):
             bad_rows.update(rows)
             times.decode_s += seconds
             self._learn("gpu", len(rels) - cut, seconds)
+        self._gather(cpu, cut, bad_rows, times)
+        bad = _bad_rows(self.worker, unit, rels, bad_rows)
+        feeds = {self.worker.model.inputs[0].name: self.pool.view(slot, unit.rows)}
+        return unit, (rels, feeds, time.perf_counter() - started, bad), slot
+
+    def _gather(self, cpu: list, cut: int, bad_rows: dict[int, str], times: StageTimes) -> None:
+        """Wait for the CPU pool's part of a unit (its first ``cut`` rows), learn its rate, and move the split
+        towards the rates both sides reach."""
         cpu_s = 0.0
         for future in cpu:
             rows, seconds = future.result()
@@ -457,9 +517,6 @@ class _HybridSource(_PoolSource):
         rates = self.rates
         if self.split and rates["cpu"] and rates["gpu"]:
             self.gpu_share = min(0.95, max(0.05, rates["gpu"] / (rates["cpu"] + rates["gpu"])))
-        bad = _bad_rows(self.worker, unit, rels, bad_rows)
-        feeds = {self.worker.model.inputs[0].name: self.pool.view(slot, unit.rows)}
-        return unit, (rels, feeds, time.perf_counter() - started, bad), slot
 
     def _learn(self, side: str, images: int, seconds: float) -> None:
         self.images[side] += images
@@ -553,6 +610,57 @@ class _DeviceDecodeSource:
 
     def close(self) -> None:
         self.threads.shutdown(wait=True, cancel_futures=True)
+
+
+class _DeviceHybridSource(_HybridSource):
+    """``hybrid`` with nvJPEG in the job's own process: each unit's first rows are decoded by the CPU pool into
+    the unit's slot of (page-locked) shared memory, the rest by nvJPEG on the GPU (_DeviceDecodeSource's threads),
+    split by the rates each side reached; the run copies the host rows (host to device) and the device rows
+    (device to device) each into its rows of the bound input, no host join (engines/pool.py _run_direct)."""
+
+    def __init__(self, worker: BatchWorker, pool: DecodePool, inline: tuple):
+        super().__init__(worker, pool, split=True)
+        self.device = _DeviceDecodeSource(worker, inline)
+
+    def start(self, unit: Unit):
+        slot = self.free.get()
+        rels, paths = self.files(unit)
+        cut = len(paths) - round(len(paths) * self.gpu_share)
+        cpu = self.pool.submit(slot, paths[:cut]) if cut else []
+        gpu = self.device.threads.submit(self.device._decode, paths[cut:]) if cut < len(paths) else None
+        return unit, slot, rels, cpu, gpu, cut, time.perf_counter()
+
+    def finish(self, pending, times: StageTimes):
+        unit, slot, rels, cpu, gpu, cut, started = pending
+        bad_rows: dict[int, str] = {}
+        name = self.worker.model.inputs[0].name
+        parts = []
+        pixels = None
+        if gpu is not None:
+            pixels, rows, seconds = gpu.result()
+            bad_rows.update({cut + i: message for i, message in rows.items()})
+            times.decode_s += seconds
+            self._learn("gpu", len(rels) - cut, seconds)
+        self._gather(cpu, cut, bad_rows, times)
+        if cut:
+            parts.append({name: self.pool.view(slot, cut)})
+        if pixels is not None:
+            parts.append({name: pixels})
+        bad = _bad_rows(self.worker, unit, rels, bad_rows)
+        feeds = parts if len(parts) > 1 else parts[0]
+        # The slot, and the device batch (its memory held until the run is done).
+        return unit, (rels, feeds, time.perf_counter() - started, bad), (slot, pixels)
+
+    def release(self, slot) -> None:
+        if slot is not None:
+            super().release(slot[0])
+
+    def phase_note(self) -> list[str]:
+        return self.device.phase_note()
+
+    def close(self) -> None:
+        self.device.close()
+        super().close()
 
 
 def _unit_files(worker: BatchWorker, unit: Unit) -> tuple[list[str], list[str]]:

@@ -157,6 +157,10 @@ class BatchWorker:
         if feeds is None:  # every row unreadable and no bound shape to run zeros of
             return UnitResult(unit, ids, {}, read_s, 0.0, self.name, bad)
         rows = unit.rows
+        if isinstance(feeds, list):  # the unit's rows in parts (a hybrid decoder: host rows, then device rows)
+            start = time.perf_counter()
+            outputs, _ = self.pool.run_rows(index, feeds)
+            return self._result(unit, ids, outputs, read_s, time.perf_counter() - start, bad)
         if self.fixed_batch is not None and rows < self.fixed_batch:
             # A model with a fixed batch axis: pad with copies of the last row and drop their outputs.
             pad = self.fixed_batch - rows
@@ -166,7 +170,12 @@ class BatchWorker:
             outputs, _ = self.pool.run(index, feeds)
         else:
             outputs = self.pool.runners[index].run(feeds)
-        run_s = time.perf_counter() - start
+        return self._result(unit, ids, outputs, read_s, time.perf_counter() - start, bad)
+
+    def _result(self, unit: Unit, ids: list[str], outputs: dict, read_s: float, run_s: float,
+                bad: list[BadInput]) -> UnitResult:
+        """The unit's result: each output's rows of the unit (its batch axis checked)."""
+        rows = unit.rows
         result = {}
         for name in self.output_names:
             value = outputs[name]

@@ -104,7 +104,10 @@ class OutputStore:
         self._save()
         # pyarrow's tensor columns import pandas at first use (~0.3 s): here, at start-up, not in the writer
         # thread in the middle of the run.
-        pa, _ = _arrow()
+        try:
+            pa, _ = _arrow()
+        except MissingDependencyError:
+            return  # said, with how to install it, where the first shard is written
         _tensor_column(pa, np.zeros((1, 1), np.float32))
 
     def is_done(self, name: str, fingerprint: str, rows: int) -> bool:
