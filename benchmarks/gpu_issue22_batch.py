@@ -126,6 +126,12 @@ VARIANTS = {
     "noslots": "import onnxaccel.scale.pipeline as p; p._direct_copies = lambda w, every=False: 'off (A/B)'",
     "nvproc": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = False",
     "inproc": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = True",
+    "inproc1": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = True; p.GPU_DECODE_THREADS = 1",
+    "inprio": ("import onnxaccel.scale.pipeline as p, onnxaccel.prepost.decode as d; p.NVJPEG_IN_PROCESS = True; "
+               "d.NvjpegDecoder.STREAM_PRIORITY = -1"),
+    "inprio1": ("import onnxaccel.scale.pipeline as p, onnxaccel.prepost.decode as d; p.NVJPEG_IN_PROCESS = True; "
+                "d.NvjpegDecoder.STREAM_PRIORITY = -1; p.GPU_DECODE_THREADS = 1"),
+    "inproc4": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = True; p.GPU_DECODE_THREADS = 4",
     "i1": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 1",
     "i3": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 3",
 }

@@ -302,7 +302,7 @@ def test_nvjpeg_in_the_jobs_process_hands_batches_on_the_device(tmp_path, squeez
     monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpuOnDevice")
     monkeypatch.setattr(_CpuAsGpuOnDevice, "threads", set())  # this test's threads only
     monkeypatch.setattr(pipeline, "_direct_copies", lambda worker, every=False: "")
-    monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)  # off by default until measured on a GPU
+    monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)  # the default (a test may run after one that changed it)
     got = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "gpu"), target="cpu", batch=4,
                              decoder=decoder))
     assert len(_CpuAsGpuOnDevice.threads) >= 1 and all(t.startswith("onnxaccel-batch-nvjpeg")

@@ -296,6 +296,9 @@ class NvjpegDecoder:
     (the model's runs keep theirs)."""
 
     name = "nvjpeg"
+    #: The decoding stream's priority (torch: 0 the default, -1 high): above the model's streams, its kernels are
+    #: scheduled first when both wait for the GPU.
+    STREAM_PRIORITY = 0
 
     def __init__(self, height: int, width: int, pre: ImagePreprocess, device: int = 0):
         import torch
@@ -304,7 +307,7 @@ class NvjpegDecoder:
         self.torch, self.tio = torch, tio
         self.height, self.width, self.pre = height, width, pre
         self.device = f"cuda:{device}"
-        self.stream = torch.cuda.Stream(device=self.device)
+        self.stream = torch.cuda.Stream(device=self.device, priority=self.STREAM_PRIORITY)
         self._host = None  # page-locked [rows, H, W, 3] uint8, grown as needed
         #: Seconds per phase over every call (the job's report shows them: where the decoding process's time goes):
         #: reading the files, nvJPEG's decode, the preset's resize and crop, the copy back into ``out``.
