@@ -355,20 +355,23 @@ def test_gpu_process_decoders_put_every_row_in_its_place(tmp_path, squeezenet, p
 
 
 def test_decoding_processes_start_before_the_sessions_compile(tmp_path, squeezenet, photo, monkeypatch):
-    # Start-up of a JPEG job is max(decoders, sessions), not their sum: the pool's processes are started (not
-    # waited for) before BatchWorker compiles, and waited for after.
+    # Start-up of a JPEG job is max(decoders, sessions), not their sum: the decoder is chosen and its processes
+    # started (not waited for) in a thread of its own while BatchWorker compiles, and waited for after. The
+    # sessions here wait until the decoders have started: a job that started them only after would stop here.
+    import threading
+
     from onnxaccel.prepost.decode import DecodePool
     from onnxaccel.scale import pipeline
 
-    events = []
+    started = threading.Event()
     real_start, real_worker = DecodePool.start, pipeline.BatchWorker
 
     def start(self):
-        events.append("decoders started")
+        started.set()
         return real_start(self)
 
     def worker(*args, **kwargs):
-        events.append("sessions compile")
+        assert started.wait(60), "the decoders did not start while the sessions compiled"
         return real_worker(*args, **kwargs)
 
     monkeypatch.setattr(DecodePool, "start", start)
@@ -376,7 +379,9 @@ def test_decoding_processes_start_before_the_sessions_compile(tmp_path, squeezen
     data = write_photo_jpegs(photo, tmp_path / "jpegs", 3)
     report = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "out"), target="cpu", batch=4,
                                 decoder="cpu-pool"))
-    assert events == ["decoders started", "sessions compile"] and report.rows_done == 3
+    assert report.rows_done == 3
+    [note] = [n for n in report.stages["notes"] if n.startswith("start-up ")]
+    assert "sessions" in note and "decoder choice" in note, note
 
 
 def test_float_images_read_by_threads_keep_each_row_with_its_file(tmp_path, squeezenet, photo):

@@ -72,6 +72,8 @@ NVJPEG_IN_PROCESS = True
 #: Threads decoding with nvJPEG in the job's process, each with its own decoder and CUDA stream (H200, batch 256:
 #: 1 thread 4,530-5,001 rows/s, 2 threads 5,000-5,319, 4 threads 4,911).
 GPU_DECODE_THREADS = 2
+#: The decoder chosen and started while the sessions compile (False: before them, one after the other; an A/B).
+PLAN_IN_THREAD = True
 _END = object()
 _PAGE = 4096
 
@@ -133,25 +135,36 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
     times = StageTimes()
     if not units:
         return [], times
-    # Image decoders start first (spawned processes; nvJPEG's imports torch and makes a CUDA context: seconds),
-    # so they come up while the sessions compile instead of after.
-    plan = _decode_plan(spec, decoder, times, depth)
+    # The decoder is chosen and started (spawned processes; nvJPEG's check imports torch and torchvision: seconds)
+    # in a thread of its own while the sessions compile and capture their graphs, not before them.
+    began = time.perf_counter()
+    planner = ThreadPoolExecutor(1, thread_name_prefix="onnxaccel-batch-plan")
+    planning = planner.submit(_timed, _decode_plan, spec, decoder, times, depth)
+    planner.shutdown(wait=not PLAN_IN_THREAD)
     target = parse_target(spec.target)
-    if target.is_gpu:  # before this process first uses the device (the sessions below)
+    if target.is_gpu:  # before this process first uses the device (the sessions below); torch's import does not
         why = set_gpu_wait(target, GPU_WAIT_MODE)
         times.notes.append(f"GPU wait: {GPU_WAIT_MODE}" if not why else f"GPU wait left as is: {why}")
-    worker = None
+    worker = plan = None
     try:
-        worker = BatchWorker(spec, instances=GPU_INSTANCES)
+        worker, sessions_s = _timed(BatchWorker, spec, instances=GPU_INSTANCES)
         times.run_instances = worker.instances
         times.notes.extend(worker.notes)
-        source = _source(worker, spec, plan, depth, times)
+        plan, plan_s = planning.result()
+        source, source_s = _timed(_source, worker, spec, plan, depth, times)
     except BaseException:
+        if plan is None:  # the planning thread may still start decoders: wait for it, then close them
+            try:
+                plan = planning.result()[0]
+            except BaseException:
+                pass
         if plan is not None and plan.pool is not None:
             plan.pool.close()
         if worker is not None:
             worker.close()
         raise
+    times.notes.append(f"start-up {time.perf_counter() - began:.1f} s: sessions {sessions_s:.1f} s and decoder "
+                       f"choice {plan_s:.1f} s at once, then {source_s:.1f} s for the readers or decoders")
     try:
         start = time.perf_counter()
         try:
@@ -168,6 +181,12 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
         worker.close()
     times.units = len(units)
     return list(worker.warnings), times
+
+
+def _timed(fn, *args, **kwargs):
+    """``fn``'s result and the seconds it took."""
+    start = time.perf_counter()
+    return fn(*args, **kwargs), time.perf_counter() - start
 
 
 _switch_lock = threading.Lock()
