@@ -132,6 +132,8 @@ VARIANTS = {
     "inprio1": ("import onnxaccel.scale.pipeline as p, onnxaccel.prepost.decode as d; p.NVJPEG_IN_PROCESS = True; "
                 "d.NvjpegDecoder.STREAM_PRIORITY = -1; p.GPU_DECODE_THREADS = 1"),
     "serialplan": "import onnxaccel.scale.pipeline as p; p.PLAN_IN_THREAD = False",
+    "serialplan_b": "import onnxaccel.scale.pipeline as p; p.PLAN_IN_THREAD = False",
+    "spin": "import onnxaccel.scale.pipeline as p; p.GPU_WAIT_MODE = 'auto'",
     "inproc4": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = True; p.GPU_DECODE_THREADS = 4",
     "i1": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 1",
     "i3": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 3",

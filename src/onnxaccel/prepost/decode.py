@@ -309,6 +309,7 @@ class NvjpegDecoder:
         self.device = f"cuda:{device}"
         self.stream = torch.cuda.Stream(device=self.device, priority=self.STREAM_PRIORITY)
         self._host = None  # page-locked [rows, H, W, 3] uint8, grown as needed
+        self._index = None  # page-locked int64 row indices (_device_index), grown as needed
         #: Seconds per phase over every call (the job's report shows them: where the decoding process's time goes):
         #: reading the files, nvJPEG's decode, the preset's resize and crop, the copy back into ``out``.
         self.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
@@ -388,11 +389,28 @@ class NvjpegDecoder:
         groups: dict[tuple[int, int], list[int]] = {}
         for k, img in enumerate(images):
             groups.setdefault(tuple(img.shape[1:]), []).append(k)
-        out = torch.empty((len(images), 3, self.height, self.width), dtype=torch.uint8, device=self.device)
-        for ks in groups.values():
-            stacked = torch.stack([images[k] for k in ks]) if len(ks) > 1 else images[ks[0]][None]
-            out[torch.tensor(ks, device=self.device)] = self._geometry(stacked)
+        parts = [self._geometry(torch.stack([images[k] for k in ks]) if len(ks) > 1 else images[ks[0]][None])
+                 for ks in groups.values()]
+        out = torch.cat(parts) if len(parts) > 1 else parts[0]  # in group order
+        order = [k for ks in groups.values() for k in ks]
+        if order != list(range(len(order))):  # back into the images' order: one gather, its index copied async
+            where = [0] * len(order)
+            for position, k in enumerate(order):
+                where[k] = position
+            out = out.index_select(0, self._device_index(where))
         return out.permute(0, 2, 3, 1).contiguous()
+
+    def _device_index(self, values: list[int]):
+        """``values`` as an int64 tensor on the device, copied from a page-locked buffer without a wait (a plain
+        ``torch.tensor(..., device=)`` copies from pageable memory and waits for the stream: once per size group
+        it held the resize of every earlier group). Safe to rewrite at the next call: each call ends with the
+        stream synchronised."""
+        torch = self.torch
+        if self._index is None or self._index.shape[0] < len(values):
+            self._index = torch.empty(max(256, len(values)), dtype=torch.int64, pin_memory=True)
+        host = self._index[:len(values)]
+        host.copy_(torch.as_tensor(values, dtype=torch.int64))
+        return host.to(self.device, non_blocking=True)
 
     def _geometry(self, img):
         """[n, 3, h, w] uint8 on the GPU -> [n, 3, H, W] by the preset (bilinear, as Pillow's BILINEAR on

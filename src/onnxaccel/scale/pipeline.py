@@ -137,22 +137,31 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
         return [], times
     # The decoder is chosen and started (spawned processes; nvJPEG's check imports torch and torchvision: seconds)
     # in a thread of its own while the sessions compile and capture their graphs, not before them.
+    # The import holds the GIL for seconds and the sessions' warm-up runs take it back after each run: with the
+    # short switch interval they wait for it 0.5 ms at a time, not 5 (H200: the sessions took 21 s beside the
+    # import at Python's default, 7.3 s alone).
     began = time.perf_counter()
+    target = parse_target(spec.target)
+    worker = plan = None
+    startup = _gil_switch(GIL_SWITCH_S if target.is_gpu else None)
+    startup.__enter__()
     planner = ThreadPoolExecutor(1, thread_name_prefix="onnxaccel-batch-plan")
     planning = planner.submit(_timed, _decode_plan, spec, decoder, times, depth)
     planner.shutdown(wait=not PLAN_IN_THREAD)
-    target = parse_target(spec.target)
-    if target.is_gpu:  # before this process first uses the device (the sessions below); torch's import does not
-        why = set_gpu_wait(target, GPU_WAIT_MODE)
-        times.notes.append(f"GPU wait: {GPU_WAIT_MODE}" if not why else f"GPU wait left as is: {why}")
-    worker = plan = None
     try:
+        if target.is_gpu:  # before this process first uses the device (the sessions below); torch's import does not
+            why = set_gpu_wait(target, GPU_WAIT_MODE)
+            times.notes.append(f"GPU wait: {GPU_WAIT_MODE}" if not why else f"GPU wait left as is: {why}")
         worker, sessions_s = _timed(BatchWorker, spec, instances=GPU_INSTANCES)
         times.run_instances = worker.instances
         times.notes.extend(worker.notes)
         plan, plan_s = planning.result()
+        startup.__exit__(None, None, None)
+        startup = None
         source, source_s = _timed(_source, worker, spec, plan, depth, times)
     except BaseException:
+        if startup is not None:
+            startup.__exit__(None, None, None)
         if plan is None:  # the planning thread may still start decoders: wait for it, then close them
             try:
                 plan = planning.result()[0]
