@@ -20,6 +20,11 @@ if [ -n "${TINY:-}" ]; then
 fi
 source .ortgpu5/install.sh >/dev/null 2>&1
 [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
+# nvImageCodec and nvJPEG's wheel (optional, carried in .nvimg): into the image's own site-packages, beside its other
+# nvidia-* packages (a --target folder's nvidia/__init__.py would hide them).
+if [ -d .nvimg ] && ! python3 -c 'import nvidia.nvimgcodec' 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile .nvimg/*.whl 2>&1 | tail -2
+fi
 [ "$STAGE" = quick ] || bash benchmarks/gpu_session.sh setup > "$RES/setup-$STAGE.log" 2>&1
 export PYTHONPATH=${SRC:-$PWD/src}:/tmp/serve-site:/tmp/ortgpu-site:/tmp/site PATH=/tmp/serve-site/bin:$PATH
 export ONNXACCEL_CACHE_DIR=${ONNXACCEL_CACHE_DIR:-/tmp/oa-cache} PYTHONUNBUFFERED=1

@@ -84,13 +84,30 @@ def test_pool_decodes_into_shared_memory_like_one_thread(photo, tmp_path):
     assert not got[5].any()
 
 
-def test_decoder_choice_without_torchvision_is_the_cpu_pool():
-    assert importlib.util.find_spec("torchvision") is None, "this test checks the fallback where torchvision is absent"
+def test_decoder_choice_without_torch_is_the_cpu_pool():
+    assert importlib.util.find_spec("torch") is None, "this test checks the fallback where torch is absent"
     name, why = choose_decoder("cuda")
-    assert name in ("cpu-pool", "cpu") and "torchvision is not installed" in why
+    assert name in ("cpu-pool", "cpu") and "torch is not installed" in why
     assert choose_decoder("cpu")[0] in ("cpu-pool", "cpu")
     assert choose_decoder("cuda", "cpu") == ("cpu", "asked for")
-    with pytest.raises(InputError, match="torchvision"):
+    with pytest.raises(InputError, match="Install nvImageCodec .* or torchvision with CUDA"):
         choose_decoder("cuda", "nvjpeg")
     with pytest.raises(InputError, match="--decoder must be one of"):
         choose_decoder("cpu", "turbo")
+
+
+def test_native_stderr_inside_the_block_goes_to_the_log_not_the_terminal(capfd, caplog):
+    # nvImageCodec's extensions print "Failed to load nvjpeg2k library!" on fd 2 for codecs a JPEG job does not
+    # need: inside the block such writes go to the debug log; after it, fd 2 is the terminal's again.
+    import logging
+    import os
+
+    from onnxaccel.prepost.decode import _native_stderr_to_log
+
+    with caplog.at_level(logging.DEBUG, logger="onnxaccel.prepost.decode"):
+        with _native_stderr_to_log("nvImageCodec"):
+            os.write(2, b"Failed to load nvjpeg2k library!\n")
+        os.write(2, b"after the block\n")
+    err = capfd.readouterr().err
+    assert "nvjpeg2k" not in err and "after the block" in err
+    assert any("nvImageCodec wrote to stderr: Failed to load nvjpeg2k library!" in r.message for r in caplog.records)

@@ -9,12 +9,13 @@ decode + resize (tests/prepost/test_decode.py measures and bounds the difference
 
 Decoders, chosen by :func:`choose_decoder`:
 
-- ``nvjpeg``: torchvision.io.decode_jpeg(device="cuda") (NVIDIA nvJPEG), batched on the GPU, geometry with
-  torch on the GPU, in a process of its own (DecodePool ``gpu``). Used automatically when torchvision with CUDA
-  is importable and the target is a CUDA GPU; never required. Run on the H200 (issue 22), never on this machine
-  (no torchvision, no GPU here).
-- ``hybrid``: the nvJPEG process and the CPU pool together, each batch split by their rates (slower than
-  ``nvjpeg`` alone on the H200: not chosen automatically).
+- ``nvjpeg``: NVIDIA nvJPEG, batched on the GPU, through nvImageCodec (``nvidia.nvimgcodec``: the GPU's hardware
+  JPEG decoder where it has one) where installed, else torchvision.io.decode_jpeg(device="cuda"); the geometry
+  with torch on the GPU; in the job's own process (scale/pipeline.py) or in one of its own (DecodePool ``gpu``).
+  Used automatically on CUDA targets where torch with CUDA and either library import; never required. Run on the
+  H200 (issue 22), never on this machine (no torch, no GPU here; nvImageCodec's CPU backend runs here in tests).
+- ``hybrid``: nvJPEG and the CPU pool together, each batch split by their rates (no faster than ``nvjpeg``
+  alone on the H200: not chosen automatically).
 - ``cpu-pool``: worker processes (os.cpu_count()) decoding straight into a shared-memory batch buffer: only
   file names and slot indices travel between processes, never pixels.
 - ``cpu``: the same decode in the calling thread (one core, or a pool that could not start).
@@ -24,9 +25,12 @@ AMD (rocJPEG/rocAL) is not wired: no AMD GPU exists here to check it on.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import sys
 import time
+from contextlib import contextmanager
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context, shared_memory
@@ -38,8 +42,10 @@ import numpy as np
 from onnxaccel.errors import InputError
 from onnxaccel.inputs_files import ImagePreprocess, apply_geometry, pillow
 
+logger = logging.getLogger(__name__)
+
 DECODERS = ("auto", "hybrid", "nvjpeg", "cpu-pool", "cpu")
-#: The decoders that need torchvision with CUDA (nvJPEG).
+#: The decoders that need nvJPEG (torch with CUDA, and nvImageCodec or torchvision).
 GPU_DECODERS = ("nvjpeg", "hybrid")
 #: The class the GPU decoding process makes (DecodePool gpu_decoder).
 GPU_DECODER = "onnxaccel.prepost.decode:NvjpegDecoder"
@@ -78,23 +84,25 @@ def decode_pixels(path: Path | BinaryIO, height: int, width: int, pre: ImagePrep
 
 def choose_decoder(device: str, wanted: str = "auto") -> tuple[str, str]:
     """The decoder to use on a ``device`` target ("cpu", "cuda", ...) and why: ``wanted`` unless "auto"; auto is
-    nvjpeg where torchvision with CUDA is importable and the target is CUDA, else the CPU pool (or one thread on
-    a one-core machine)."""
+    nvjpeg where torch with CUDA and nvImageCodec or torchvision import and the target is CUDA, else the CPU pool
+    (or one thread on a one-core machine)."""
     if wanted not in DECODERS:
         raise InputError(f"--decoder must be one of {', '.join(DECODERS)}, got '{wanted}'.",
-                         "auto picks nvJPEG where torchvision with CUDA is installed, else a CPU process pool.")
+                         "auto picks nvJPEG where torch with CUDA and nvImageCodec or torchvision are installed, "
+                         "else a CPU process pool.")
     if wanted in GPU_DECODERS:
         reason = nvjpeg_missing()
         if reason:
             raise InputError(f"--decoder {wanted} cannot run here: {reason}.",
-                             "Install torchvision with CUDA (pip install torchvision), or pass --decoder auto.")
-        return wanted, "asked for"
+                             "Install nvImageCodec (pip install nvidia-nvimgcodec-cu13[nvjpeg], or -cu12) or "
+                             "torchvision with CUDA, or pass --decoder auto.")
+        return wanted, f"asked for; through {nvjpeg_library()}"
     if wanted != "auto":
         return wanted, "asked for"
     if device in ("cuda", "tensorrt"):
         reason = nvjpeg_missing()
         if not reason:
-            return "nvjpeg", "torchvision with CUDA is importable (nvJPEG)"
+            return "nvjpeg", f"nvJPEG through {nvjpeg_library()} on the CUDA target"
         note = f"nvJPEG not used: {reason}"
     else:
         note = f"the target is {device}, not a CUDA GPU"
@@ -104,16 +112,71 @@ def choose_decoder(device: str, wanted: str = "auto") -> tuple[str, str]:
 
 
 def nvjpeg_missing() -> str:
-    """'' when torchvision's GPU JPEG decoder can run here, else why not."""
+    """'' when nvJPEG can decode here (through nvImageCodec, else torchvision's GPU decode_jpeg; torch with CUDA
+    either way, for the resize), else why not. nvImageCodec is checked first: importing torchvision costs seconds
+    (its models and datasets)."""
     try:
         import torch
-        import torchvision.io as tio
     except ImportError as exc:
-        return f"torchvision is not installed ({exc.name})"
+        return f"torch is not installed ({exc.name})"
     if not torch.cuda.is_available():
         return "torch sees no CUDA device"
+    if NvjpegDecoder.LIBRARY != "torchvision" and not nvimgcodec_missing():
+        return ""
+    try:
+        import torchvision.io as tio
+    except ImportError as exc:
+        return f"neither nvImageCodec nor torchvision is installed ({exc.name})"
     if not hasattr(tio, "decode_jpeg"):
         return "this torchvision has no io.decode_jpeg"
+    return ""
+
+
+def _import_nvimgcodec():
+    """``nvidia.nvimgcodec``, its per-file error messages off (PYNVIMGCODEC_VERBOSITY, read at import: bad files
+    become the job's error rows with their own message)."""
+    import importlib
+
+    os.environ.setdefault("PYNVIMGCODEC_VERBOSITY", "0")
+    return importlib.import_module("nvidia.nvimgcodec")
+
+
+@contextmanager
+def _native_stderr_to_log(what: str):
+    """Send what native code writes to file descriptor 2 inside the block to the log (debug) instead of the
+    terminal: nvImageCodec's extensions print "Failed to load nvjpeg2k library! ..." for every optional codec
+    library not installed (JPEG 2000, TIFF), which a JPEG job does not need."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace").strip()
+            if text:
+                logger.debug("%s wrote to stderr: %s", what, text)
+
+
+def nvjpeg_library() -> str:
+    """The library NvjpegDecoder calls nvJPEG through here: "nvImageCodec" or "torchvision"."""
+    if NvjpegDecoder.LIBRARY == "auto":
+        return "nvImageCodec" if not nvimgcodec_missing() else "torchvision"
+    return "nvImageCodec" if NvjpegDecoder.LIBRARY == "nvimgcodec" else "torchvision"
+
+
+def nvimgcodec_missing() -> str:
+    """'' when nvImageCodec (NVIDIA's codec library, PyPI nvidia-nvimgcodec-cu12/-cu13) and its nvJPEG decoder
+    load here, else why not."""
+    try:
+        _import_nvimgcodec()
+    except ImportError as exc:
+        return f"nvImageCodec is not installed ({exc.name})"
     return ""
 
 
@@ -286,9 +349,11 @@ class DecodePool:
 
 
 class NvjpegDecoder:
-    """Batched JPEG decode on an NVIDIA GPU (torchvision.io.decode_jpeg, device="cuda": nvJPEG), then the preset's
-    geometry with torch on the GPU, copied back as uint8 NHWC. Non-JPEG files fall back to :func:`decode_pixels`.
-    Written against torchvision's documented API (decode_jpeg accepts a list of uint8 tensors and a device).
+    """Batched JPEG decode on an NVIDIA GPU (nvJPEG), then the preset's geometry with torch on the GPU, copied back
+    as uint8 NHWC. Non-JPEG files fall back to :func:`decode_pixels`. nvJPEG through nvImageCodec where installed
+    (``Decoder(device_id).decode(code_streams, params=, cuda_stream=)``: every backend allowed, the hardware
+    decoder first; images with ``__cuda_array_interface__``, None where a file cannot be decoded), else through
+    torchvision's documented API (decode_jpeg accepts a list of uint8 tensors and a device).
 
     Measured on the H200 (issue 22, 10,000 photographs at ~500x375, ResNet-50's 224): resizing and copying back
     image by image (a device sync per image) gave 4,985 images/s; so images of one size are resized together, the
@@ -300,13 +365,30 @@ class NvjpegDecoder:
     #: scheduled first when both wait for the GPU.
     STREAM_PRIORITY = 0
 
+    #: Which library calls nvJPEG: "auto" (nvImageCodec where importable, else torchvision), "nvimgcodec" or
+    #: "torchvision".
+    LIBRARY = "auto"
+
     def __init__(self, height: int, width: int, pre: ImagePreprocess, device: int = 0):
         import torch
-        import torchvision.io as tio
 
-        self.torch, self.tio = torch, tio
+        self.torch = torch
         self.height, self.width, self.pre = height, width, pre
         self.device = f"cuda:{device}"
+        self.library = self.LIBRARY if self.LIBRARY != "auto" else (
+            "nvimgcodec" if not nvimgcodec_missing() else "torchvision")
+        if self.library == "nvimgcodec":
+            nvimgcodec = self.nvimgcodec = _import_nvimgcodec()
+            # Every backend, best first: the GPU's hardware JPEG decoder where it has one, then nvJPEG's CUDA and
+            # hybrid decoders, then the CPU. No EXIF rotation: the CPU path (Pillow) and torchvision apply none.
+            with _native_stderr_to_log("nvImageCodec"):
+                self.decoder = nvimgcodec.Decoder(device_id=device)
+            self.params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,
+                                                  allow_any_depth=False)
+        else:
+            import torchvision.io as tio
+
+            self.tio = tio
         self.stream = torch.cuda.Stream(device=self.device, priority=self.STREAM_PRIORITY)
         self._host = None  # page-locked [rows, H, W, 3] uint8, grown as needed
         self._index = None  # page-locked int64 row indices (_device_index), grown as needed
@@ -342,7 +424,7 @@ class NvjpegDecoder:
         phases["images"] += len(paths)
         for i, path in enumerate(paths):
             if Path(path).suffix.lower() in (".jpg", ".jpeg"):
-                jpegs.append(self.tio.read_file(str(path)))
+                jpegs.append(self._read(path))
                 where.append(i)
             else:
                 try:
@@ -353,7 +435,10 @@ class NvjpegDecoder:
         phases["read_s"] += read - began
         with torch.cuda.stream(self.stream):
             images = []
-            if jpegs:
+            if jpegs and self.library == "nvimgcodec":
+                images = self._decode_nvimgcodec(jpegs, where, bad)
+                self.stream.synchronize()  # as below: the decode phase is its own
+            elif jpegs:
                 try:
                     images = self.tio.decode_jpeg(jpegs, mode=self.tio.ImageReadMode.RGB, device=self.device)
                     self.stream.synchronize()  # one wait per batch, so the phases below are each their own
@@ -382,6 +467,28 @@ class NvjpegDecoder:
             self.stream.synchronize()
         phases["resize_s"] += time.perf_counter() - decoded
         return pixels, bad
+
+    def _read(self, path: str):
+        """A JPEG file as its library takes it: nvImageCodec's CodeStream (it reads the file), torchvision's bytes
+        tensor."""
+        if self.library == "nvimgcodec":
+            return self.nvimgcodec.CodeStream(str(path))
+        return self.tio.read_file(str(path))
+
+    def _decode_nvimgcodec(self, streams: list, where: list[int], bad: dict[int, str]) -> list:
+        """Decode a batch with nvImageCodec on this decoder's stream: per file a [3, h, w] uint8 tensor on the
+        device (the decoded image's memory, held through the tensor), or None with its row in ``bad``."""
+        torch = self.torch
+        decoded = self.decoder.decode(streams, params=self.params, cuda_stream=self.stream.cuda_stream)
+        images = []
+        for i, image in zip(where, decoded):
+            if image is None or image.ndim != 3 or image.shape[2] != 3:
+                images.append(None)
+                bad[i] = "cannot decode JPEG (nvImageCodec could not decode the file)"
+                continue
+            # HWC on the device (strided: pitched rows are allowed); torch keeps the Image alive with the tensor.
+            images.append(torch.as_tensor(image, device=self.device).permute(2, 0, 1))
+        return images
 
     def _geometry_all(self, images: list):
         """[3, h, w] uint8 images on the GPU -> [n, H, W, 3] uint8, images of one size resized as one batch."""

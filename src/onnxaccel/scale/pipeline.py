@@ -635,7 +635,9 @@ class _DeviceDecodeSource:
             return []
         busy = sum(phases.values())
         parts = ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in phases.items() if v)
-        return [f"nvJPEG in this process ({len(self.decoders)} threads): {images} images in {busy:.2f} s busy "
+        library = getattr(self.decoders[0], "library", None)
+        via = f" through {'nvImageCodec' if library == 'nvimgcodec' else library}" if library else ""
+        return [f"nvJPEG{via} in this process ({len(self.decoders)} threads): {images} images in {busy:.2f} s busy "
                 f"({images / max(busy, 1e-9):,.0f}/s per thread-second): {parts}"]
 
     def close(self) -> None:
