@@ -111,3 +111,21 @@ def test_native_stderr_inside_the_block_goes_to_the_log_not_the_terminal(capfd, 
     err = capfd.readouterr().err
     assert "nvjpeg2k" not in err and "after the block" in err
     assert any("nvImageCodec wrote to stderr: Failed to load nvjpeg2k library!" in r.message for r in caplog.records)
+
+
+def test_the_nvjpeg_library_setting_is_checked(monkeypatch):
+    # ONNXACCEL_NVJPEG_LIBRARY picks the library nvJPEG is called through; a wrong value is a clear reason (auto
+    # then falls back to the CPU pool with it), never a decoder that fails later. Needs torch with CUDA first:
+    # here the reason is that, whatever the setting (no torch on this machine).
+    from onnxaccel.prepost import decode
+
+    monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "turbo")
+    assert decode.nvjpeg_missing().startswith("torch is not installed")
+    monkeypatch.setitem(__import__("sys").modules, "torch", type("FakeTorch", (), {
+        "cuda": type("Cuda", (), {"is_available": staticmethod(lambda: True)})})())
+    assert decode.nvjpeg_missing() == ("ONNXACCEL_NVJPEG_LIBRARY must be auto, nvimgcodec or torchvision, "
+                                       "not 'turbo'")
+    name, why = decode.choose_decoder("cuda")
+    assert name in ("cpu-pool", "cpu") and "ONNXACCEL_NVJPEG_LIBRARY must be" in why
+    monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "nvimgcodec")
+    assert decode.nvjpeg_missing().startswith("nvImageCodec is not installed")
