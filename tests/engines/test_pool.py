@@ -343,6 +343,11 @@ def test_rows_in_device_memory_are_copied_device_to_device(compiled, reference, 
         out, _ = pool.run_rows(0, [{"x": f} for f in fed])
         np.testing.assert_array_equal(out["probs"], reference(np.concatenate([p["x"] for p in parts])))
         assert pool.copiers[0] is None and [f.copied_back for f in fed] == [1, 1] and "join" in pool.phases[0]
+        strided = TorchOnDevice(rows(3, seed=7)[0]["x"])  # a transposed view on the device: no direct copy
+        strided.__cuda_array_interface__ = {**strided.__cuda_array_interface__, "strides": (4, 12)}
+        out, _ = pool.run_rows(0, [{"x": strided}])
+        np.testing.assert_array_equal(out["probs"], reference(strided.array))
+        assert strided.copied_back == 1
         with pytest.raises(ValueError, match="direct copies to the GPU failed .* got rows in device memory "
                                              r"\(OnDevice\) with no way to copy them to the host"):
             pool.run_rows(0, [{"x": OnDevice(rows(2, seed=1)[0]["x"])}])

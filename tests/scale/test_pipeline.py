@@ -298,7 +298,7 @@ def test_nvjpeg_in_the_jobs_process_hands_batches_on_the_device(tmp_path, squeez
         return real_infer(self, unit, data, index)
 
     monkeypatch.setattr(pipeline.BatchWorker, "_infer", infer)
-    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted: (decoder, "test"))
+    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted, guard=None: (decoder, "test"))
     monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpuOnDevice")
     monkeypatch.setattr(_CpuAsGpuOnDevice, "threads", set())  # this test's threads only
     monkeypatch.setattr(pipeline, "_direct_copies", lambda worker, every=False: "")
@@ -312,7 +312,8 @@ def test_nvjpeg_in_the_jobs_process_hands_batches_on_the_device(tmp_path, squeez
         assert fed == [(True,)] * 3
         assert any(n.startswith("nvJPEG in this process (2 threads): 11 images") for n in got.stages["notes"])
     else:  # the first unit split half and half: host rows, then device rows
-        assert fed[0] == (False, True) and len(fed) == 3 and all(fed), fed
+        assert fed[0] == (False, True) and len(fed) == 3, fed
+        assert all(f in {(False, True), (True,), (False,)} for f in fed), fed  # host rows first, then device rows
         [summary] = [n for n in got.stages["notes"] if n.startswith("hybrid decode: nvJPEG")]
         assert "CPU pool 0;" not in summary and not summary.startswith("hybrid decode: nvJPEG 0 "), summary
         assert "nvJPEG's rows decoded on the GPU in this process" in got.stages["host_copies"] or \
@@ -333,7 +334,7 @@ def test_gpu_process_decoders_put_every_row_in_its_place(tmp_path, squeezenet, p
     (data / "photo-0000.jpg").write_bytes(b"\xff\xd8 truncated")  # and one in the first (CPU pool side)
     want = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "pool"), target="cpu", batch=4,
                               decoder="cpu-pool"))
-    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted: (decoder, "test"))
+    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted, guard=None: (decoder, "test"))
     monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpu")
     monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)  # asked for; the CPU runs take no device rows
     got = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "gpu"), target="cpu", batch=4,
@@ -356,25 +357,26 @@ def test_gpu_process_decoders_put_every_row_in_its_place(tmp_path, squeezenet, p
 
 def test_decoding_processes_start_before_the_sessions_compile(tmp_path, squeezenet, photo, monkeypatch):
     # Start-up of a JPEG job is max(decoders, sessions), not their sum: the decoder is chosen and its processes
-    # started (not waited for) in a thread of its own while BatchWorker compiles, and waited for after. The
-    # sessions here wait until the decoders have started: a job that started them only after would stop here.
+    # started in a thread of its own while BatchWorker compiles. Here each side waits until the other has begun:
+    # a job that planned before the sessions, or after them, would stop at one of the waits.
     import threading
 
-    from onnxaccel.prepost.decode import DecodePool
     from onnxaccel.scale import pipeline
 
-    started = threading.Event()
-    real_start, real_worker = DecodePool.start, pipeline.BatchWorker
+    planning, compiling = threading.Event(), threading.Event()
+    real_plan, real_worker = pipeline._decode_plan, pipeline.BatchWorker
 
-    def start(self):
-        started.set()
-        return real_start(self)
+    def plan(*args, **kwargs):
+        planning.set()
+        assert compiling.wait(60), "the sessions did not compile while the decoder was being chosen"
+        return real_plan(*args, **kwargs)
 
     def worker(*args, **kwargs):
-        assert started.wait(60), "the decoders did not start while the sessions compiled"
+        compiling.set()
+        assert planning.wait(60), "the decoder was not chosen while the sessions compiled"
         return real_worker(*args, **kwargs)
 
-    monkeypatch.setattr(DecodePool, "start", start)
+    monkeypatch.setattr(pipeline, "_decode_plan", plan)
     monkeypatch.setattr(pipeline, "BatchWorker", worker)
     data = write_photo_jpegs(photo, tmp_path / "jpegs", 3)
     report = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "out"), target="cpu", batch=4,
@@ -382,6 +384,22 @@ def test_decoding_processes_start_before_the_sessions_compile(tmp_path, squeezen
     assert report.rows_done == 3
     [note] = [n for n in report.stages["notes"] if n.startswith("start-up ")]
     assert "sessions" in note and "decoder choice" in note, note
+
+
+def test_an_in_process_gpu_decoder_that_cannot_start_says_why(tmp_path, squeezenet, photo, monkeypatch):
+    # nvJPEG in the job's process (the default where the runs take device rows): a decoder that cannot be made
+    # stops the job with what failed and what to do, and the job leaves no decoding threads behind.
+    from onnxaccel.errors import ProviderUnavailableError
+    from onnxaccel.scale import pipeline
+
+    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted, guard=None: ("nvjpeg", "test"))
+    monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_NoGpu")
+    monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)
+    monkeypatch.setattr(pipeline, "_direct_copies", lambda worker, every=False: "")
+    data = write_photo_jpegs(photo, tmp_path / "jpegs", 3)
+    with pytest.raises(ProviderUnavailableError, match="could not start on device 0: RuntimeError: CUDA unavailable"):
+        run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "out"), target="cpu", batch=4,
+                           decoder="nvjpeg"))
 
 
 def test_float_images_read_by_threads_keep_each_row_with_its_file(tmp_path, squeezenet, photo):
@@ -415,10 +433,10 @@ def test_rows_read_into_a_ring_of_page_locked_slots_give_the_plain_outputs(tmp_p
     """On a GPU that takes direct copies (graph replay), rows are read straight into a ring of page-locked slots
     and a slot is read into again only after its run is done. Here the CPU runs them (page-locking needs a GPU:
     the pin calls are recorded and answered as the runtime does when it pins): with the fewest slots (depth +
-    instances: the reader holds up to depth - 1 started units while the runs wait for the next; fewer would hang
-    it at depth 6) the ring wraps over 15 units, every row reads from its own slot, and the outputs equal the job
-    without slots; the report says how rows reached the device, and the memory is unpinned at the end. The GIL
-    switch interval is the GPU jobs' alone: a CPU job leaves it as it is."""
+    instances; the floor was instances + 2 before, which hangs the reader at depth 6) the ring wraps over 15
+    units, every row reads from its own slot, and the outputs equal the job without slots; the report says how
+    rows reached the device, and the memory is unpinned at the end. The GIL switch interval is the GPU jobs'
+    alone: a CPU job leaves it as it is."""
     import sys
     import threading
 
@@ -577,7 +595,7 @@ def test_a_fallback_decoding_process_that_cannot_start_is_closed(tmp_path, squee
 
     monkeypatch.setattr(DecodePool, "__init__", init)
     monkeypatch.setattr(DecodePool, "close", lambda self: closed.append(self) or real_close(self))
-    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted: ("nvjpeg", "test"))
+    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted, guard=None: ("nvjpeg", "test"))
     monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_NoGpu")
     monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)
     data = write_photo_jpegs(photo, tmp_path / "jpegs", 3)

@@ -32,7 +32,8 @@ from onnxaccel.engines.gpu_runtime import runtime_for
 from onnxaccel.engines.hostmem import DEVICE_TO_DEVICE, GPU_WAIT, HOST_TO_DEVICE, DeviceCopier, HostMemory, is_pinned
 from onnxaccel.engines.hostmem import pin, unpin
 from onnxaccel.engines.hostmem import set_gpu_wait as _set_gpu_wait
-from onnxaccel.engines.pool_io import CAPTURE_GATE, CaptureGate, device_address, join_rows, real_rows, to_host
+from onnxaccel.engines.pool_io import (CAPTURE_GATE, CaptureGate, device_address, join_rows, on_device, real_rows,
+                                      to_host)
 from onnxaccel.model import Model
 from onnxaccel.target import Target
 
@@ -184,8 +185,8 @@ class RunnerPool:
     def _run_rows(self, index: int, parts: list[Mapping[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], float]:
         host = self.hosts[index]
         pinned = host.pinned if host is not None else False
-        on_device = any(device_address(v) is not None for part in parts for v in part.values())
-        if len(parts) == 1 and not self.buckets and not on_device:
+        device_rows = any(on_device(v) for part in parts for v in part.values())
+        if len(parts) == 1 and not self.buckets and not device_rows:
             return self._execute(index, parts[0])
         names = list(parts[0])
         rows = sum(next(iter(p.values())).shape[0] for p in parts) if names else 0
@@ -194,7 +195,7 @@ class RunnerPool:
             direct = self._run_direct(index, parts, rows, size)
             if direct is not None:
                 return direct
-        if on_device:  # no direct copy (none here, or it failed): the rows come to the host and are joined there
+        if device_rows:  # no direct copy (none here, it failed, or strided rows): to the host, joined there
             why = self.direct_copy_note or "no graph replay with direct copies"
             parts = [{name: to_host(value, f"'{self.name}' instance {index}: {why}") for name, value in part.items()}
                      for part in parts]
@@ -230,9 +231,9 @@ class RunnerPool:
             at = address
             for part in parts:  # each part by its own kind: a hybrid decoder's batch is partly on each side
                 value = part[name]
-                on_device = device_address(value)
-                if on_device is not None:  # e.g. a GPU decoder's rows: device to device
-                    kind, piece = DEVICE_TO_DEVICE, on_device
+                address_on_device = device_address(value)
+                if address_on_device is not None:  # e.g. a GPU decoder's rows: device to device
+                    kind, piece = DEVICE_TO_DEVICE, address_on_device
                 elif (isinstance(value, np.ndarray) and value.flags.c_contiguous and value.dtype != np.dtype(object)
                       and is_pinned(value.ctypes.data, value.nbytes)):
                     kind, piece = HOST_TO_DEVICE, (value.ctypes.data, value.nbytes)

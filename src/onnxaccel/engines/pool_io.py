@@ -115,11 +115,16 @@ def device_address(value) -> tuple[int, int] | None:
     return int(interface["data"][0]), int(np.prod(shape, dtype=np.int64)) * itemsize
 
 
+def on_device(value) -> bool:
+    """True for an array in device memory (``__cuda_array_interface__``), contiguous or not."""
+    return isinstance(getattr(value, "__cuda_array_interface__", None), dict)
+
+
 def to_host(value, why: str) -> np.ndarray:
-    """``value`` as a host array: itself unless it lies in device memory (``__cuda_array_interface__``), which is
-    copied back through its own library (torch's ``cpu()``, CuPy's ``get()``). ``why``: why the rows are not
-    copied on the device, for the error where the library gives no way back."""
-    if device_address(value) is None:
+    """``value`` as a host array: itself unless it lies in device memory (``__cuda_array_interface__``, strided
+    too), which is copied back through its own library (torch's ``cpu()``, CuPy's ``get()``). ``why``: why the
+    rows are not copied on the device, for the error where the library gives no way back."""
+    if not on_device(value):
         return value
     if isinstance(value, np.ndarray):
         return np.asarray(value)

@@ -25,12 +25,12 @@ AMD (rocJPEG/rocAL) is not wired: no AMD GPU exists here to check it on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import sys
 import time
-from contextlib import contextmanager
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context, shared_memory
@@ -82,16 +82,17 @@ def decode_pixels(path: Path | BinaryIO, height: int, width: int, pre: ImagePrep
         raise InputError(f"Cannot read image {path}: {exc}", "Check that the file is a valid image.") from exc
 
 
-def choose_decoder(device: str, wanted: str = "auto") -> tuple[str, str]:
+def choose_decoder(device: str, wanted: str = "auto", guard=None) -> tuple[str, str]:
     """The decoder to use on a ``device`` target ("cpu", "cuda", ...) and why: ``wanted`` unless "auto"; auto is
     nvjpeg where torch with CUDA and nvImageCodec or torchvision import and the target is CUDA, else the CPU pool
-    (or one thread on a one-core machine)."""
+    (or one thread on a one-core machine). ``guard``: a context the CUDA probe runs in (``batch`` passes its
+    capture gate: no CUDA call of another thread while ONNX Runtime captures a graph)."""
     if wanted not in DECODERS:
         raise InputError(f"--decoder must be one of {', '.join(DECODERS)}, got '{wanted}'.",
                          "auto picks nvJPEG where torch with CUDA and nvImageCodec or torchvision are installed, "
                          "else a CPU process pool.")
     if wanted in GPU_DECODERS:
-        reason = nvjpeg_missing()
+        reason = nvjpeg_missing(guard)
         if reason:
             raise InputError(f"--decoder {wanted} cannot run here: {reason}.",
                              "Install nvImageCodec (pip install nvidia-nvimgcodec-cu13[nvjpeg], or -cu12) or "
@@ -100,7 +101,7 @@ def choose_decoder(device: str, wanted: str = "auto") -> tuple[str, str]:
     if wanted != "auto":
         return wanted, "asked for"
     if device in ("cuda", "tensorrt"):
-        reason = nvjpeg_missing()
+        reason = nvjpeg_missing(guard)
         if not reason:
             return "nvjpeg", f"nvJPEG through {nvjpeg_library()} on the CUDA target"
         note = f"nvJPEG not used: {reason}"
@@ -111,15 +112,17 @@ def choose_decoder(device: str, wanted: str = "auto") -> tuple[str, str]:
     return "cpu", f"{note}; one core"
 
 
-def nvjpeg_missing() -> str:
+def nvjpeg_missing(guard=None) -> str:
     """'' when nvJPEG can decode here (through nvImageCodec, else torchvision's GPU decode_jpeg; torch with CUDA
     either way, for the resize), else why not. nvImageCodec is checked first: importing torchvision costs seconds
-    (its models and datasets)."""
+    (its models and datasets). ``guard``: a context for the one CUDA call (torch.cuda.is_available)."""
     try:
         import torch
     except ImportError as exc:
         return f"torch is not installed ({exc.name})"
-    if not torch.cuda.is_available():
+    with guard() if guard is not None else contextlib.nullcontext():
+        available = torch.cuda.is_available()
+    if not available:
         return "torch sees no CUDA device"
     library = NvjpegDecoder.LIBRARY
     if library not in ("auto", "nvimgcodec", "torchvision"):
@@ -150,11 +153,12 @@ def _import_nvimgcodec():
         return importlib.import_module("nvidia.nvimgcodec")
 
 
-@contextmanager
+@contextlib.contextmanager
 def _native_stderr_to_log(what: str):
     """Send what native code writes to file descriptor 2 inside the block to the log (debug) instead of the
     terminal: nvImageCodec's extensions print "Failed to load nvjpeg2k library! ..." for every optional codec
-    library not installed (JPEG 2000, TIFF), which a JPEG job does not need."""
+    library not installed (JPEG 2000, TIFF), which a JPEG job does not need. The descriptor is the process's: use
+    it only where no other thread may be writing (the decoders are made after the job's start-up threads)."""
     import tempfile
 
     sys.stderr.flush()
@@ -180,13 +184,16 @@ def nvjpeg_library() -> str:
 
 
 def nvimgcodec_missing() -> str:
-    """'' when nvImageCodec (NVIDIA's codec library, PyPI nvidia-nvimgcodec-cu12/-cu13) and its nvJPEG decoder
-    load here, else why not."""
+    """'' when nvImageCodec (NVIDIA's codec library, PyPI nvidia-nvimgcodec-cu12/-cu13) is installed here, else
+    why not. Found, not imported: its import prints to the process's stderr (see _import_nvimgcodec), and this
+    check may run in a thread beside others; the decoder imports it when it is made."""
+    import importlib.util
+
     try:
-        _import_nvimgcodec()
-    except ImportError as exc:
-        return f"nvImageCodec is not installed ({exc.name})"
-    return ""
+        found = importlib.util.find_spec("nvidia.nvimgcodec") is not None
+    except (ImportError, ValueError):
+        found = False
+    return "" if found else "nvImageCodec is not installed (nvidia.nvimgcodec)"
 
 
 def pool_size() -> int:

@@ -46,7 +46,8 @@ class ShardAssembler:
     def add(self, shard: int, rows: np.ndarray, row_ids: list[str], outputs: dict[str, np.ndarray],
             bad: list[BadInput] | None = None) -> None:
         """Rows ``rows`` (indices within the shard) of shard ``shard``, with their ids and outputs; the rows named
-        in ``bad`` have no outputs worth keeping (``outputs`` may then lack them, or be empty)."""
+        in ``bad`` have no outputs worth keeping (their rows of ``outputs`` are dropped; ``outputs`` may be empty,
+        else each output has one row per row of ``rows``)."""
         spec = self.dataset.shards[shard]
         pending = self.pending.get(shard)
         if pending is None:

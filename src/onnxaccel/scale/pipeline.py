@@ -61,7 +61,8 @@ GPU_WAIT_MODE = "block"
 #: long while another computes (serve's default too, engines/pool_io.py join_rows).
 GIL_SWITCH_S = 0.0005
 #: Page-locked bytes the read slots of a GPU job may take (fewer slots past it; at least depth + instances: the
-#: reader may hold depth - 1 units started and the runs instances - 1 while both wait for the next).
+#: reader may hold depth - 2 units started and wait for another while the runs hold instances - 1 and wait for it;
+#: depth + instances - 3 slots or fewer hang).
 PINNED_SLOTS_BYTES = 1 << 30
 #: The ``nvjpeg`` and ``hybrid`` decoders' nvJPEG in the job's own process and CUDA context (decoded batches handed
 #: to the model on the device), where the runs take direct copies; else in a process of its own (DecodePool
@@ -162,11 +163,10 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
     except BaseException:
         if startup is not None:
             startup.__exit__(None, None, None)
-        if plan is None:  # the planning thread may still start decoders: wait for it, then close them
-            try:
-                plan = planning.result()[0]
-            except BaseException:
-                pass
+        if plan is None and planning.done():
+            plan = None if planning.exception() else planning.result()[0]
+        elif plan is None:  # the planning thread may still start decoders: close them once it has
+            planning.add_done_callback(_close_planned)
         if plan is not None and plan.pool is not None:
             plan.pool.close()
         if worker is not None:
@@ -190,6 +190,14 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
         worker.close()
     times.units = len(units)
     return list(worker.warnings), times
+
+
+def _close_planned(planning) -> None:
+    """Close the decoders a planning future started (after the job failed without waiting for it)."""
+    if not planning.cancelled() and planning.exception() is None:
+        plan = planning.result()[0]
+        if plan is not None and plan.pool is not None:
+            plan.pool.close()
 
 
 def _timed(fn, *args, **kwargs):
@@ -255,7 +263,7 @@ def _decode_plan(spec: WorkerSpec, decoder: str, times: StageTimes, depth: int =
         times.decode_workers = READ_THREADS
         return None
     target = parse_target(spec.target)
-    name, why = choose_decoder(target.device, decoder)
+    name, why = choose_decoder(target.device, decoder, guard=CAPTURE_GATE.shared)
     times.decoder, times.decoder_reason = name, why
     height, width = int(shape[1]), int(shape[2])
     pre = spec.dataset.preprocess
@@ -382,7 +390,8 @@ class _PinnedSlots:
             slot_bytes += -(-int(np.prod(shape)) * dtype.itemsize // 64) * 64
         slot_bytes = max(_PAGE, -(-slot_bytes // _PAGE) * _PAGE)
         # Up to 2 x depth + instances are in use at once (started, ready, running); never fewer than depth +
-        # instances, or the reader waits for a slot that the runs, waiting for the reader, never give back.
+        # instances (at depth + instances - 3 or fewer the reader waits for a slot that the runs, waiting for the
+        # reader, never give back).
         count = max(depth + worker.instances, min(2 * depth + worker.instances, PINNED_SLOTS_BYTES // slot_bytes))
         slots = cls(worker, count, layout, slot_bytes)
         if slots.reason:
@@ -592,7 +601,14 @@ class _DeviceDecodeSource:
         module, _, cls = GPU_DECODER_CLASS.partition(":")
         make = getattr(importlib.import_module(module), cls)
         self.worker = worker
-        self.decoders = [make(height, width, pre, device) for _ in range(max(1, threads))]  # fails here, not later
+        try:
+            self.decoders = [make(height, width, pre, device) for _ in range(max(1, threads))]  # here, not later
+        except Exception as exc:
+            from onnxaccel.errors import ProviderUnavailableError
+
+            raise ProviderUnavailableError(
+                f"The GPU JPEG decoder (nvJPEG) could not start on device {device}: {type(exc).__name__}: {exc}.",
+                "Check the GPU with `onnxaccel doctor`, or pass --decoder cpu-pool.") from exc
         self._free: queue.Queue = queue.Queue()
         for decoder in self.decoders:
             self._free.put(decoder)
