@@ -144,25 +144,20 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
     began = time.perf_counter()
     target = parse_target(spec.target)
     worker = plan = None
-    startup = _gil_switch(GIL_SWITCH_S if target.is_gpu else None)
-    startup.__enter__()
     planner = ThreadPoolExecutor(1, thread_name_prefix="onnxaccel-batch-plan")
     planning = planner.submit(_timed, _decode_plan, spec, decoder, times, depth)
-    planner.shutdown(wait=not PLAN_IN_THREAD)
     try:
-        if target.is_gpu:  # before this process first uses the device (the sessions below); torch's import does not
-            why = set_gpu_wait(target, GPU_WAIT_MODE)
-            times.notes.append(f"GPU wait: {GPU_WAIT_MODE}" if not why else f"GPU wait left as is: {why}")
-        worker, sessions_s = _timed(BatchWorker, spec, instances=GPU_INSTANCES)
-        times.run_instances = worker.instances
-        times.notes.extend(worker.notes)
-        plan, plan_s = planning.result()
-        startup.__exit__(None, None, None)
-        startup = None
+        with _gil_switch(GIL_SWITCH_S if target.is_gpu else None):
+            planner.shutdown(wait=not PLAN_IN_THREAD)
+            if target.is_gpu:  # before this process first uses the device (the sessions); torch's import does not
+                why = set_gpu_wait(target, GPU_WAIT_MODE)
+                times.notes.append(f"GPU wait: {GPU_WAIT_MODE}" if not why else f"GPU wait left as is: {why}")
+            worker, sessions_s = _timed(BatchWorker, spec, instances=GPU_INSTANCES)
+            times.run_instances = worker.instances
+            times.notes.extend(worker.notes)
+            plan, plan_s = planning.result()
         source, source_s = _timed(_source, worker, spec, plan, depth, times)
     except BaseException:
-        if startup is not None:
-            startup.__exit__(None, None, None)
         if plan is None and planning.done():
             plan = None if planning.exception() else planning.result()[0]
         elif plan is None:  # the planning thread may still start decoders: close them once it has
@@ -173,7 +168,8 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
             worker.close()
         raise
     times.notes.append(f"start-up {time.perf_counter() - began:.1f} s: sessions {sessions_s:.1f} s and decoder "
-                       f"choice {plan_s:.1f} s at once, then {source_s:.1f} s for the readers or decoders")
+                       f"choice {plan_s:.1f} s {'at once' if PLAN_IN_THREAD else 'one after the other'}, then "
+                       f"{source_s:.1f} s for the readers or decoders")
     try:
         start = time.perf_counter()
         try:
