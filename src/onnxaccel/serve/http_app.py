@@ -25,7 +25,7 @@ from onnxaccel.serve.core import InferenceService
 from onnxaccel.serve.protocol import (
     HEADER_LENGTH, ProtocolError, decode_http_request, encode_http_response, parse_json,
 )
-from onnxaccel.serve.security import HttpGuard
+from onnxaccel.serve.security import HttpGuard, InflightBudget
 
 _ERROR = {"content": {"application/json": {"schema": {"type": "object", "properties": {"error": {"type": "string"}},
                                                       "required": ["error"]}}}}
@@ -53,8 +53,9 @@ INFER_OPENAPI = {"requestBody": {"required": True, "content": {
 _JSON_OK = {"content": {"application/json": {"schema": {"type": "object"}}}}
 
 
-def create_app(service: InferenceService):
-    """The FastAPI application serving the Open Inference Protocol over HTTP for ``service``."""
+def create_app(service: InferenceService, budget: InflightBudget | None = None, *, guard: bool = True):
+    """The FastAPI application serving the Open Inference Protocol over HTTP for ``service``; with ``guard``,
+    InferRoute and HttpGuard (sharing ``budget``) as its middleware (server_app puts them in front instead)."""
     try:
         from fastapi import FastAPI, Request
         from fastapi.responses import JSONResponse, Response
@@ -65,9 +66,10 @@ def create_app(service: InferenceService):
                   description="Open Inference Protocol (KServe v2) with Triton's binary tensor, model repository, "
                               "statistics and model configuration extensions.")
     limit = service.config.max_request_bytes
-    app.add_middleware(InferRoute, service=service)
-    # Added last, so outermost: auth, body limits, in-flight budget and body timeout come before any route.
-    app.add_middleware(HttpGuard, config=service.config)
+    if guard:
+        app.add_middleware(InferRoute, service=service)
+        # Added last, so outermost: auth, body limits, in-flight budget and body timeout come before any route.
+        app.add_middleware(HttpGuard, config=service.config, budget=budget)
 
     @app.exception_handler(ProtocolError)
     async def protocol_error(_request, exc: ProtocolError):
@@ -172,6 +174,15 @@ def create_app(service: InferenceService):
     return app
 
 
+def server_app(service: InferenceService, budget: InflightBudget):
+    """The ASGI application `serve` runs: HttpGuard, then InferRoute, in front of the FastAPI app (which answers
+    every other route). In front, not as Starlette middleware: each layer of Starlette's middleware stack
+    (ServerErrorMiddleware, ExceptionMiddleware, the user middleware wrappers) costs the event loop time on every
+    inference request (~20-30 µs in all, benchmarks/results/issue22_cpu). An exception escaping InferRoute is
+    then answered 500 by uvicorn instead of Starlette: the same status, logged the same way."""
+    return HttpGuard(InferRoute(create_app(service, guard=False), service), service.config, budget)
+
+
 async def _read_body(request, limit: int) -> bytes:
     """The body, refused with 413 past ``limit`` bytes (before reading when Content-Length says so),
     inflated when the client compressed it (Content-Encoding gzip/deflate, which tritonclient can send)."""
@@ -233,7 +244,8 @@ class InferRoute:
     The same protocol functions as the FastAPI route (decode_http_request, InferenceService.infer,
     encode_http_response), the same errors (``{"error": ...}`` with the ProtocolError's status and
     Retry-After) and the same metrics; without the framework's per-request routing, dependency solving and
-    Request/Response objects. The body is used as received (one message) or appended into one buffer.
+    Request/Response objects. The body is used as received (one message, e.g. BodyIntake's preallocated body)
+    or appended into one buffer.
     """
 
     def __init__(self, app, service: InferenceService):

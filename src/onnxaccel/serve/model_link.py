@@ -6,10 +6,12 @@ process (serve/model_host.py), which batches the requests of every worker togeth
 
 Tensors do not travel through the socket: each worker owns an *arena*, anonymous shared memory
 (``memfd_create``) whose file descriptor it passes to the model process once, at connect (``SCM_RIGHTS``,
-``socket.send_fds``). A request's tensors are copied into the arena (one copy, in the worker); the message
-says where they are; the model process joins them from there into its page-locked batch buffer, as it would
+``socket.send_fds``). A request's tensors are in the arena already when its body was received there
+(security.py BodyIntake asks :meth:`ModelLink.body_memory` for a slot at header time: no copy at all), or are
+copied into a slot of it (one copy, in the worker); the message says where they are; the model process joins them from there into its page-locked batch buffer, as it would
 from a request body. A slot is reused only after the model process answered the request (its batch has
-run), so a timed-out request cannot have its bytes overwritten under a running join. Small tensors, strings,
+run), so a timed-out request cannot have its bytes overwritten under a running join; a body's slot, once
+its request is over too. Small tensors, strings,
 and anything that does not fit in the arena at that moment travel inside the message instead (pickled).
 
 Messages are length-prefixed pickles (both ends are this package, in processes of one supervisor, over a
@@ -26,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import itertools
 import logging
 import mmap
@@ -93,6 +96,10 @@ class Arena:
             raise
         self._slots: collections.OrderedDict[int, list] = collections.OrderedDict()  # offset -> [end, returned]
         self._head = 0
+        probe = np.frombuffer(self.memory, dtype=np.uint8, count=1)
+        #: The mapping's address in this process (to tell whether an array's data lies in the arena).
+        self.address = probe.ctypes.data
+        del probe
 
     def alloc(self, nbytes: int) -> int | None:
         """Take a slot of at least ``nbytes`` (aligned) and return its offset, or None when there is no room."""
@@ -121,11 +128,6 @@ class Arena:
         while self._slots and next(iter(self._slots.values()))[1]:
             self._slots.popitem(last=False)
 
-    def reset(self) -> None:
-        """Everything returned (the model process that read the slots is gone)."""
-        self._slots.clear()
-        self._head = 0
-
     @property
     def used(self) -> int:
         """Slots currently taken."""
@@ -137,6 +139,54 @@ class Arena:
             self.memory.close()
         with contextlib.suppress(OSError):
             os.close(self.fd)
+
+
+#: The arena body of the request the current task handles (set around the request by BodyIntake's wrapper).
+_CURRENT_BODY: contextvars.ContextVar[ArenaBody | None] = contextvars.ContextVar("onnxaccel_arena_body",
+                                                                                 default=None)
+
+
+class ArenaBody:
+    """A request body received straight into an arena slot (the ``allocate`` answer of security.BodyIntake).
+    Tensors decoded from it are views of the slot: :meth:`ModelLink._place` sends them by offset. The slot is
+    freed when its last user is done: the request itself (``close``) and every message that points into it
+    (answered, or lost with the model process)."""
+
+    __slots__ = ("arena", "slot", "start", "end", "view", "users")
+
+    def __init__(self, arena: Arena, slot: int, start: int, size: int):
+        self.arena, self.slot, self.start, self.end = arena, slot, start, start + size
+        self.view = memoryview(arena.memory)[start:start + size]
+        self.users = 1
+
+    def handed(self) -> memoryview:
+        """The body, for the app (its tensors are views of the arena)."""
+        return self.view
+
+    @contextlib.contextmanager
+    def bind(self):
+        """Mark this body as the current task's while its request is handled."""
+        token = _CURRENT_BODY.set(self)
+        try:
+            yield
+        finally:
+            _CURRENT_BODY.reset(token)
+
+    def close(self) -> None:
+        """The request is over."""
+        self.unref()
+
+    def unref(self) -> None:
+        self.users -= 1
+        if self.users == 0:
+            self.arena.free(self.slot)
+
+    def offset_of(self, value: np.ndarray) -> int | None:
+        """The arena offset of ``value``'s data when it lies in this body (C-contiguous), else None."""
+        if not value.flags.c_contiguous:
+            return None
+        offset = value.__array_interface__["data"][0] - self.arena.address
+        return offset if self.start <= offset and offset + value.nbytes <= self.end else None
 
 
 def _arena() -> Arena | None:
@@ -239,7 +289,8 @@ class ModelLink:
         if waiting is None:
             return
         future, slots, model = waiting
-        self._release(slots, model)
+        self._free(slots)
+        self.inflight[model] -= 1
         if future.done():  # the request timed out or its client left; its slots are free now
             return
         if kind == "ok":
@@ -247,23 +298,25 @@ class ModelLink:
         else:
             future.set_exception(ProtocolError(message[2], message[3], retry_after=message[4]))
 
-    def _release(self, slots: list[int], model: str) -> None:
-        for offset in slots:
-            self.arena.free(offset)
-        self.inflight[model] -= 1
+    def _free(self, slots: list) -> None:
+        for slot in slots:
+            if isinstance(slot, ArenaBody):
+                slot.unref()
+            else:
+                self.arena.free(slot)
 
     def _lost(self, reason: str) -> None:
         if self._writer is not None:
             self._writer.close()
         self._writer = None
         pending, self._pending = self._pending, {}
-        for future, _slots, model in pending.values():
+        for future, slots, model in pending.values():
+            # The model process is gone: its messages' slots are free (bodies still receiving keep theirs).
+            self._free(slots)
             self.inflight[model] -= 1
             if not future.done():
                 future.set_exception(ProtocolError(503, f"The request was lost: {reason}. Retry it.",
                                                    retry_after=1))
-        if self.arena is not None:
-            self.arena.reset()
         self.on_lost(reason)
 
     async def request(self, kind: str, model: str, *args, tensors: dict[str, np.ndarray] | None = None) -> tuple:
@@ -279,10 +332,28 @@ class ModelLink:
         self._writer.writelines(pack(message))
         return await future
 
-    def _place(self, tensors: dict[str, np.ndarray]) -> tuple[dict, list[int]]:
-        """Each tensor into an arena slot (described by offset, dtype, shape) or inline."""
+    def body_memory(self, size: int, header_length: int) -> ArenaBody | None:
+        """An arena slot for a request body of ``size`` bytes whose binary tensors start at ``header_length``
+        (placed so they start aligned), or None when the arena has no room (the body goes to the heap)."""
+        if self.arena is None or self._writer is None:
+            return None
+        pad = -header_length % ALIGN
+        slot = self.arena.alloc(size + pad)
+        return None if slot is None else ArenaBody(self.arena, slot, slot + pad, size)
+
+    def _place(self, tensors: dict[str, np.ndarray]) -> tuple[dict, list]:
+        """Each tensor by its offset where it is in the arena already (its request's body), else into an arena
+        slot (described by offset, dtype, shape) or inline."""
         described, slots = {}, []
+        body = _CURRENT_BODY.get()
         for name, value in tensors.items():
+            if body is not None and body.arena is self.arena and value.dtype != object:
+                offset = body.offset_of(value)
+                if offset is not None:
+                    body.users += 1
+                    slots.append(body)
+                    described[name] = ("arena", offset, value.dtype.str, value.shape)
+                    continue
             offset = None
             if self.arena is not None and value.dtype != object and value.nbytes >= INLINE_BYTES:
                 offset = self.arena.alloc(value.nbytes)

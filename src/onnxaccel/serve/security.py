@@ -19,10 +19,12 @@ h11_impl.py: the keep-alive timer is armed only after a response, the body is bu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import os
 import re
 import ssl
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,18 +140,60 @@ def grpc_auth_interceptor(token: str):
 
 # --- header timeout (protocol level) --------------------------------------------------------------------
 
-def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int) -> type:
+def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake: BodyIntake | None = None) -> type:
     """``base`` (uvicorn's HTTP protocol class) closing a connection whose request line and headers are not all
     in within ``timeout_s``: from the connection (a client that sends nothing) and from the first byte of each
     later request on it; and whose line and headers pass ``max_bytes`` (431). The idle time between requests
     stays uvicorn's keep-alive timeout.
 
     Works on both uvicorn protocols (httptools and h11): both keep the current request in ``self.cycle``, replaced
-    when a request's headers are complete, and mark it ``response_complete`` when answered."""
+    when a request's headers are complete, and mark it ``response_complete`` when answered.
+
+    With ``intake`` and the httptools protocol, inference bodies that declare their length are received into
+    memory taken once at header time (BodyIntake), instead of uvicorn's growing buffer and its copy per
+    receive()."""
+
+    httptools = intake is not None and hasattr(base, "on_body") and hasattr(base, "_start_asgi_task")
 
     class HeaderTimeoutProtocol(base):
         _header_timer = None
         _header_bytes = 0
+        _body_next = None  # the body planned for the request whose headers are being completed
+        _body = None  # the current request's preallocated body
+
+        if httptools:
+            def on_headers_complete(self) -> None:
+                cycle = self.cycle
+                body = None
+                if cycle is None or cycle.response_complete:  # not a pipelined request
+                    body = intake.plan(self.parser.get_method(), self.url, self.headers)
+                self._body_next, self._body = body, None
+                try:
+                    super().on_headers_complete()
+                finally:
+                    if self._body_next is not None:  # not started (an upgrade): give the memory back
+                        self._body_next.release()
+                        self._body_next = None
+
+            def _start_asgi_task(self, cycle, app) -> None:
+                body, self._body_next = self._body_next, None
+                if body is not None:
+                    self._body = body
+                    app = body.attach(cycle, app)
+                super()._start_asgi_task(cycle, app)
+
+            def on_body(self, data: bytes) -> None:
+                body = self._body
+                if body is None or body.cycle is not self.cycle:
+                    return super().on_body(data)
+                if not self.cycle.response_complete:
+                    body.write(data)
+
+            def on_message_complete(self) -> None:
+                body = self._body
+                if body is not None and body.cycle is self.cycle:
+                    body.complete = True
+                super().on_message_complete()
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
@@ -204,11 +248,163 @@ def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int) -> typ
     return HeaderTimeoutProtocol
 
 
-def http_protocol_class(timeout_s: float, max_bytes: int) -> type:
-    """uvicorn's automatic HTTP protocol choice (httptools when installed, else h11) with the header limits."""
+def http_protocol_class(timeout_s: float, max_bytes: int, intake: BodyIntake | None = None) -> type:
+    """uvicorn's automatic HTTP protocol choice (httptools when installed, else h11) with the header limits
+    (and, with ``intake``, preallocated inference bodies on httptools)."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    return header_timeout_protocol(AutoHTTPProtocol, timeout_s, max_bytes)
+    return header_timeout_protocol(AutoHTTPProtocol, timeout_s, max_bytes, intake)
+
+
+# --- preallocated request bodies (protocol level) ---------------------------------------------------------
+
+#: The scope extension marking a request whose body BodyIntake preallocated (and holds in the budget).
+PREALLOCATED = "onnxaccel.preallocated_body"
+#: Seconds between two progress messages of a preallocated body while it arrives: HttpGuard's --body-timeout
+#: counts from the last message the app received, so a slow but steady body must show progress.
+BODY_PROGRESS_S = 0.5
+
+
+class HeapBody:
+    """Body memory from the heap: one bytearray of the declared size. (The interface ``allocate`` answers with:
+    ``view`` to write into, ``handed()`` for the app, ``bind()`` around the app's call, ``close()`` once.)"""
+
+    __slots__ = ("view",)
+
+    def __init__(self, size: int):
+        self.view = bytearray(size)
+
+    def handed(self):
+        """What the app receives as the body."""
+        return self.view
+
+    def bind(self):
+        """A context around the request's handling (the arena's marks its body as the current one)."""
+        return contextlib.nullcontext()
+
+    def close(self) -> None:
+        """The request is over (the heap's buffer goes with its last reference)."""
+
+
+class BodyIntake:
+    """Receives inference request bodies into memory taken once, when their headers are complete.
+
+    uvicorn's httptools protocol appends each piece of a body to a bytearray (which grows, and is copied again
+    at each receive()): three copies and fresh pages for every 600 kB image tensor, ~40 % of a worker's CPU per
+    request (benchmarks/results/issue22_cpu/serve_http_worker_profile_2026-12-04.md). Here a POST to an
+    inference route whose Content-Length is declared, over the small-body size, within its route's limit and
+    the in-flight budget (and with the token, when one is set) gets its whole size at header time: from
+    ``allocate`` (a decoding worker's shared-memory arena, so the model process reads the tensors where they
+    landed) or else the heap. The app receives one message with the whole body; while it arrives slowly, empty
+    progress messages every BODY_PROGRESS_S keep --body-timeout meaning "nothing arrived for N s". Every
+    other request (chunked, pipelined, over a limit, refused) goes through uvicorn and HttpGuard unchanged.
+
+    The bytes are held in ``budget`` (shared with HttpGuard, which then does not count them again) until the
+    request's ASGI task ends; the memory is freed then too, or later by its last user (the arena counts).
+    """
+
+    def __init__(self, config, budget: InflightBudget, allocate=None):
+        self.config = config
+        self.budget = budget
+        #: ``allocate(size, header_length)`` -> body memory (``view``, ``handed()``, a context manager that
+        #: frees it) or None; None, or no room there: the heap.
+        self.allocate = allocate
+
+    def plan(self, method: bytes, url: bytes, headers: list) -> _Body | None:
+        """The body for a request whose headers are complete, or None to leave it to uvicorn."""
+        if method != b"POST":
+            return None
+        path = url.split(b"?", 1)[0]
+        if b"%" in path or not _INFER.match(path.decode("latin-1")):
+            return None
+        found = dict(headers)
+        declared = found.get(b"content-length")
+        if declared is None or not declared.isdigit() or b"transfer-encoding" in found:
+            return None
+        size = int(declared)
+        limit, _ = route_limit(self.config, "POST", path.decode("latin-1"), found)
+        if size <= self.config.max_control_bytes or size > limit:
+            return None
+        token = self.config.auth_token
+        if token and not token_matches(found.get(b"authorization"), token):
+            return None
+        if not self.budget.take(size):
+            return None
+        try:
+            memory = None
+            if self.allocate is not None:
+                header = found.get(b"inference-header-content-length", b"")
+                memory = self.allocate(size, int(header) if header.isdigit() else 0)
+            if memory is None:
+                memory = HeapBody(size)
+        except BaseException:
+            self.budget.give(size)
+            raise
+        return _Body(memory, size, self.budget)
+
+
+class _Body:
+    """One preallocated body: filled by the protocol, handed to the app once, released when its task ends."""
+
+    __slots__ = ("memory", "view", "size", "pos", "complete", "handed", "cycle", "budget", "last_signal")
+
+    def __init__(self, memory, size: int, budget: InflightBudget):
+        self.memory, self.size, self.budget = memory, size, budget
+        self.view = memoryview(memory.view)
+        self.pos, self.complete, self.handed, self.cycle = 0, False, False, None
+        self.last_signal = 0.0
+
+    def attach(self, cycle, app):
+        """Take over ``cycle``'s receive and wrap ``app`` so the memory is released when the request ends."""
+        self.cycle = cycle
+        cycle.scope.setdefault("extensions", {})[PREALLOCATED] = self.size
+        cycle.receive = self.receive  # read by run_asgi when the task starts
+        self.last_signal = time.monotonic()
+
+        async def releasing(scope, receive, send):
+            try:
+                with self.memory.bind():
+                    await app(scope, receive, send)
+            finally:
+                self.release()
+
+        return releasing
+
+    def write(self, data: bytes) -> None:
+        end = min(self.pos + len(data), self.size)
+        self.view[self.pos:end] = data[:end - self.pos]
+        self.pos = end
+        now = time.monotonic()
+        if now - self.last_signal >= BODY_PROGRESS_S:
+            self.last_signal = now
+            self.cycle.message_event.set()
+
+    async def receive(self):
+        cycle = self.cycle
+        if self.handed:  # after the body: uvicorn's receive (waits for a disconnect)
+            return await type(cycle).receive(cycle)
+        if cycle.waiting_for_100_continue and not cycle.transport.is_closing():
+            cycle.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            cycle.waiting_for_100_continue = False
+        if not self.complete and not cycle.disconnected and not cycle.response_complete:
+            await cycle.message_event.wait()
+        cycle.message_event.clear()
+        if cycle.disconnected or cycle.response_complete:
+            return {"type": "http.disconnect"}
+        if not self.complete:
+            return {"type": "http.request", "body": b"", "more_body": True}
+        self.handed = True
+        self.view.release()
+        return {"type": "http.request", "body": self.memory.handed(), "more_body": False}
+
+    def release(self) -> None:
+        """The request is over (or never started): its bytes back to the budget, its memory closed (once)."""
+        if self.budget is None:
+            return
+        self.budget.give(self.size)
+        self.budget = None
+        self.view.release()
+        self.memory.close()
 
 
 # --- the ASGI guard --------------------------------------------------------------------------------------
@@ -232,6 +428,16 @@ class InflightBudget:
         self.used = max(0, self.used - size)
 
 
+def route_limit(config, method: str, path: str, headers: dict) -> tuple[int, str]:
+    """The body limit of a request's route and the option that sets it (``headers``: lower-case bytes keys)."""
+    if method == "POST" and _INFER.match(path):
+        json_only = b"inference-header-content-length" not in headers and b"content-encoding" not in headers
+        if json_only and config.max_json_bytes < config.max_request_bytes:
+            return config.max_json_bytes, "--max-json-mb: send large tensors as binary data"
+        return config.max_request_bytes, "--max-request-mb"
+    return config.max_control_bytes, "the control-route limit (64 KiB)"
+
+
 class _BodyState:
     __slots__ = ("done", "held", "limit")
 
@@ -244,20 +450,16 @@ class HttpGuard:
     timeout, and ``connection: close`` on any answer given before the request's body was read to its end (so
     its unread rest is never parsed as a next request, and a refused client cannot go on sending)."""
 
-    def __init__(self, app, config):
+    def __init__(self, app, config, budget: InflightBudget | None = None):
         self.app = app
         self.config = config
         self.token = config.auth_token
-        self.budget = InflightBudget(config.max_inflight_bytes)
+        #: Shared with the server's BodyIntake, which takes a preallocated body's bytes before the guard runs.
+        self.budget = budget if budget is not None else InflightBudget(config.max_inflight_bytes)
 
     def route_limit(self, scope, headers: dict) -> tuple[int, str]:
         """The body limit of this request's route and the option that sets it."""
-        if scope["method"] == "POST" and _INFER.match(scope["path"]):
-            json_only = b"inference-header-content-length" not in headers and b"content-encoding" not in headers
-            if json_only and self.config.max_json_bytes < self.config.max_request_bytes:
-                return self.config.max_json_bytes, "--max-json-mb: send large tensors as binary data"
-            return self.config.max_request_bytes, "--max-request-mb"
-        return self.config.max_control_bytes, "the control-route limit (64 KiB)"
+        return route_limit(self.config, scope["method"], scope["path"], headers)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -275,8 +477,10 @@ class HttpGuard:
             return await _refuse(send, 413, f"The request body is {size} bytes; this server accepts at most "
                                  f"{limit} here ({option}).", close=True)
         # Small bodies pass outside the budget (at most --max-connections x 64 KiB in all), so clients holding it
-        # with large stalled bodies cannot stop the small requests, health probes and control calls.
-        held = size if size > self.config.max_control_bytes else 0
+        # with large stalled bodies cannot stop the small requests, health probes and control calls. A body the
+        # protocol preallocated (BodyIntake) holds its bytes already, until its request ends.
+        held = size if size > self.config.max_control_bytes and PREALLOCATED not in scope.get("extensions", ()) \
+            else 0
         if not self.budget.take(held):
             return await _refuse(send, 503, "The server holds as many request bytes as it may (--max-inflight-mb); "
                                  "retry shortly.", [(b"retry-after", b"1")], close=True)

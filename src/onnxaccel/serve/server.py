@@ -24,11 +24,11 @@ from onnxaccel.errors import MissingDependencyError, UsageError
 from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.core import InferenceService
 from onnxaccel.serve.grpc_service import create_grpc_server
-from onnxaccel.serve.http_app import create_app
+from onnxaccel.serve.http_app import server_app
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.model_link import RemoteRepository
 from onnxaccel.serve.repository import READY, ModelRepository
-from onnxaccel.serve.security import http_protocol_class, uvicorn_tls
+from onnxaccel.serve.security import BodyIntake, InflightBudget, http_protocol_class, uvicorn_tls
 from onnxaccel.serve.telemetry_bridge import gpu_source
 from onnxaccel.target import parse_target
 
@@ -157,11 +157,19 @@ class InferenceServer:
             await service.load_all()
 
         _raise_body_high_water(self.config.max_request_bytes)
-        http = uvicorn.Config(create_app(service), host=self.config.host, port=self.config.http_port,
+        # One in-flight budget for the protocol's preallocated bodies and the guard's (security.py BodyIntake);
+        # a decoding worker receives bodies straight into its arena, where the model process reads them.
+        budget = InflightBudget(self.config.max_inflight_bytes)
+        allocate = repository.link.body_memory if isinstance(repository, RemoteRepository) else None
+        intake = BodyIntake(self.config, budget, allocate)
+        # proxy_headers off: the server reads no client address or scheme (access log off, no redirects), and
+        # uvicorn's ProxyHeadersMiddleware would otherwise run on every request.
+        http = uvicorn.Config(server_app(service, budget), host=self.config.host, port=self.config.http_port,
                               log_level=self.config.log_level, access_log=False, lifespan="off",
                               limit_concurrency=self.config.max_connections, timeout_graceful_shutdown=5,
-                              timeout_keep_alive=self.config.keep_alive_s,
-                              http=http_protocol_class(self.config.header_timeout_s, self.config.max_header_bytes),
+                              timeout_keep_alive=self.config.keep_alive_s, proxy_headers=False,
+                              http=http_protocol_class(self.config.header_timeout_s, self.config.max_header_bytes,
+                                                       intake),
                               h11_max_incomplete_event_size=self.config.max_header_bytes,
                               **uvicorn_tls(self.config))
         http_server = _QuietSignalsServer(http)

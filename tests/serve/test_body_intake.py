@@ -1,0 +1,244 @@
+"""Preallocated inference bodies (security.py BodyIntake, model_link.py ArenaBody; issue 22's serve speed).
+
+What must hold, over real sockets:
+- in process, a real uvicorn server with onnxaccel's protocol: a 602 kB binary request reaches the app as ONE
+  message holding the whole body (not uvicorn's chunks, each copied again), in a decoding worker's arena when
+  it has one, so its tensor is sent to the model process by offset, without a copy; its bytes are held in the
+  in-flight budget while the request runs and given back after, with the arena slot;
+- on a real `onnxaccel serve`: a large body sent slowly but steadily (each gap under --body-timeout, the whole
+  body over it) is answered, a client expecting ``100-continue`` gets it, bodies cut off mid-way and refused
+  requests give their bytes back (a budget one request wide still admits the next), and the answers are
+  right, with one process and with --shared-models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from onnxaccel.serve.config import ServerConfig
+from onnxaccel.serve.model_link import Arena, ModelLink
+from onnxaccel.serve.protocol import decode_http_request
+from onnxaccel.serve.security import BodyIntake, HttpGuard, InflightBudget, http_protocol_class
+from tests.serve.conftest import ServerProcess
+from tests.serve.test_limits import closed_by_server
+from tests.serve.test_shared_models import make_mean
+
+uvicorn = pytest.importorskip("uvicorn")
+tritonhttp = pytest.importorskip("tritonclient.http")
+
+MB = 1024 * 1024
+
+
+def binary_body(image: np.ndarray, name: str = "image") -> tuple[bytes, int]:
+    """A Triton binary-tensor request body (JSON header, then the raw tensor) and its header length."""
+    head = json.dumps({"inputs": [{"name": name, "shape": list(image.shape), "datatype": "FP32",
+                                   "parameters": {"binary_data_size": image.nbytes}}]}).encode()
+    return head + image.tobytes(), len(head)
+
+
+class InProcess:
+    """A real uvicorn server on loopback in a thread, with onnxaccel's HTTP protocol and ``app``."""
+
+    def __init__(self, app, intake: BodyIntake):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
+                                http=http_protocol_class(5.0, 65536, intake))
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+@pytest.mark.parametrize("arena", [True, False], ids=["arena", "heap"])
+def test_a_binary_body_arrives_whole_in_preallocated_memory_and_goes_back(arena):
+    config = ServerConfig()
+    budget = InflightBudget(config.max_inflight_bytes)
+    link = ModelLink("/nonexistent", on_models=lambda d: None, on_lost=lambda r: None)
+    if arena:
+        assert link.arena is not None, "memfd_create and send_fds are Linux features this test needs"
+        link._writer = object()  # connected, as far as body_memory is concerned (no message is sent)
+    seen = []
+
+    async def app(scope, receive, send):
+        messages = []
+        while True:
+            message = await receive()
+            body = message.get("body", b"")
+            messages.append((type(body).__name__, len(body), message.get("more_body", False)))
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        header = dict(scope["headers"]).get(b"inference-header-content-length")
+        described, slots, same = {}, [], False
+        if header is not None:
+            request = decode_http_request("mean", "", body, header.decode())
+            if link.arena is not None:
+                described, slots = link._place(request.inputs)
+        kind = described.get("image", ("none",))[0]
+        offset = described["image"][1] if kind == "arena" else None
+        if offset is not None:
+            same = link.arena.memory[offset:offset + request.inputs["image"].nbytes] == request.inputs["image"].tobytes()
+        seen.append({"messages": messages, "kind": kind, "in_body": bool(slots) and not isinstance(slots[0], int),
+                     "offset": offset, "same": same, "held": budget.used,
+                     "extension": scope.get("extensions", {}).get("onnxaccel.preallocated_body")})
+        link._free(slots)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    image = np.random.default_rng(3).random((1, 3, 224, 224), dtype=np.float32)
+    body, head = binary_body(image)
+    intake = BodyIntake(config, budget, link.body_memory if arena else None)
+    with InProcess(HttpGuard(app, config, budget), intake) as server:
+        response = httpx.post(f"{server.url}/v2/models/mean/infer", content=body,
+                              headers={"Inference-Header-Content-Length": str(head)})
+        assert response.status_code == 200, response.text
+        small = httpx.post(f"{server.url}/v2/models/mean/infer", content=b"{}" + b" " * 100)
+        assert small.status_code == 200
+    got = seen[0]
+    # One message with the whole body, held in the budget (once: the guard did not count it again).
+    expected_type = "memoryview" if arena else "bytearray"
+    assert got["messages"] == [(expected_type, len(body), False)], got["messages"]
+    assert got["held"] == len(body) and got["extension"] == len(body)
+    if arena:
+        # The tensor was sent by its place in the body's slot (aligned), not copied to a new one.
+        assert got["kind"] == "arena" and got["in_body"] and got["same"]
+        assert got["offset"] % 64 == 0
+        assert link.arena.used == 0  # the slot came back after the request and its message
+        link.arena.close()
+    assert budget.used == 0
+    # A small body (under the 64 KiB of control routes) goes through uvicorn as before.
+    assert seen[1]["extension"] is None and seen[1]["held"] == 0
+
+
+@pytest.fixture(scope="module", params=["single", "shared"])
+def mean_server(request, tmp_path_factory):
+    """A real server for the mean model with a 1 s body timeout and an in-flight budget one request wide."""
+    root = tmp_path_factory.mktemp(f"intake-{request.param}")
+    repo = root / "repo"
+    repo.mkdir()
+    make_mean(repo / "mean.onnx")
+    layout = ["--workers", "1", "--shared-models"] if request.param == "shared" else []
+    proc = ServerProcess(repo, "--body-timeout", "1", "--max-request-mb", "1", "--max-inflight-mb", "1", *layout,
+                         log=root / "serve.log")
+    yield proc.wait_ready(120)
+    assert proc.stop() == 0, proc.log()
+
+
+def raw_request(server: ServerProcess, body: bytes, head: int, extra: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
+    sock.sendall(b"POST /v2/models/mean/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                 + f"Content-Length: {len(body)}\r\nInference-Header-Content-Length: {head}\r\n".encode()
+                 + extra + b"\r\n")
+    return sock
+
+
+def answer_of(raw: bytes) -> tuple[int, bytes]:
+    status = int(raw.split(b" ", 2)[1])
+    return status, raw.split(b"\r\n\r\n", 1)[1]
+
+
+def mean_of(payload: bytes) -> np.ndarray:
+    doc = json.loads(payload)
+    return np.array(doc["outputs"][0]["data"], dtype=np.float32)
+
+
+def test_a_large_body_sent_slowly_but_steadily_is_answered(mean_server):
+    """602 kB in four parts 0.6 s apart: each gap is under --body-timeout 1, the whole body is not (1.8 s)."""
+    image = np.random.default_rng(11).random((1, 3, 224, 224), dtype=np.float32)
+    body, head = binary_body(image)
+    sock = raw_request(mean_server, body, head)
+    step = len(body) // 4 + 1
+    for i in range(0, len(body), step):
+        if i:
+            time.sleep(0.6)
+        sock.sendall(body[i:i + step])
+    raw = closed_by_server(sock, within=10.0)
+    sock.close()
+    status, payload = answer_of(raw)
+    assert status == 200, raw[:300]
+    np.testing.assert_allclose(mean_of(payload), image.mean(axis=(2, 3)).ravel(), rtol=1e-5)
+
+
+def test_a_client_expecting_100_continue_gets_it_then_its_answer(mean_server):
+    image = np.random.default_rng(12).random((1, 3, 224, 224), dtype=np.float32)
+    body, head = binary_body(image)
+    sock = raw_request(mean_server, body, head, b"Expect: 100-continue\r\n")
+    sock.settimeout(10)
+    interim = sock.recv(1024)
+    assert interim.startswith(b"HTTP/1.1 100"), interim
+    sock.sendall(body)
+    raw = closed_by_server(sock, within=10.0)
+    sock.close()
+    status, payload = answer_of(raw)
+    assert status == 200, raw[:300]
+    np.testing.assert_allclose(mean_of(payload), image.mean(axis=(2, 3)).ravel(), rtol=1e-5)
+
+
+def test_cut_off_and_refused_bodies_give_their_bytes_back(mean_server):
+    """The budget holds one 602 kB body (--max-inflight-mb 1): after bodies cut off mid-way, stalled ones
+    closed by the body timeout and refused ones, the next requests are still admitted and answered right."""
+    image = np.random.default_rng(13).random((1, 3, 224, 224), dtype=np.float32)
+    body, head = binary_body(image)
+    for _ in range(3):  # cut off: the client leaves after half the body
+        sock = raw_request(mean_server, body, head)
+        sock.sendall(body[:len(body) // 2])
+        sock.close()
+        time.sleep(0.3)  # the server notices the close (a few turns of its loop), then gives the bytes back
+    stalled = raw_request(mean_server, body, head)
+    stalled.sendall(body[:1000])
+    assert closed_by_server(stalled, within=5.0).startswith(b"HTTP/1.1 408")
+    stalled.close()
+    bad = raw_request(mean_server, body[:-4] + b"\0\0\0\0", head + 4)  # header length past the JSON: 400
+    bad.sendall(body[:-4] + b"\0\0\0\0")
+    assert answer_of(closed_by_server(bad, within=5.0))[0] == 400
+    bad.close()
+    client = tritonhttp.InferenceServerClient(mean_server.url.removeprefix("http://"))
+    try:
+        for i in range(5):
+            value = tritonhttp.InferInput("image", [1, 3, 224, 224], "FP32")
+            value.set_data_from_numpy(image * (i + 1), binary_data=True)
+            got = client.infer("mean", [value]).as_numpy("mean")
+            np.testing.assert_allclose(got, (image * (i + 1)).mean(axis=(2, 3)), rtol=1e-5)
+    finally:
+        client.close()
+
+
+def test_a_second_body_while_the_budget_is_held_gets_503(mean_server):
+    """Two 602 kB bodies at once do not fit a 1 MB budget: the second is refused before it is read."""
+    image = np.zeros((1, 3, 224, 224), dtype=np.float32)
+    body, head = binary_body(image)
+    first = raw_request(mean_server, body, head)
+    first.sendall(body[:1000])  # holds its bytes until the body timeout
+    time.sleep(0.2)
+    second = raw_request(mean_server, body, head)
+    answer = closed_by_server(second, within=5.0)
+    assert answer.startswith(b"HTTP/1.1 503") and b"--max-inflight-mb" in answer, answer[:200]
+    second.close()
+    assert closed_by_server(first, within=5.0).startswith(b"HTTP/1.1 408")
+    first.close()
+
+
+def test_the_server_log_is_clean(mean_server):
+    text = Path(mean_server.log_path).read_text(errors="replace")
+    assert "Traceback" not in text and "Exception in ASGI" not in text, text[-2000:]
