@@ -13,7 +13,6 @@ What must hold, over real sockets:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import threading
@@ -25,7 +24,7 @@ import numpy as np
 import pytest
 
 from onnxaccel.serve.config import ServerConfig
-from onnxaccel.serve.model_link import Arena, ModelLink
+from onnxaccel.serve.model_link import ModelLink
 from onnxaccel.serve.protocol import decode_http_request
 from onnxaccel.serve.security import BodyIntake, HttpGuard, InflightBudget, http_protocol_class
 from tests.serve.conftest import ServerProcess

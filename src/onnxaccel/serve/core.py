@@ -130,7 +130,7 @@ class InferenceService:
         self.metrics.inflight.inc()
         name = request.model_name
         self._waiting[name] = self._waiting.get(name, 0) + 1
-        self.metrics.queue_length.labels(name).set(entry.batcher.queued + 1)
+        self.metrics.child(self.metrics.queue_length, name).set(entry.batcher.queued + 1)
         try:
             try:
                 outputs, timing = await asyncio.wait_for(entry.batcher.submit(feeds, rows, timeout), timeout)
@@ -143,7 +143,7 @@ class InferenceService:
             self.metrics.inflight.dec()
             self._waiting[name] -= 1
             queued = entry.batcher.queued if entry.batcher and self._waiting[name] else 0
-            self.metrics.queue_length.labels(name).set(min(queued, self._waiting[name]))
+            self.metrics.child(self.metrics.queue_length, name).set(min(queued, self._waiting[name]))
             if self.inflight == 0:
                 self._idle.set()
         self.metrics.observe_success(request.model_name, max(0.0, timing.queue_s), timing.compute_s, time.time())
