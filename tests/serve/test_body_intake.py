@@ -241,3 +241,36 @@ def test_a_second_body_while_the_budget_is_held_gets_503(mean_server):
 def test_the_server_log_is_clean(mean_server):
     text = Path(mean_server.log_path).read_text(errors="replace")
     assert "Traceback" not in text and "Exception in ASGI" not in text, text[-2000:]
+
+
+def test_a_lost_model_process_frees_its_messages_slots_not_a_body_still_arriving():
+    """When the model process goes, the slots of the messages it held come back; a body still being received in
+    the arena keeps its slot (a reset of the whole arena let the next request's tensors overwrite it)."""
+    link = ModelLink("/nonexistent", on_models=lambda d: None, on_lost=lambda r: None)
+    assert link.arena is not None
+    link._writer = object()
+    try:
+        body = link.body_memory(700_000, 100)  # a request whose body is still arriving
+        body.view[:5] = b"hello"
+        sent = link.arena.alloc(600_000)  # a message the model process holds
+
+        class Pending:
+            def done(self):
+                return True
+
+        link._pending[1] = (Pending(), [sent], "mean")
+        link.inflight["mean"] += 1
+        link._writer = None
+        link._lost("gone")
+        taken = []  # fill the whole arena: no slot may overlap the body's
+        while (offset := link.arena.alloc(600_000)) is not None:
+            taken.append(offset)
+        assert len(taken) > 100
+        assert all(o + 600_000 <= body.slot or o >= body.end for o in taken), "a slot overlaps the body"
+        assert bytes(body.view[:5]) == b"hello"
+        body.close()
+        for offset in taken:
+            link.arena.free(offset)
+        assert link.arena.used == 0
+    finally:
+        link.arena.close()
