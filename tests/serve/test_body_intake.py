@@ -162,6 +162,15 @@ def mean_of(payload: bytes) -> np.ndarray:
     return np.array(doc["outputs"][0]["data"], dtype=np.float32)
 
 
+def assert_mean_answer(sock: socket.socket, image: np.ndarray) -> None:
+    """The server's answer on ``sock`` is 200 with the image's channel means."""
+    raw = closed_by_server(sock, within=10.0)
+    sock.close()
+    status, payload = answer_of(raw)
+    assert status == 200, raw[:300]
+    np.testing.assert_allclose(mean_of(payload), image.mean(axis=(2, 3)).ravel(), rtol=1e-5)
+
+
 def test_a_large_body_sent_slowly_but_steadily_is_answered(mean_server):
     """602 kB in four parts 0.6 s apart: each gap is under --body-timeout 1, the whole body is not (1.8 s)."""
     image = np.random.default_rng(11).random((1, 3, 224, 224), dtype=np.float32)
@@ -172,11 +181,26 @@ def test_a_large_body_sent_slowly_but_steadily_is_answered(mean_server):
         if i:
             time.sleep(0.6)
         sock.sendall(body[i:i + step])
-    raw = closed_by_server(sock, within=10.0)
-    sock.close()
-    status, payload = answer_of(raw)
-    assert status == 200, raw[:300]
-    np.testing.assert_allclose(mean_of(payload), image.mean(axis=(2, 3)).ravel(), rtol=1e-5)
+    assert_mean_answer(sock, image)
+
+
+def test_progress_keeps_up_with_a_short_body_timeout(tmp_path):
+    """--body-timeout 0.4: progress is shown at least every 0.1 s, so parts 0.25 s apart (0.75 s in all) pass."""
+    make_mean(tmp_path / "mean.onnx")
+    server = ServerProcess(tmp_path / "mean.onnx", "--body-timeout", "0.4", "--no-grpc", log=tmp_path / "serve.log")
+    try:
+        server.wait_ready()
+        image = np.random.default_rng(14).random((1, 3, 224, 224), dtype=np.float32)
+        body, head = binary_body(image)
+        sock = raw_request(server, body, head)
+        step = len(body) // 4 + 1
+        for i in range(0, len(body), step):
+            if i:
+                time.sleep(0.25)
+            sock.sendall(body[i:i + step])
+        assert_mean_answer(sock, image)
+    finally:
+        assert server.stop() == 0, server.log()
 
 
 def test_a_client_expecting_100_continue_gets_it_then_its_answer(mean_server):
@@ -187,11 +211,7 @@ def test_a_client_expecting_100_continue_gets_it_then_its_answer(mean_server):
     interim = sock.recv(1024)
     assert interim.startswith(b"HTTP/1.1 100"), interim
     sock.sendall(body)
-    raw = closed_by_server(sock, within=10.0)
-    sock.close()
-    status, payload = answer_of(raw)
-    assert status == 200, raw[:300]
-    np.testing.assert_allclose(mean_of(payload), image.mean(axis=(2, 3)).ravel(), rtol=1e-5)
+    assert_mean_answer(sock, image)
 
 
 def test_cut_off_and_refused_bodies_give_their_bytes_back(mean_server):

@@ -177,6 +177,7 @@ class ArenaBody:
         self.unref()
 
     def unref(self) -> None:
+        """One user is done (the request, or an answered message); the last one frees the slot."""
         self.users -= 1
         if self.users == 0:
             self.arena.free(self.slot)

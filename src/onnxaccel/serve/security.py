@@ -165,7 +165,10 @@ def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake
             def on_headers_complete(self) -> None:
                 cycle = self.cycle
                 body = None
-                if cycle is None or cycle.response_complete:  # not a pipelined request
+                limit = self.limit_concurrency
+                over = limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit)
+                # Not for a pipelined request, nor one uvicorn answers 503 (--max-connections) unread.
+                if not over and (cycle is None or cycle.response_complete):
                     body = intake.plan(self.parser.get_method(), self.url, self.headers)
                 self._body_next, self._body = body, None
                 try:
@@ -260,8 +263,9 @@ def http_protocol_class(timeout_s: float, max_bytes: int, intake: BodyIntake | N
 
 #: The scope extension marking a request whose body BodyIntake preallocated (and holds in the budget).
 PREALLOCATED = "onnxaccel.preallocated_body"
-#: Seconds between two progress messages of a preallocated body while it arrives: HttpGuard's --body-timeout
-#: counts from the last message the app received, so a slow but steady body must show progress.
+#: Seconds between two progress messages of a preallocated body while it arrives (at most a quarter of
+#: --body-timeout): HttpGuard's --body-timeout counts from the last message the app received, so a slow but
+#: steady body must show progress.
 BODY_PROGRESS_S = 0.5
 
 
@@ -340,16 +344,16 @@ class BodyIntake:
         except BaseException:
             self.budget.give(size)
             raise
-        return _Body(memory, size, self.budget)
+        return _Body(memory, size, self.budget, min(BODY_PROGRESS_S, self.config.body_timeout_s / 4))
 
 
 class _Body:
     """One preallocated body: filled by the protocol, handed to the app once, released when its task ends."""
 
-    __slots__ = ("memory", "view", "size", "pos", "complete", "handed", "cycle", "budget", "last_signal")
+    __slots__ = ("memory", "view", "size", "pos", "complete", "handed", "cycle", "budget", "last_signal", "every")
 
-    def __init__(self, memory, size: int, budget: InflightBudget):
-        self.memory, self.size, self.budget = memory, size, budget
+    def __init__(self, memory, size: int, budget: InflightBudget, every: float = BODY_PROGRESS_S):
+        self.memory, self.size, self.budget, self.every = memory, size, budget, every
         self.view = memoryview(memory.view)
         self.pos, self.complete, self.handed, self.cycle = 0, False, False, None
         self.last_signal = 0.0
@@ -375,7 +379,7 @@ class _Body:
         self.view[self.pos:end] = data[:end - self.pos]
         self.pos = end
         now = time.monotonic()
-        if now - self.last_signal >= BODY_PROGRESS_S:
+        if now - self.last_signal >= self.every:
             self.last_signal = now
             self.cycle.message_event.set()
 
