@@ -9,7 +9,10 @@ workers with 3 instances 5,981 and with 2 5,218 (a later run, same machine). The
 cores (the rest go to the model process's run threads, the decoding threads of encoded images and the kernel's
 network stack), at most 8; 4 instances (2 below 8 cores) so copies and runs of different batches overlap. Graph capture is asked on
 targets whose provider captures (target.py GRAPH_OPTION); the server drops it for a model that cannot replay a
-fixed shape (serve/instance.py graph_capture_possible) and says so. Only the CUDA layout was measured; the
+fixed shape (serve/instance.py graph_capture_possible) and says so. Since bodies are received straight into the
+workers' arenas (security.py BodyIntake) a worker spends ~0.6 ms per such request, and on the H200 no layout of
+1-6 instances or queue delay of 0.5-4 ms came within 20 points of in-process at concurrency 64: the round trip
+bounds it there (docs/BENCHMARKS.md, "Issue 22, fifth session"). Only the CUDA layout was measured; the
 ROCm/MIGraphX layout follows the same rule (without graph capture) and was never executed on AMD hardware.
 """
 
