@@ -360,6 +360,20 @@ def print_header(args, reference: dict) -> None:
         f"p99 {base['p99_ms']:.2f} ms; IO binding: {reference[f'b{args.batch}_iobinding']['items_per_s']:,.1f}\n")
 
 
+def round_trip(server: dict, batches: dict, concurrency: int, bound: float) -> dict | None:
+    """Where a request's time goes at this concurrency (Little's law: requests in flight = rate x time in the
+    system): the mean latency split into the model process's queue and run and the rest (client, network, decoding
+    worker, the hops to the model process and back); and the round trip that would reach ``bound``/s."""
+    latency = (server.get("latency") or {}).get("mean_ms")
+    if not latency:
+        return None
+    queue = server.get("server_queue_ms") or 0.0
+    run = batches.get("compute_ms_per_request") or 0.0
+    return {"mean_ms": latency, "queue_ms": queue, "run_ms": run, "rest_ms": latency - queue - run,
+            "needed_for_bound_ms": concurrency / bound * 1e3 if bound else None,
+            "needed_for_85pct_ms": concurrency / (0.85 * bound) * 1e3 if bound else None}
+
+
 def print_run(args, run: dict) -> None:
     server, lat = run["server"], run["server"]["latency"] or {}
     sys.stdout.write(
@@ -371,6 +385,13 @@ def print_run(args, run: dict) -> None:
     for code, text in (server.get("error_samples") or {}).items():
         sys.stdout.write(f"    first {code} error: {text[:300]}\n")
     sys.stdout.write(f"    = {run['ratio_server_over_in_process_iobinding']:.1%} of in-process with IO binding\n")
+    trip = run.get("round_trip")
+    if trip:
+        needed = trip["needed_for_85pct_ms"]
+        sys.stdout.write(f"    round trip {trip['mean_ms']:.2f} ms = queue {trip['queue_ms']:.2f} + run {trip['run_ms']:.2f} + "
+                         f"rest (client, network, decoding, hops) {trip['rest_ms']:.2f}"
+                         + (f"; 85 % of IO binding at c={args.concurrency} needs <= {needed:.2f} ms" if needed else "")
+                         + "\n")
     if run.get("images"):
         im = run["images"]
         sys.stdout.write(f"    JPEG requests ({im['serve_args'] or im['model']}): {im['images_per_s']:,.1f} images/s, "
@@ -504,7 +525,8 @@ def main() -> None:
                      "added_latency_p50_ms_at_concurrency_1": added, "server_exit_code": exit_code,
                      "soak": soaked, "py_spy_top": profile, "server_cpu_ms_per_request": cpu,
                      "batch_phases": phases, "extra_serve_args": extra, "images": images,
-                     "ratio_server_over_in_process_iobinding": server["inferences_per_s"] / bound if bound else 0.0})
+                     "ratio_server_over_in_process_iobinding": server["inferences_per_s"] / bound if bound else 0.0,
+                     "round_trip": round_trip(server, batches, args.concurrency, bound)})
         print_run(args, runs[-1])
         write_result(args, reference, runs)
 
