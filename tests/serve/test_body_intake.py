@@ -171,17 +171,22 @@ def assert_mean_answer(sock: socket.socket, image: np.ndarray) -> None:
     np.testing.assert_allclose(mean_of(payload), image.mean(axis=(2, 3)).ravel(), rtol=1e-5)
 
 
-def test_a_large_body_sent_slowly_but_steadily_is_answered(mean_server):
-    """602 kB in four parts 0.6 s apart: each gap is under --body-timeout 1, the whole body is not (1.8 s)."""
-    image = np.random.default_rng(11).random((1, 3, 224, 224), dtype=np.float32)
+def send_slowly(server: ServerProcess, seed: int, gap_s: float) -> None:
+    """A 602 kB image request sent in four parts ``gap_s`` apart; its answer must be right."""
+    image = np.random.default_rng(seed).random((1, 3, 224, 224), dtype=np.float32)
     body, head = binary_body(image)
-    sock = raw_request(mean_server, body, head)
+    sock = raw_request(server, body, head)
     step = len(body) // 4 + 1
     for i in range(0, len(body), step):
         if i:
-            time.sleep(0.6)
+            time.sleep(gap_s)
         sock.sendall(body[i:i + step])
     assert_mean_answer(sock, image)
+
+
+def test_a_large_body_sent_slowly_but_steadily_is_answered(mean_server):
+    """602 kB in four parts 0.6 s apart: each gap is under --body-timeout 1, the whole body is not (1.8 s)."""
+    send_slowly(mean_server, seed=11, gap_s=0.6)
 
 
 def test_progress_keeps_up_with_a_short_body_timeout(tmp_path):
@@ -189,16 +194,7 @@ def test_progress_keeps_up_with_a_short_body_timeout(tmp_path):
     make_mean(tmp_path / "mean.onnx")
     server = ServerProcess(tmp_path / "mean.onnx", "--body-timeout", "0.4", "--no-grpc", log=tmp_path / "serve.log")
     try:
-        server.wait_ready()
-        image = np.random.default_rng(14).random((1, 3, 224, 224), dtype=np.float32)
-        body, head = binary_body(image)
-        sock = raw_request(server, body, head)
-        step = len(body) // 4 + 1
-        for i in range(0, len(body), step):
-            if i:
-                time.sleep(0.25)
-            sock.sendall(body[i:i + step])
-        assert_mean_answer(sock, image)
+        send_slowly(server.wait_ready(), seed=14, gap_s=0.25)
     finally:
         assert server.stop() == 0, server.log()
 
