@@ -153,6 +153,8 @@ class ArenaBody:
     (answered, or lost with the model process)."""
 
     __slots__ = ("arena", "slot", "start", "end", "view", "users")
+    #: Shared memory: a body still arriving after security.ARENA_HOLD_S moves to the heap (the ring would block).
+    shared = True
 
     def __init__(self, arena: Arena, slot: int, start: int, size: int):
         self.arena, self.slot, self.start, self.end = arena, slot, start, start + size

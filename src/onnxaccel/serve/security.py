@@ -182,7 +182,7 @@ def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake
                 body, self._body_next = self._body_next, None
                 if body is not None:
                     self._body = body
-                    app = body.attach(cycle, app)
+                    app = body.attach(cycle, app, self.loop)
                 super()._start_asgi_task(cycle, app)
 
             def on_body(self, data: bytes) -> None:
@@ -195,7 +195,7 @@ def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake
             def on_message_complete(self) -> None:
                 body = self._body
                 if body is not None and body.cycle is self.cycle:
-                    body.complete = True
+                    body.finish()
                 super().on_message_complete()
 
         def connection_made(self, transport) -> None:
@@ -267,6 +267,8 @@ PREALLOCATED = "onnxaccel.preallocated_body"
 #: --body-timeout): HttpGuard's --body-timeout counts from the last message the app received, so a slow but
 #: steady body must show progress.
 BODY_PROGRESS_S = 0.5
+#: Seconds a body may take to arrive in shared memory (an arena slot) before it moves to the heap.
+ARENA_HOLD_S = 0.5
 
 
 class HeapBody:
@@ -286,8 +288,12 @@ class HeapBody:
         """A context around the request's handling (the arena's marks its body as the current one)."""
         return contextlib.nullcontext()
 
+    #: Not shared memory: it may stay for as long as the body takes to arrive.
+    shared = False
+
     def close(self) -> None:
-        """The request is over (the heap's buffer goes with its last reference)."""
+        """The request is over: the buffer goes with the app's last reference to it."""
+        self.view = None
 
 
 class BodyIntake:
@@ -348,22 +354,29 @@ class BodyIntake:
 
 
 class _Body:
-    """One preallocated body: filled by the protocol, handed to the app once, released when its task ends."""
+    """One preallocated body: filled by the protocol, handed to the app once, released when its task ends.
 
-    __slots__ = ("memory", "view", "size", "pos", "complete", "handed", "cycle", "budget", "last_signal", "every")
+    A body still arriving ARENA_HOLD_S after its headers moves from shared memory to the heap: the arena is a ring
+    whose space comes back oldest first, so a slow (or trickling) client would otherwise block every later slot."""
+
+    __slots__ = ("memory", "view", "size", "pos", "complete", "handed", "cycle", "budget", "last_signal", "every",
+                 "loop", "signal_timer", "move_timer")
 
     def __init__(self, memory, size: int, budget: InflightBudget, every: float = BODY_PROGRESS_S):
         self.memory, self.size, self.budget, self.every = memory, size, budget, every
         self.view = memoryview(memory.view)
         self.pos, self.complete, self.handed, self.cycle = 0, False, False, None
         self.last_signal = 0.0
+        self.loop = self.signal_timer = self.move_timer = None
 
-    def attach(self, cycle, app):
+    def attach(self, cycle, app, loop):
         """Take over ``cycle``'s receive and wrap ``app`` so the memory is released when the request ends."""
-        self.cycle = cycle
+        self.cycle, self.loop = cycle, loop
         cycle.scope.setdefault("extensions", {})[PREALLOCATED] = self.size
         cycle.receive = self.receive  # read by run_asgi when the task starts
         self.last_signal = time.monotonic()
+        if getattr(self.memory, "shared", False):
+            self.move_timer = loop.call_later(ARENA_HOLD_S, self._leave_shared_memory)
 
         async def releasing(scope, receive, send):
             try:
@@ -375,13 +388,43 @@ class _Body:
         return releasing
 
     def write(self, data: bytes) -> None:
+        if self.budget is None:  # released: the request is over
+            return
         end = min(self.pos + len(data), self.size)
         self.view[self.pos:end] = data[:end - self.pos]
         self.pos = end
-        now = time.monotonic()
-        if now - self.last_signal >= self.every:
-            self.last_signal = now
+        wait = self.every - (time.monotonic() - self.last_signal)
+        if wait <= 0:
+            self._signal()
+        elif self.signal_timer is None:  # shown late, never lost: the body timeout runs from the last message
+            self.signal_timer = self.loop.call_later(wait, self._signal)
+
+    def finish(self) -> None:
+        """The whole body is in."""
+        self.complete = True
+        self._cancel_timers()
+
+    def _signal(self) -> None:
+        self.signal_timer = None
+        if self.budget is not None and not self.complete:
+            self.last_signal = time.monotonic()
             self.cycle.message_event.set()
+
+    def _leave_shared_memory(self) -> None:
+        self.move_timer = None
+        if self.budget is None or self.complete:
+            return
+        heap = HeapBody(self.size)
+        heap.view[:self.pos] = self.view[:self.pos]
+        self.view.release()
+        shared, self.memory, self.view = self.memory, heap, memoryview(heap.view)
+        shared.close()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self.signal_timer, self.move_timer):
+            if timer is not None:
+                timer.cancel()
+        self.signal_timer = self.move_timer = None
 
     async def receive(self):
         cycle = self.cycle
@@ -402,13 +445,16 @@ class _Body:
         return {"type": "http.request", "body": self.memory.handed(), "more_body": False}
 
     def release(self) -> None:
-        """The request is over (or never started): its bytes back to the budget, its memory closed (once)."""
+        """The request is over (or never started): its bytes back to the budget, its memory closed and dropped
+        (the protocol and the cycle keep this object until the connection's next request)."""
         if self.budget is None:
             return
+        self._cancel_timers()
         self.budget.give(self.size)
         self.budget = None
         self.view.release()
         self.memory.close()
+        self.memory = self.cycle = None
 
 
 # --- the ASGI guard --------------------------------------------------------------------------------------
