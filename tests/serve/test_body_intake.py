@@ -102,7 +102,8 @@ def test_a_binary_body_arrives_whole_in_preallocated_memory_and_goes_back(arena)
         kind = described.get("image", ("none",))[0]
         offset = described["image"][1] if kind == "arena" else None
         if offset is not None:
-            same = link.arena.memory[offset:offset + request.inputs["image"].nbytes] == request.inputs["image"].tobytes()
+            tensor = request.inputs["image"]
+            same = link.arena.memory[offset:offset + tensor.nbytes] == tensor.tobytes()
         seen.append({"messages": messages, "kind": kind, "in_body": bool(slots) and not isinstance(slots[0], int),
                      "offset": offset, "same": same, "held": budget.used,
                      "extension": scope.get("extensions", {}).get("onnxaccel.preallocated_body")})

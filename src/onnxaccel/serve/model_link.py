@@ -8,7 +8,8 @@ Tensors do not travel through the socket: each worker owns an *arena*, anonymous
 (``memfd_create``) whose file descriptor it passes to the model process once, at connect (``SCM_RIGHTS``,
 ``socket.send_fds``). A request's tensors are in the arena already when its body was received there
 (security.py BodyIntake asks :meth:`ModelLink.body_memory` for a slot at header time: no copy at all), or are
-copied into a slot of it (one copy, in the worker); the message says where they are; the model process joins them from there into its page-locked batch buffer, as it would
+copied into a slot of it (one copy, in the worker); the message says where they are; the model process
+joins them from there into its page-locked batch buffer, as it would
 from a request body. A slot is reused only after the model process answered the request (its batch has
 run), so a timed-out request cannot have its bytes overwritten under a running join; a body's slot, once
 its request is over too. Small tensors, strings,

@@ -316,23 +316,24 @@ class BodyIntake:
     def __init__(self, config, budget: InflightBudget, allocate=None):
         self.config = config
         self.budget = budget
-        #: ``allocate(size, header_length)`` -> body memory (``view``, ``handed()``, a context manager that
-        #: frees it) or None; None, or no room there: the heap.
+        #: ``allocate(size, header_length)`` -> body memory with HeapBody's interface (``view``, ``handed()``,
+        #: ``bind()``, ``close()``, ``shared``), or None when it has no room: then the heap.
         self.allocate = allocate
 
     def plan(self, method: bytes, url: bytes, headers: list) -> _Body | None:
         """The body for a request whose headers are complete, or None to leave it to uvicorn."""
         if method != b"POST":
             return None
-        path = url.split(b"?", 1)[0]
-        if b"%" in path or not _INFER.match(path.decode("latin-1")):
+        raw = url.split(b"?", 1)[0]
+        path = raw.decode("latin-1")
+        if b"%" in raw or not _INFER.match(path):
             return None
         found = dict(headers)
         declared = found.get(b"content-length")
         if declared is None or not declared.isdigit() or b"transfer-encoding" in found:
             return None
         size = int(declared)
-        limit, _ = route_limit(self.config, "POST", path.decode("latin-1"), found)
+        limit, _ = route_limit(self.config, "POST", path, found)
         if size <= self.config.max_control_bytes or size > limit:
             return None
         token = self.config.auth_token
