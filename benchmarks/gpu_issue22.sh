@@ -56,6 +56,18 @@ round(d['rows_per_s']), 'rows/s;', s['bottleneck'], '|', ' | '.join(s['notes']))
     [ -d /tmp/i22/jpegs ] || python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_issue22_batch as g; from pathlib import Path; g.make_jpegs(Path('/tmp/i22/jpegs'), 10000)"
     timeout ${PROBE_TIMEOUT:-300} python3 benchmarks/nvjpeg_probe.py --target "$TARGET" --out "$RES/nvjpeg_probe.json" 2>&1 | tail -12
     echo "rc=$?" ;;
+  backends)  # nvImageCodec's backends, threads and stream priority: the decoder alone and beside a model
+    # (nvjpeg_backends_probe.py, torch only), then inside `batch` at batch 64 (JPEGs only, one run per variant)
+    [ -d /tmp/i22/jpegs ] || python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_issue22_batch as g; from pathlib import Path; g.make_jpegs(Path('/tmp/i22/jpegs'), 10000)"
+    PYNVIMGCODEC_VERBOSITY=4 timeout 60 python3 -c "import nvidia.nvimgcodec as n; n.Decoder(backends=[n.Backend(n.BackendKind.HW_GPU_ONLY)])" 2>&1 \
+      | grep -iE "hw decoder|hardware|engines" | head -5
+    timeout ${PROBE_TIMEOUT:-240} python3 benchmarks/nvjpeg_backends_probe.py ${PROBE_CONFIGS:+--configs $PROBE_CONFIGS} \
+      --out "$RES/nvjpeg_backends.json" 2>&1 | grep -v "^ " | tail -14
+    [ -n "${VARIANTS:-}" ] && timeout ${BATCH_TIMEOUT:-300} python3 benchmarks/gpu_issue22_batch.py --model zoo:resnet50 \
+      --target "$TARGET" --batches ${BATCHES:-64} --jpeg-decoders nvjpeg --variants "$VARIANTS" --npy-variants none \
+      --npy-rows 0 --jpegs ${JPEGS:-10000} --work /tmp/i22 --out "$RES/issue22_backends.json" --timeout 120 \
+      2>&1 | grep -v '^ ' | tail -12
+    echo "rc=$?" ;;
   serve)
     if [ ! -d /tmp/i22/jpegs-1k ]; then  # 1,000 of the batch stage's JPEGs (made here if that stage did not run)
       python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_issue22_batch as g; from pathlib import Path; g.make_jpegs(Path('/tmp/i22/jpegs'), 10000)"

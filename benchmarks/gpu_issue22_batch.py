@@ -136,6 +136,15 @@ VARIANTS = {
     "tvision": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.LIBRARY = 'torchvision'",
     "spin": "import onnxaccel.scale.pipeline as p; p.GPU_WAIT_MODE = 'auto'",
     "inproc4": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = True; p.GPU_DECODE_THREADS = 4",
+    "nic_hw": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.BACKENDS = ('hw',)",
+    "nic_hw_t2": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.BACKENDS = ('hw',); d.NvjpegDecoder.CPU_THREADS = 2",
+    "nic_hw_t2_prio": ("import onnxaccel.prepost.decode as d; d.NvjpegDecoder.BACKENDS = ('hw',); "
+                       "d.NvjpegDecoder.CPU_THREADS = 2; d.NvjpegDecoder.STREAM_PRIORITY = -1"),
+    "groups": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.GEOMETRY = 'groups'",
+    "tv_groups": ("import onnxaccel.prepost.decode as d; d.NvjpegDecoder.GEOMETRY = 'groups'; "
+                  "d.NvjpegDecoder.LIBRARY = 'torchvision'"),
+    "nic_gpu": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.BACKENDS = ('gpu',)",
+    "nic_t2": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.CPU_THREADS = 2",
     "i1": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 1",
     "i3": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 3",
 }

@@ -41,12 +41,16 @@ import numpy as np
 
 from onnxaccel.errors import InputError
 from onnxaccel.inputs_files import ImagePreprocess, apply_geometry, pillow
+from onnxaccel.prepost.resample import BatchResampler
 
 logger = logging.getLogger(__name__)
 
 DECODERS = ("auto", "hybrid", "nvjpeg", "cpu-pool", "cpu")
 #: The decoders that need nvJPEG (torch with CUDA, and nvImageCodec or torchvision).
 GPU_DECODERS = ("nvjpeg", "hybrid")
+#: nvImageCodec's backend kinds by the names NvjpegDecoder.BACKENDS uses: the GPU's hardware JPEG engine (A100,
+#: H100/H200: baseline JPEG only), nvJPEG's CUDA decoder, its hybrid CPU/GPU decoder, the CPU (libjpeg-turbo).
+NVJPEG_BACKENDS = {"hw": "HW_GPU_ONLY", "gpu": "GPU_ONLY", "hybrid": "HYBRID_CPU_GPU", "cpu": "CPU_ONLY"}
 #: The class the GPU decoding process makes (DecodePool gpu_decoder).
 GPU_DECODER = "onnxaccel.prepost.decode:NvjpegDecoder"
 
@@ -386,13 +390,23 @@ class NvjpegDecoder:
     #: nvImageCodec's output agreed better with the CPU decode (top-1 98.5 % against 92.5 % on 200 photographs) but
     #: ran slower inside `batch` (2,809 against 3,915 rows/s at batch 64).
     LIBRARY = os.environ.get("ONNXACCEL_NVJPEG_LIBRARY", "auto")
+    #: nvImageCodec's backends, in order (names of NVJPEG_BACKENDS; empty: every backend, the library's choice);
+    #: the CPU threads of each decoder's executor (0: the library's default, one per core) and its options string
+    #: (nvImageCodec's "Decoder options format", e.g. ``nvjpeg_hw_decoder:preallocate_batch_size=64``). A file a
+    #: restricted set cannot decode is decoded again with every backend before it counts as bad.
+    BACKENDS: tuple[str, ...] = ()
+    #: The preset's geometry: "matmul" (prepost/resample.py BatchResampler: the whole batch as two batched matrix
+    #: products, ~n + 12 GPU operations) or "groups" (F.interpolate once per image size, ~8 operations a size).
+    GEOMETRY = "matmul"
+    CPU_THREADS = 0
+    OPTIONS = ""
 
     def __init__(self, height: int, width: int, pre: ImagePreprocess, device: int = 0):
         import torch
 
         self.torch = torch
         self.height, self.width, self.pre = height, width, pre
-        self.device = f"cuda:{device}"
+        self.device, self.device_id = f"cuda:{device}", device
         self.library = self.LIBRARY if self.LIBRARY != "auto" else (
             "nvimgcodec" if not nvimgcodec_missing() else "torchvision")
         if self.library == "nvimgcodec":
@@ -400,7 +414,8 @@ class NvjpegDecoder:
             # Every backend, best first: the GPU's hardware JPEG decoder where it has one, then nvJPEG's CUDA and
             # hybrid decoders, then the CPU. No EXIF rotation: the CPU path (Pillow) and torchvision apply none.
             with _native_stderr_to_log("nvImageCodec"):
-                self.decoder = nvimgcodec.Decoder(device_id=device)
+                self.decoder = nvimgcodec.Decoder(**self._decoder_args(device, self.BACKENDS))
+            self._fallback = None  # every backend, made when a restricted set first returns nothing for a file
             self.params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,
                                                   allow_any_depth=False)
         else:
@@ -408,6 +423,7 @@ class NvjpegDecoder:
 
             self.tio = tio
         self.stream = torch.cuda.Stream(device=self.device, priority=self.STREAM_PRIORITY)
+        self._resample = BatchResampler(torch, self.device, height, width, pre) if self.GEOMETRY == "matmul" else None
         self._host = None  # page-locked [rows, H, W, 3] uint8, grown as needed
         self._index = None  # page-locked int64 row indices (_device_index), grown as needed
         #: Seconds per phase over every call (the job's report shows them: where the decoding process's time goes):
@@ -472,7 +488,8 @@ class NvjpegDecoder:
             good = [(i, img) for i, img in zip(where, images) if img is not None]
             decoded = time.perf_counter()
             phases["decode_s"] += decoded - read
-            shaped = self._geometry_all([img for _, img in good]) if good else None  # [n, H, W, 3] on the device
+            geometry = self._resample or self._geometry_all
+            shaped = geometry([img for _, img in good]) if good else None  # [n, H, W, 3] on the device
             rows = [i for i, _ in good]
             if shaped is not None and rows == list(range(len(paths))):
                 pixels = shaped
@@ -493,11 +510,34 @@ class NvjpegDecoder:
             return self.nvimgcodec.CodeStream(str(path))
         return self.tio.read_file(str(path))
 
+    def _decoder_args(self, device: int, backends: tuple[str, ...]) -> dict:
+        """nvimgcodec.Decoder's keyword arguments for ``backends`` (NVJPEG_BACKENDS names; empty: all)."""
+        kinds = self.nvimgcodec.BackendKind
+        args: dict = {"device_id": device}
+        if backends:
+            args["backends"] = [self.nvimgcodec.Backend(getattr(kinds, NVJPEG_BACKENDS[b])) for b in backends]
+        if self.CPU_THREADS:
+            args["max_num_cpu_threads"] = self.CPU_THREADS
+        if self.OPTIONS:
+            args["options"] = self.OPTIONS
+        return args
+
     def _decode_nvimgcodec(self, streams: list, where: list[int], bad: dict[int, str]) -> list:
         """Decode a batch with nvImageCodec on this decoder's stream: per file a [3, h, w] uint8 tensor on the
-        device (the decoded image's memory, held through the tensor), or None with its row in ``bad``."""
+        device (the decoded image's memory, held through the tensor), or None with its row in ``bad``. Files a
+        restricted backend set returns nothing for (the hardware decoder takes baseline JPEG only) are decoded
+        again with every backend."""
         torch = self.torch
-        decoded = self.decoder.decode(streams, params=self.params, cuda_stream=self.stream.cuda_stream)
+        decoded = list(self.decoder.decode(streams, params=self.params, cuda_stream=self.stream.cuda_stream))
+        missed = [k for k, image in enumerate(decoded) if image is None]
+        if missed and self.BACKENDS:
+            if self._fallback is None:
+                with _native_stderr_to_log("nvImageCodec"):
+                    self._fallback = self.nvimgcodec.Decoder(**self._decoder_args(self.device_id, ()))
+            again = self._fallback.decode([streams[k] for k in missed], params=self.params,
+                                          cuda_stream=self.stream.cuda_stream)
+            for k, image in zip(missed, again):
+                decoded[k] = image
         images = []
         for i, image in zip(where, decoded):
             if image is None or image.ndim != 3 or image.shape[2] != 3:
