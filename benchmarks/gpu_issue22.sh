@@ -25,6 +25,10 @@ source .ortgpu5/install.sh >/dev/null 2>&1
 if [ -d .nvimg ] && ! python3 -c 'import nvidia.nvimgcodec' 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile .nvimg/*.whl 2>&1 | tail -2
 fi
+# DALI (optional; parts carried in .dali1-4, copied to /tmp/daliparts by earlier calls, dependencies in .dalideps).
+if [ -d /tmp/daliparts ] && [ -d .dalideps ] && ! python3 -c 'import nvidia.dali' 2>/dev/null; then
+  bash benchmarks/dali_wheels.sh install
+fi
 [ "$STAGE" = quick ] || bash benchmarks/gpu_session.sh setup > "$RES/setup-$STAGE.log" 2>&1
 export PYTHONPATH=${SRC:-$PWD/src}:/tmp/serve-site:/tmp/ortgpu-site:/tmp/site PATH=/tmp/serve-site/bin:$PATH
 export ONNXACCEL_CACHE_DIR=${ONNXACCEL_CACHE_DIR:-/tmp/oa-cache} PYTHONUNBUFFERED=1
@@ -61,7 +65,7 @@ round(d['rows_per_s']), 'rows/s;', s['bottleneck'], '|', ' | '.join(s['notes']))
     [ -d /tmp/i22/jpegs ] || python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_issue22_batch as g; from pathlib import Path; g.make_jpegs(Path('/tmp/i22/jpegs'), 10000)"
     PYNVIMGCODEC_VERBOSITY=4 timeout 60 python3 -c "import nvidia.nvimgcodec as n; n.Decoder(backends=[n.Backend(n.BackendKind.HW_GPU_ONLY)])" 2>&1 \
       | grep -iE "hw decoder|hardware|engines" | head -5
-    timeout ${PROBE_TIMEOUT:-240} python3 benchmarks/nvjpeg_backends_probe.py ${PROBE_CONFIGS:+--configs $PROBE_CONFIGS} \
+    [ "${PROBE_CONFIGS:-}" = none ] || timeout ${PROBE_TIMEOUT:-240} python3 benchmarks/nvjpeg_backends_probe.py ${PROBE_CONFIGS:+--configs $PROBE_CONFIGS} \
       --out "$RES/nvjpeg_backends.json" 2>&1 | grep -v "^ " | tail -14
     [ -n "${VARIANTS:-}" ] && timeout ${BATCH_TIMEOUT:-300} python3 benchmarks/gpu_issue22_batch.py --model zoo:resnet50 \
       --target "$TARGET" --batches ${BATCHES:-64} --jpeg-decoders nvjpeg --variants "$VARIANTS" --npy-variants none \

@@ -143,6 +143,12 @@ VARIANTS = {
     "groups": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.GEOMETRY = 'groups'",
     "tv_groups": ("import onnxaccel.prepost.decode as d; d.NvjpegDecoder.GEOMETRY = 'groups'; "
                   "d.NvjpegDecoder.LIBRARY = 'torchvision'"),
+    "dali": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.LIBRARY = 'dali'",
+    "dali_t1": "import onnxaccel.prepost.decode as d, onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'dali'; p.GPU_DECODE_THREADS = 1",
+    "dali_t3": "import onnxaccel.prepost.decode as d, onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'dali'; p.GPU_DECODE_THREADS = 3",
+    "dali_cpu8": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; d.NvjpegDecoder.LIBRARY = 'dali'; "
+                  "dl.DaliDecoder.CPU_THREADS = 8"),
+    "nic": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.LIBRARY = 'nvimgcodec'",
     "nic_gpu": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.BACKENDS = ('gpu',)",
     "nic_t2": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.CPU_THREADS = 2",
     "i1": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 1",
@@ -185,7 +191,7 @@ def best_throughput(report) -> float | None:
 
 def decode_rates(folder: Path, count: int, batch: int) -> dict:
     from onnxaccel.inputs_files import ImagePreprocess
-    from onnxaccel.prepost.decode import DecodePool, NvjpegDecoder, decode_pixels, nvjpeg_missing, pool_size
+    from onnxaccel.prepost.decode import DecodePool, decode_pixels, gpu_decoder, nvjpeg_missing, pool_size
 
     files = sorted(str(p) for p in folder.glob("*.jpg"))[:count]
     pre = ImagePreprocess(preset="imagenet")
@@ -216,12 +222,12 @@ def decode_rates(folder: Path, count: int, batch: int) -> dict:
     if missing:
         out["nvjpeg"] = f"not measured: {missing}"
     else:
-        dec = NvjpegDecoder(224, 224, pre)
+        dec = gpu_decoder(224, 224, pre)
         dec.decode(files[:batch])
         dec.phases = dict.fromkeys(dec.phases, 0)
         start = time.perf_counter()
         for s in range(0, len(files), batch):
-            dec.decode(files[s:s + batch])
+            dec.decode_device(files[s:s + batch])  # on the device, as the job takes them
         out["nvjpeg_img_s"] = len(files) / (time.perf_counter() - start)
         out["nvjpeg_phases"] = dec.phases  # the same phases the pipeline's GPU process reports
         out["nvjpeg_library"] = dec.library

@@ -123,9 +123,11 @@ def test_the_nvjpeg_library_setting_is_checked(monkeypatch):
     assert decode.nvjpeg_missing().startswith("torch is not installed")
     monkeypatch.setitem(__import__("sys").modules, "torch", type("FakeTorch", (), {
         "cuda": type("Cuda", (), {"is_available": staticmethod(lambda: True)})})())
-    assert decode.nvjpeg_missing() == ("ONNXACCEL_NVJPEG_LIBRARY must be auto, nvimgcodec or torchvision, "
+    assert decode.nvjpeg_missing() == ("ONNXACCEL_NVJPEG_LIBRARY must be auto, dali, nvimgcodec or torchvision, "
                                        "not 'turbo'")
     name, why = decode.choose_decoder("cuda")
     assert name in ("cpu-pool", "cpu") and "ONNXACCEL_NVJPEG_LIBRARY must be" in why
     monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "nvimgcodec")
     assert decode.nvjpeg_missing().startswith("nvImageCodec is not installed")
+    monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "dali")
+    assert decode.nvjpeg_missing() == "DALI is not installed (nvidia.dali)"

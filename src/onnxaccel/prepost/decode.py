@@ -41,18 +41,23 @@ import numpy as np
 
 from onnxaccel.errors import InputError
 from onnxaccel.inputs_files import ImagePreprocess, apply_geometry, pillow
+from onnxaccel.prepost.dali import dali_missing
 from onnxaccel.prepost.resample import BatchResampler
 
 logger = logging.getLogger(__name__)
 
 DECODERS = ("auto", "hybrid", "nvjpeg", "cpu-pool", "cpu")
+#: ONNXACCEL_NVJPEG_LIBRARY's values (NvjpegDecoder.LIBRARY).
+LIBRARIES = ("auto", "dali", "nvimgcodec", "torchvision")
+#: The libraries as reports name them.
+LIBRARY_NAMES = {"dali": "DALI", "nvimgcodec": "nvImageCodec", "torchvision": "torchvision"}
 #: The decoders that need nvJPEG (torch with CUDA, and nvImageCodec or torchvision).
 GPU_DECODERS = ("nvjpeg", "hybrid")
 #: nvImageCodec's backend kinds by the names NvjpegDecoder.BACKENDS uses: the GPU's hardware JPEG engine (A100,
 #: H100/H200: baseline JPEG only), nvJPEG's CUDA decoder, its hybrid CPU/GPU decoder, the CPU (libjpeg-turbo).
 NVJPEG_BACKENDS = {"hw": "HW_GPU_ONLY", "gpu": "GPU_ONLY", "hybrid": "HYBRID_CPU_GPU", "cpu": "CPU_ONLY"}
-#: The class the GPU decoding process makes (DecodePool gpu_decoder).
-GPU_DECODER = "onnxaccel.prepost.decode:NvjpegDecoder"
+#: What the GPU decoding process calls to make its decoder (DecodePool gpu_decoder): gpu_decoder below.
+GPU_DECODER = "onnxaccel.prepost.decode:gpu_decoder"
 
 
 def draft_size(size: tuple[int, int], height: int, width: int, pre: ImagePreprocess) -> tuple[int, int]:
@@ -129,8 +134,12 @@ def nvjpeg_missing(guard=None) -> str:
     if not available:
         return "torch sees no CUDA device"
     library = NvjpegDecoder.LIBRARY
-    if library not in ("auto", "nvimgcodec", "torchvision"):
-        return f"ONNXACCEL_NVJPEG_LIBRARY must be auto, nvimgcodec or torchvision, not '{library}'"
+    if library not in LIBRARIES:
+        return f"ONNXACCEL_NVJPEG_LIBRARY must be {', '.join(LIBRARIES[:-1])} or {LIBRARIES[-1]}, not '{library}'"
+    if library in ("auto", "dali"):
+        missing = dali_missing()
+        if not missing or library == "dali":
+            return missing
     if library != "torchvision":
         missing = nvimgcodec_missing()
         if not missing or library == "nvimgcodec":
@@ -181,10 +190,31 @@ def _native_stderr_to_log(what: str):
 
 
 def nvjpeg_library() -> str:
-    """The library NvjpegDecoder calls nvJPEG through here: "nvImageCodec" or "torchvision"."""
-    if NvjpegDecoder.LIBRARY == "auto":
-        return "nvImageCodec" if not nvimgcodec_missing() else "torchvision"
-    return "nvImageCodec" if NvjpegDecoder.LIBRARY == "nvimgcodec" else "torchvision"
+    """The library nvJPEG is called through here: "DALI", "nvImageCodec" or "torchvision"."""
+    library = _library()
+    return LIBRARY_NAMES.get(library, library)
+
+
+def _library(without_dali: bool = False) -> str:
+    """ONNXACCEL_NVJPEG_LIBRARY resolved: "dali", "nvimgcodec" or "torchvision" (auto: the first installed)."""
+    library = NvjpegDecoder.LIBRARY
+    if library == "dali" and without_dali:
+        library = "auto"
+    if library != "auto":
+        return library
+    if not without_dali and not dali_missing():
+        return "dali"
+    return "nvimgcodec" if not nvimgcodec_missing() else "torchvision"
+
+
+def gpu_decoder(height: int, width: int, pre: ImagePreprocess, device: int = 0):
+    """The GPU decoder for this machine: DALI's pipeline where DALI is installed (file reads, decode and geometry
+    in DALI's threads, without the GIL), else NvjpegDecoder (nvImageCodec, else torchvision)."""
+    if _library() == "dali":
+        from onnxaccel.prepost.dali import DaliDecoder
+
+        return DaliDecoder(height, width, pre, device)
+    return NvjpegDecoder(height, width, pre, device)
 
 
 def nvimgcodec_missing() -> str:
@@ -385,7 +415,8 @@ class NvjpegDecoder:
     #: scheduled first when both wait for the GPU.
     STREAM_PRIORITY = 0
 
-    #: Which library calls nvJPEG: "auto" (nvImageCodec where importable, else torchvision), "nvimgcodec" or
+    #: Which library calls nvJPEG: "auto" (DALI, else nvImageCodec, else torchvision: the first installed), "dali"
+    #: (gpu_decoder makes prepost/dali.py's DaliDecoder; this class then serves its other files), "nvimgcodec" or
     #: "torchvision"; the environment's ONNXACCEL_NVJPEG_LIBRARY sets it. On the H200 (issue 22, fourth session)
     #: nvImageCodec's output agreed better with the CPU decode (top-1 98.5 % against 92.5 % on 200 photographs) but
     #: ran slower inside `batch` (2,809 against 3,915 rows/s at batch 64).
@@ -407,8 +438,7 @@ class NvjpegDecoder:
         self.torch = torch
         self.height, self.width, self.pre = height, width, pre
         self.device, self.device_id = f"cuda:{device}", device
-        self.library = self.LIBRARY if self.LIBRARY != "auto" else (
-            "nvimgcodec" if not nvimgcodec_missing() else "torchvision")
+        self.library = _library(without_dali=True)
         if self.library == "nvimgcodec":
             nvimgcodec = self.nvimgcodec = _import_nvimgcodec()
             # Every backend, best first: the GPU's hardware JPEG decoder where it has one, then nvJPEG's CUDA and

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaccel.engines.pool import CAPTURE_GATE, pin_for_copies, set_gpu_wait, unpin_for_copies
-from onnxaccel.prepost.decode import GPU_DECODER, DecodePool, choose_decoder, pool_size
+from onnxaccel.prepost.decode import GPU_DECODER, LIBRARY_NAMES, DecodePool, choose_decoder, pool_size
 from onnxaccel.pipeline import BoundModel, ModelFromSource
 from onnxaccel.scale.datasets import BadInput, Unit, row_shape_of
 from onnxaccel.scale.worker import GPU_INSTANCES, BatchWorker, UnitResult, WorkerSpec, stopped_at
@@ -648,7 +648,7 @@ class _DeviceDecodeSource:
         busy = sum(phases.values())
         parts = ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in phases.items() if v)
         library = getattr(self.decoders[0], "library", None)
-        via = f" through {'nvImageCodec' if library == 'nvimgcodec' else library}" if library else ""
+        via = f" through {LIBRARY_NAMES.get(library, library)}" if library else ""
         return [f"nvJPEG{via} in this process ({len(self.decoders)} threads): {images} images in {busy:.2f} s busy "
                 f"({images / max(busy, 1e-9):,.0f}/s per thread-second): {parts}"]
 

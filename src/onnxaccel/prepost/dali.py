@@ -1,0 +1,181 @@
+"""nvJPEG through NVIDIA DALI: the whole image path of a `batch` unit (file read, JPEG decode on the GPU's hardware
+decoder first, the preset's geometry) as one DALI pipeline that runs in DALI's own C++ threads.
+
+Why: in the job's process, a decoder driven from Python spends a third of its time taking the GIL back after each
+native call (issue 22, sixth session: py-spy --native on the H200, 34 % of the decoding threads' samples waiting
+in pthread_cond_timedwait under nvImageCodec's CodeStream, pybind11's gil_scoped_acquire and torch's operations),
+because every file read, decode and resize gives it up and the job's other threads compete for it. Here a batch
+is one ``feed_input`` of the file names and one ``run``: DALI reads the files, decodes and resizes without the GIL.
+
+Geometry: the imagenet preset's resize + center crop is one ``fn.resize`` with a region of interest: output pixel
+i of the crop samples the input at center (top + i + 0.5) * h0 / nh, the same sampling and antialiasing scale as
+resizing to nh x nw and cropping, so the pixels are those of prepost/resample.py within rounding (held by
+tests/prepost/test_dali.py on photographs, DALI on the CPU). yolo: resized to the letterbox's size, then
+``fn.slice`` with the fill outside the image; none/scale01: resized to the input size. Sizes rounded as
+inputs_files.apply_geometry (``floor(x + 0.5)``: Python's round differs only at exact halves).
+
+DALI's API as used here: nvidia-dali-cuda130 2.4.0 (``fn.io.file.read``, ``fn.decoders.image`` device "mixed",
+``fn.peek_image_shape``, ``fn.resize`` roi_start/roi_end, ``fn.slice`` out_of_bounds_policy, ``Pipeline
+.feed_input``, ``TensorListGPU.copy_to_external``). EXIF orientation is not applied (adjust_orientation=False), as
+on the CPU path. Never run on AMD hardware (DALI is NVIDIA's; rocAL is not wired).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import importlib.util
+import time
+from pathlib import Path
+
+import numpy as np
+
+from onnxaccel.errors import InputError
+from onnxaccel.inputs_files import ImagePreprocess
+
+
+def dali_missing() -> str:
+    """'' when DALI (PyPI nvidia-dali-cuda130 / -cuda120) is installed here, else why not (found, not imported)."""
+    try:
+        found = importlib.util.find_spec("nvidia.dali") is not None
+    except (ImportError, ValueError):
+        found = False
+    return "" if found else "DALI is not installed (nvidia.dali)"
+
+
+def geometry(fn, types, dmath, encoded, images, height: int, width: int, pre: ImagePreprocess):
+    """The preset's geometry as DALI operators on decoded ``images`` (HWC uint8), their sizes read from the
+    ``encoded`` files' headers: uint8 [height, width, 3] per sample."""
+    shape = fn.cast(fn.peek_image_shape(encoded), dtype=types.FLOAT)
+    h0, w0 = shape[0], shape[1]
+    resize = dict(antialias=True, interp_type=types.INTERP_LINEAR, dtype=types.UINT8)
+    if pre.preset == "imagenet":
+        short = pre.resize or round(min(height, width) * 256 / 224)
+        scale = short / dmath.min(h0, w0)
+        nh = dmath.max(float(height), dmath.floor(h0 * scale + 0.5))
+        nw = dmath.max(float(width), dmath.floor(w0 * scale + 0.5))
+        top, left = dmath.floor((nh - height) * 0.5), dmath.floor((nw - width) * 0.5)
+        sy, sx = h0 / nh, w0 / nw
+        return fn.resize(images, size=[float(height), float(width)], roi_start=fn.stack(top * sy, left * sx),
+                         roi_end=fn.stack((top + height) * sy, (left + width) * sx), roi_relative=False, **resize)
+    if pre.preset == "yolo":
+        r = dmath.min(height / h0, width / w0)
+        nh, nw = dmath.floor(h0 * r + 0.5), dmath.floor(w0 * r + 0.5)
+        boxed = fn.resize(images, size=fn.stack(nh, nw), **resize)
+        top, left = dmath.floor((height - nh) * 0.5), dmath.floor((width - nw) * 0.5)
+        return fn.slice(boxed, start=fn.cast(fn.stack(-top, -left), dtype=types.INT32), shape=[height, width], axes=[0, 1],
+                        out_of_bounds_policy="pad", fill_values=float(pre.pad_value))
+    return fn.resize(images, size=[float(height), float(width)], **resize)
+
+
+class DaliDecoder:
+    """The GPU decoder interface of prepost/decode.py's NvjpegDecoder (``decode_device(paths)``, ``decode(paths,
+    out)``, ``phases``) through a DALI pipeline on ``device``: JPEG files (by name: DALI reads them) decoded with
+    ``fn.decoders.image`` device "mixed" (the hardware decoder first, nvImageCodec's choice), the geometry on the
+    GPU, copied into this decoder's own device buffer (DALI reuses its outputs at the next run). Other formats and
+    batches DALI refuses (one bad file fails a DALI batch) go through an NvjpegDecoder made when first needed,
+    which finds the bad rows file by file."""
+
+    name = "nvjpeg"
+    library = "dali"
+    #: DALI's CPU threads (file reads, headers, the hardware decoder's host side) per pipeline.
+    CPU_THREADS = 4
+    #: Share of a batch DALI gives the hardware JPEG decoder (fn.decoders.image hw_decoder_load).
+    HW_DECODER_LOAD = 0.9
+
+    def __init__(self, height: int, width: int, pre: ImagePreprocess, device: int = 0):
+        import torch
+
+        importlib.import_module("nvidia.dali")  # an ImportError here says why DALI cannot run
+
+        self.torch = torch
+        self.height, self.width, self.pre, self.device_id = height, width, pre, device
+        self.device = f"cuda:{device}"
+        self.stream = torch.cuda.Stream(device=self.device)
+        self.pipe = None
+        self.batch = 0
+        self._fallback = None
+        self.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
+
+    def _build(self, batch: int):
+        from nvidia.dali import fn, math as dmath, pipeline_def, types
+
+        height, width, pre = self.height, self.width, self.pre
+
+        @pipeline_def(batch_size=batch, num_threads=self.CPU_THREADS, device_id=self.device_id,
+                      prefetch_queue_depth=1)
+        def images():
+            names = fn.external_source(name="paths", dtype=types.UINT8, ndim=1)
+            encoded = fn.io.file.read(names)
+            decoded = fn.decoders.image(encoded, device="mixed", output_type=types.RGB, adjust_orientation=False,
+                                        hw_decoder_load=self.HW_DECODER_LOAD)
+            return geometry(fn, types, dmath, encoded, decoded, height, width, pre)
+
+        pipe = images()
+        pipe.build()
+        self.pipe, self.batch = pipe, batch
+
+    def decode_device(self, paths: list[str]) -> tuple[object, dict[int, str]]:
+        """A torch uint8 tensor [len(paths), H, W, 3] on the GPU, its work finished, and per bad row its message."""
+        torch = self.torch
+        jpegs = [i for i, p in enumerate(paths) if Path(p).suffix.lower() in (".jpg", ".jpeg")]
+        if len(jpegs) != len(paths):
+            return self._fallback_decoder().decode_device(paths)
+        began = time.perf_counter()
+        self.phases["images"] += len(paths)
+        try:
+            if self.pipe is None or len(paths) > self.batch:
+                self._build(max(len(paths), 64))
+            self.pipe.feed_input("paths", [np.frombuffer(str(p).encode(), np.uint8) for p in paths])
+            (out,) = self.pipe.run()
+        except Exception:  # a file DALI cannot read or decode fails its batch and the pipeline: find it file by file
+            self.pipe = None
+            self.phases["images"] -= len(paths)
+            return self._fallback_decoder().decode_device(paths)
+        ran = time.perf_counter()
+        self.phases["decode_s"] += ran - began  # read, decode and geometry: one DALI run
+        pixels = torch.empty((len(paths), self.height, self.width, 3), dtype=torch.uint8, device=self.device)
+        out.copy_to_external(ctypes.c_void_p(pixels.data_ptr()), cuda_stream=ctypes.c_void_p(self.stream.cuda_stream),
+                             non_blocking=True)
+        self.stream.synchronize()
+        self.phases["copy_s"] += time.perf_counter() - ran
+        return pixels, {}
+
+    def decode(self, paths: list[str], out: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, str]]:
+        """uint8 [len(paths), H, W, 3] on the host (into ``out`` when given) and per bad row its message."""
+        pixels, bad = self.decode_device(paths)
+        host = pixels.cpu().numpy()
+        if out is None:
+            return host, bad
+        out[:len(paths)] = host
+        return out, bad
+
+    def _fallback_decoder(self):
+        if self._fallback is None:
+            from onnxaccel.prepost.decode import NvjpegDecoder
+
+            self._fallback = NvjpegDecoder(self.height, self.width, self.pre, self.device_id)
+        return self._fallback
+
+
+def cpu_pipeline_images(paths: list[str], height: int, width: int,
+                        pre: ImagePreprocess) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The same read, decode and geometry on DALI's CPU backend (tests here have no GPU): per file the uint8 HWC
+    pixels at the geometry, and the decoded image before it."""
+    from nvidia.dali import fn, math as dmath, pipeline_def, types
+
+    @pipeline_def(batch_size=len(paths), num_threads=1, device_id=None)
+    def images():
+        names = fn.external_source(name="paths", dtype=types.UINT8, ndim=1)
+        encoded = fn.io.file.read(names)
+        decoded = fn.decoders.image(encoded, device="cpu", output_type=types.RGB, adjust_orientation=False)
+        return geometry(fn, types, dmath, encoded, decoded, height, width, pre), decoded
+
+    pipe = images()
+    pipe.build()
+    pipe.feed_input("paths", [np.frombuffer(str(p).encode(), np.uint8) for p in paths])
+    try:
+        out, decoded = pipe.run()
+    except RuntimeError as exc:
+        raise InputError(f"DALI could not decode {len(paths)} files: {exc}", "Check the files.") from exc
+    return [np.asarray(out.at(k)) for k in range(len(paths))], [np.asarray(decoded.at(k)) for k in range(len(paths))]
