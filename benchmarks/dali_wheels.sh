@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # NVIDIA DALI (nvidia-dali-cuda130, ~200 MB) and its pure-Python/compiled dependencies for the GPU machine's Python
-# 3.11, split to travel in device calls of <= 64 MiB: .dali1 .. .dali4 hold parts of the DALI wheel, .dalideps
+# 3.12 (PYV), split to travel in device calls of <= 64 MiB: .dali1 .. .dali4 hold parts of the DALI wheel, .dalideps
 # the dependency wheels (nvImageCodec travels in .nvimg). On the GPU machine: copy each .daliK/part.* into
 # /tmp/daliparts (one call each, back to back), then `bash benchmarks/dali_wheels.sh install`.
 set -euo pipefail
@@ -12,7 +12,7 @@ if [ "${1:-}" = install ]; then
 fi
 VERSION=${DALI_VERSION:-2.4.0}
 tmp=$(mktemp -d)
-pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
+pip download -q --no-deps --only-binary=:all: --python-version ${PYV:-3.12} --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
   -d "$tmp" "nvidia-dali-cuda130==$VERSION" astunparse gast optree makefun nvtx "libcst~=1.8" six
 rm -rf .dali1 .dali2 .dali3 .dali4 .dalideps && mkdir -p .dalideps

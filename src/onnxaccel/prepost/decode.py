@@ -136,10 +136,8 @@ def nvjpeg_missing(guard=None) -> str:
     library = NvjpegDecoder.LIBRARY
     if library not in LIBRARIES:
         return f"ONNXACCEL_NVJPEG_LIBRARY must be {', '.join(LIBRARIES[:-1])} or {LIBRARIES[-1]}, not '{library}'"
-    if library in ("auto", "dali"):
-        missing = dali_missing()
-        if not missing or library == "dali":
-            return missing
+    if library == "dali":
+        return dali_missing()
     if library != "torchvision":
         missing = nvimgcodec_missing()
         if not missing or library == "nvimgcodec":
@@ -196,20 +194,18 @@ def nvjpeg_library() -> str:
 
 
 def _library(without_dali: bool = False) -> str:
-    """ONNXACCEL_NVJPEG_LIBRARY resolved: "dali", "nvimgcodec" or "torchvision" (auto: the first installed)."""
+    """ONNXACCEL_NVJPEG_LIBRARY resolved: "dali" (only when asked for), "nvimgcodec" or "torchvision" (auto:
+    nvImageCodec where installed, else torchvision)."""
     library = NvjpegDecoder.LIBRARY
-    if library == "dali" and without_dali:
-        library = "auto"
-    if library != "auto":
-        return library
-    if not without_dali and not dali_missing():
-        return "dali"
-    return "nvimgcodec" if not nvimgcodec_missing() else "torchvision"
+    if library == "auto" or (library == "dali" and without_dali):
+        return "nvimgcodec" if not nvimgcodec_missing() else "torchvision"
+    return library
 
 
 def gpu_decoder(height: int, width: int, pre: ImagePreprocess, device: int = 0):
-    """The GPU decoder for this machine: DALI's pipeline where DALI is installed (file reads, decode and geometry
-    in DALI's threads, without the GIL), else NvjpegDecoder (nvImageCodec, else torchvision)."""
+    """The GPU decoder: DALI's pipeline when ONNXACCEL_NVJPEG_LIBRARY=dali (file reads, decode and geometry in
+    DALI's threads, without the GIL; slower than NvjpegDecoder inside `batch` on the H200, issue 22 sixth session),
+    else NvjpegDecoder (nvImageCodec, else torchvision)."""
     if _library() == "dali":
         from onnxaccel.prepost.dali import DaliDecoder
 
@@ -415,9 +411,9 @@ class NvjpegDecoder:
     #: scheduled first when both wait for the GPU.
     STREAM_PRIORITY = 0
 
-    #: Which library calls nvJPEG: "auto" (DALI, else nvImageCodec, else torchvision: the first installed), "dali"
-    #: (gpu_decoder makes prepost/dali.py's DaliDecoder; this class then serves its other files), "nvimgcodec" or
-    #: "torchvision"; the environment's ONNXACCEL_NVJPEG_LIBRARY sets it. On the H200 (issue 22, fourth session)
+    #: Which library calls nvJPEG: "auto" (nvImageCodec where installed, else torchvision), "dali" (gpu_decoder
+    #: makes prepost/dali.py's DaliDecoder; this class then serves its other files and failed batches),
+    #: "nvimgcodec" or "torchvision"; the environment's ONNXACCEL_NVJPEG_LIBRARY sets it. On the H200 (issue 22, fourth session)
     #: nvImageCodec's output agreed better with the CPU decode (top-1 98.5 % against 92.5 % on 200 photographs) but
     #: ran slower inside `batch` (2,809 against 3,915 rows/s at batch 64).
     LIBRARY = os.environ.get("ONNXACCEL_NVJPEG_LIBRARY", "auto")
@@ -426,11 +422,11 @@ class NvjpegDecoder:
     #: (nvImageCodec's "Decoder options format", e.g. ``nvjpeg_hw_decoder:preallocate_batch_size=64``). A file a
     #: restricted set cannot decode is decoded again with every backend before it counts as bad.
     BACKENDS: tuple[str, ...] = ()
+    CPU_THREADS = 0
+    OPTIONS = ""
     #: The preset's geometry: "matmul" (prepost/resample.py BatchResampler: the whole batch as two batched matrix
     #: products, ~n + 12 GPU operations) or "groups" (F.interpolate once per image size, ~8 operations a size).
     GEOMETRY = "matmul"
-    CPU_THREADS = 0
-    OPTIONS = ""
 
     def __init__(self, height: int, width: int, pre: ImagePreprocess, device: int = 0):
         import torch
