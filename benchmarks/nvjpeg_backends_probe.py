@@ -85,8 +85,8 @@ def geometry_check(files: list[str]) -> dict:
         a, _ = make(f"{'nic_all' if library == 'nic' else 'torchvision'}").decode_device(files)
         b, _ = make(f"{'nic_all' if library == 'nic' else 'torchvision'}_groups").decode_device(files)
         diff = (a.int() - b.int()).abs()
-        out[library] = {"images": len(files), "max_abs_diff": int(diff.max()), "mean_abs_diff": float(diff.float().mean()),
-                        "share_over_1": float((diff > 1).float().mean())}
+        out[library] = {"images": len(files), "max_abs_diff": int(diff.max()),
+                        "mean_abs_diff": float(diff.float().mean()), "share_over_1": float((diff > 1).float().mean())}
     return out
 
 
@@ -200,8 +200,8 @@ def main():
             row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         results[name] = row
         al, bm, tt = row.get("alone", {}), row.get("beside_model", {}), row.get("two_threads_beside_model", {})
-        print(f"{name}: batch {row.get('one_batch_ms')} ms, after 0.1 s kernel {row.get('one_batch_after_0.1s_kernel_ms')}"
-              f" ms | alone {al.get('img_s')}/s (decode {al.get('decode_s')} s, resize {al.get('resize_s')} s, read "
+        print(f"{name}: batch {row.get('one_batch_ms')} ms, after 0.1 s kernel "
+              f"{row.get('one_batch_after_0.1s_kernel_ms')} ms | alone {al.get('img_s')}/s (decode {al.get('decode_s')} s, resize {al.get('resize_s')} s, read "
               f"{al.get('read_s')} s) | beside model {bm.get('img_s')}/s (decode {bm.get('decode_s')}, resize "
               f"{bm.get('resize_s')}), model {bm.get('model_img_s')}/s | 2 threads {tt.get('img_s')}/s, model "
               f"{tt.get('model_img_s')}/s | bad {al.get('bad')} {row.get('error', '')}", flush=True)

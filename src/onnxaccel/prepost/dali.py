@@ -63,8 +63,9 @@ def geometry(fn, types, dmath, encoded, images, height: int, width: int, pre: Im
         nh, nw = dmath.floor(h0 * r + 0.5), dmath.floor(w0 * r + 0.5)
         boxed = fn.resize(images, size=fn.stack(nh, nw), **resize)
         top, left = dmath.floor((height - nh) * 0.5), dmath.floor((width - nw) * 0.5)
-        return fn.slice(boxed, start=fn.cast(fn.stack(-top, -left), dtype=types.INT32), shape=[height, width], axes=[0, 1],
-                        out_of_bounds_policy="pad", fill_values=float(pre.pad_value))
+        start = fn.cast(fn.stack(-top, -left), dtype=types.INT32)
+        return fn.slice(boxed, start=start, shape=[height, width], axes=[0, 1], out_of_bounds_policy="pad",
+                        fill_values=float(pre.pad_value))
     return fn.resize(images, size=[float(height), float(width)], **resize)
 
 

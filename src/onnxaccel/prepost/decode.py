@@ -413,9 +413,9 @@ class NvjpegDecoder:
 
     #: Which library calls nvJPEG: "auto" (nvImageCodec where installed, else torchvision), "dali" (gpu_decoder
     #: makes prepost/dali.py's DaliDecoder; this class then serves its other files and failed batches),
-    #: "nvimgcodec" or "torchvision"; the environment's ONNXACCEL_NVJPEG_LIBRARY sets it. On the H200 (issue 22, fourth session)
-    #: nvImageCodec's output agreed better with the CPU decode (top-1 98.5 % against 92.5 % on 200 photographs) but
-    #: ran slower inside `batch` (2,809 against 3,915 rows/s at batch 64).
+    #: "nvimgcodec" or "torchvision"; the environment's ONNXACCEL_NVJPEG_LIBRARY sets it. On the H200 (issue 22,
+    #: fourth session) nvImageCodec's output agreed better with the CPU decode (top-1 98.5 % against 92.5 % on 200
+    #: photographs) but ran slower inside `batch` (2,809 against 3,915 rows/s at batch 64).
     LIBRARY = os.environ.get("ONNXACCEL_NVJPEG_LIBRARY", "auto")
     #: nvImageCodec's backends, in order (names of NVJPEG_BACKENDS; empty: every backend, the library's choice);
     #: the CPU threads of each decoder's executor (0: the library's default, one per core) and its options string
