@@ -47,7 +47,7 @@ case $STAGE in
       2>&1 | grep -v '^ ' | tail -8
     echo "rc=$?" ;;
   probe)  # where nvJPEG's in-job slowdown comes from: its process's phases beside a light GPU model and a CPU one
-    for spec in "zoo:squeezenet|$TARGET" "zoo:squeezenet|cpu" "zoo:resnet50|$TARGET"; do
+    for spec in ${PROBE_SPECS:-"zoo:squeezenet|$TARGET" "zoo:squeezenet|cpu" "zoo:resnet50|$TARGET"}; do
       model=${spec%%|*}; target=${spec#*|}
       timeout 200 python3 -m onnxaccel.cli.main batch "$model" --input /tmp/i22/jpegs --output /tmp/i22/probe \
         --target "$target" --batch 64 --embed-preprocess imagenet --decoder nvjpeg --overwrite --json \
