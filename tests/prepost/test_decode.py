@@ -131,3 +131,7 @@ def test_the_nvjpeg_library_setting_is_checked(monkeypatch):
     assert decode.nvjpeg_missing().startswith("nvImageCodec is not installed")
     monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "dali")
     assert decode.nvjpeg_missing() == "DALI is not installed (nvidia.dali)"
+    with pytest.raises(InputError) as caught:  # asked for by name: the fix names DALI's extra
+        decode.choose_decoder("cuda", "nvjpeg")
+    assert "DALI is not installed" in caught.value.message and "onnxaccel[dali-cu13]" in caught.value.hint
+    assert decode.choose_decoder("cuda")[0] in ("cpu-pool", "cpu")  # auto: the CPU pool, saying why

@@ -103,9 +103,11 @@ def choose_decoder(device: str, wanted: str = "auto", guard=None) -> tuple[str, 
     if wanted in GPU_DECODERS:
         reason = nvjpeg_missing(guard)
         if reason:
-            raise InputError(f"--decoder {wanted} cannot run here: {reason}.",
-                             "Install nvImageCodec (pip install nvidia-nvimgcodec-cu13[nvjpeg], or -cu12) or "
-                             "torchvision with CUDA, or pass --decoder auto.")
+            fix = ("Install DALI (pip install onnxaccel[dali-cu13]) or unset ONNXACCEL_NVJPEG_LIBRARY"
+                   if NvjpegDecoder.LIBRARY == "dali" else
+                   "Install nvImageCodec (pip install nvidia-nvimgcodec-cu13[nvjpeg], or -cu12) or torchvision with "
+                   "CUDA")
+            raise InputError(f"--decoder {wanted} cannot run here: {reason}.", f"{fix}, or pass --decoder auto.")
         return wanted, f"asked for; through {nvjpeg_library()}"
     if wanted != "auto":
         return wanted, "asked for"
