@@ -70,3 +70,20 @@ def test_batch_resampler_equals_the_reference_on_mixed_sizes(photo):
         for k, img in enumerate(imgs):
             diff = np.abs(got[k].numpy().astype(int) - resample_numpy(img, 224, 256, pre).astype(int))
             assert diff.max() <= 1 and diff.mean() < 0.01, (preset, k, diff.max(), diff.mean())
+
+
+def test_batch_resampler_chunks_large_batches_the_same(photo, monkeypatch):
+    """A batch whose padded copy would pass MAX_BATCH_BYTES is resampled in consecutive chunks: same rows."""
+    torch = pytest.importorskip("torch")
+    from onnxaccel.prepost.resample import BatchResampler
+
+    imgs = [torch.from_numpy(np.asarray(Image.open(photo(n)).convert("RGB")).copy()).permute(2, 0, 1)
+            for n in PHOTOS]
+    pre = ImagePreprocess(preset="imagenet")
+    whole = BatchResampler(torch, "cpu", 224, 224, pre)(imgs)
+    chunked = BatchResampler(torch, "cpu", 224, 224, pre)
+    monkeypatch.setattr(chunked, "MAX_BATCH_BYTES", 2 * 660 * 660 * 12)  # two of the largest photographs at most
+    calls = []
+    real = chunked._resample
+    monkeypatch.setattr(chunked, "_resample", lambda im, sz: calls.append(len(im)) or real(im, sz))
+    assert torch.equal(chunked(imgs), whole) and len(calls) > 1 and sum(calls) == len(imgs)

@@ -7,7 +7,8 @@ gives the GIL up and waits to take it back behind the job's other threads (issue
 images inside the job against 0.3 s per 4,096 alone). An antialiased bilinear resize is separable and linear: out =
 Wy @ X @ Wx^T per channel, with Wy [out_h, in_h] and Wx [out_w, in_w] holding a few taps per row. The crop (or the
 letterbox's placement) only picks which output rows and columns exist, so it folds into the same matrices. Images
-are placed in one zero-padded batch; the padding meets zero weights.
+are placed in one padded batch (the padding is left unwritten: it meets zero weights); a batch whose padded copy
+would pass MAX_BATCH_BYTES (large photographs) is resampled in consecutive chunks.
 
 The weights are those of ``torch.nn.functional.interpolate(mode="bilinear", antialias=True, align_corners=False)``
 (aten/src/ATen/native/UpSample.h, ``compute_indices_weights_aa``), which follows Pillow's BILINEAR resize
@@ -110,15 +111,31 @@ class BatchResampler:
     in one page-locked buffer, the dense matrices built on the device (scatter), two batched products in FP32,
     rounding. About n + 12 GPU operations for any mix of sizes."""
 
+    #: Bytes the padded FP32 copy of a batch may take (3 channels x 4 bytes per padded pixel); a larger batch is
+    #: resampled in consecutive chunks that each stay under it (one image larger than this is a chunk of its own).
+    MAX_BATCH_BYTES = 512 << 20
+
     def __init__(self, torch, device: str, height: int, width: int, pre: ImagePreprocess):
         self.torch, self.device = torch, device
         self.height, self.width, self.pre = height, width, pre
         self._host = None  # page-locked float32 staging for the tap plans, grown as needed
 
     def __call__(self, images: list):
+        sizes = [tuple(int(d) for d in img.shape[1:]) for img in images]
+        chunks, first, h_max, w_max = [], 0, 0, 0
+        for k, (h, w) in enumerate(sizes):
+            h_max, w_max = max(h_max, h), max(w_max, w)
+            if k > first and (k - first + 1) * h_max * w_max * 12 > self.MAX_BATCH_BYTES:
+                chunks.append((first, k))
+                first, h_max, w_max = k, h, w
+        chunks.append((first, len(images)))
+        if len(chunks) == 1:
+            return self._resample(images, sizes)
+        return self.torch.cat([self._resample(images[a:b], sizes[a:b]) for a, b in chunks])
+
+    def _resample(self, images: list, sizes: list[tuple[int, int]]):
         torch = self.torch
         n, height, width = len(images), self.height, self.width
-        sizes = [tuple(int(d) for d in img.shape[1:]) for img in images]
         h_max, w_max = max(h for h, _ in sizes), max(w for _, w in sizes)
         plans = [geometry_plan(h, w, height, width, self.pre) for h, w in sizes]
         ky = max(p[0][1].shape[1] for p in plans)
