@@ -149,6 +149,7 @@ VARIANTS = {
     "dali_cpu8": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; d.NvjpegDecoder.LIBRARY = 'dali'; "
                   "dl.DaliDecoder.CPU_THREADS = 8"),
     "nic": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.LIBRARY = 'nvimgcodec'",
+    "nowarm": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.WARM_UP = 0",
     "nic_gpu": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.BACKENDS = ('gpu',)",
     "nic_t2": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.CPU_THREADS = 2",
     "i1": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 1",

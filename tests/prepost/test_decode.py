@@ -135,3 +135,27 @@ def test_the_nvjpeg_library_setting_is_checked(monkeypatch):
         decode.choose_decoder("cuda", "nvjpeg")
     assert "DALI is not installed" in caught.value.message and "onnxaccel[dali-cu13]" in caught.value.hint
     assert decode.choose_decoder("cuda")[0] in ("cpu-pool", "cpu")  # auto: the CPU pool, saying why
+
+
+def test_gpu_decoder_warm_up_runs_the_whole_path_on_real_jpegs():
+    """NvjpegDecoder.warm_up (run when a GPU decoder is made: nvImageCodec makes its per-thread decoders on the
+    first batches) hands decode_device baseline JPEG files of several sizes, twice, and leaves the phases at zero
+    so the job's report counts real work only. decode_device is the GPU's; here it records what it was given."""
+    from onnxaccel.prepost import decode
+
+    seen = []
+
+    class Recorder:
+        phases = {"images": 7, "read_s": 1.0, "decode_s": 2.0, "resize_s": 0.5, "copy_s": 0.1}
+
+        def decode_device(self, paths):
+            for path in paths:
+                with Image.open(path) as img:
+                    seen.append((img.format, img.size, img.info.get("progressive", 0)))
+            return None, {}
+
+    recorder = Recorder()
+    decode.NvjpegDecoder.warm_up(recorder, 64)
+    assert len(seen) == 128 and {f for f, _, _ in seen} == {"JPEG"} and not any(p for _, _, p in seen)
+    assert len({size for _, size, _ in seen}) > 10  # several sizes: the geometry's batched path is exercised
+    assert recorder.phases == dict.fromkeys(recorder.phases, 0)

@@ -100,6 +100,16 @@ class DaliDecoder:
         self.batch = 0
         self._fallback = None
         self.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
+        from onnxaccel.prepost.decode import NvjpegDecoder
+
+        if NvjpegDecoder.WARM_UP:
+            self.warm_up(NvjpegDecoder.WARM_UP)
+
+    def warm_up(self, count: int) -> None:
+        """Build the pipeline and run it on ``count`` small JPEGs (prepost/decode.py NvjpegDecoder.warm_up)."""
+        from onnxaccel.prepost.decode import NvjpegDecoder
+
+        NvjpegDecoder.warm_up(self, count)
 
     def _build(self, batch: int):
         from nvidia.dali import fn, math as dmath, pipeline_def, types

@@ -426,6 +426,8 @@ class NvjpegDecoder:
     BACKENDS: tuple[str, ...] = ()
     CPU_THREADS = 0
     OPTIONS = ""
+    #: Small JPEGs decoded when the decoder is made (warm_up; 0: none).
+    WARM_UP = 64
     #: The preset's geometry: "matmul" (prepost/resample.py BatchResampler: the whole batch as two batched matrix
     #: products, ~n + 12 GPU operations) or "groups" (F.interpolate once per image size, ~8 operations a size).
     GEOMETRY = "matmul"
@@ -457,6 +459,30 @@ class NvjpegDecoder:
         #: Seconds per phase over every call (the job's report shows them: where the decoding process's time goes):
         #: reading the files, nvJPEG's decode, the preset's resize and crop, the copy back into ``out``.
         self.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
+        if self.WARM_UP:
+            self.warm_up(self.WARM_UP)
+
+    def warm_up(self, count: int) -> None:
+        """Decode ``count`` small baseline JPEGs of different sizes twice through the whole path (read, decode,
+        geometry), then zero the phases. nvImageCodec makes its per-thread nvJPEG decoders (hardware and lossless
+        plugins, a shared context under a lock) on the first batches a thread takes: inside `batch` that was ~1.7 s
+        of the decoding threads' time over a 10,000-image job (issue 22, sixth session, py-spy --native); here it
+        is paid at start-up, with the sessions', and the job's rate counts decoding only."""
+        import tempfile
+
+        image = pillow()
+        with tempfile.TemporaryDirectory(prefix="onnxaccel-nvjpeg-") as folder:
+            paths = []
+            for k in range(count):
+                h, w = 48 + 8 * (k % 5), 64 + 8 * (k % 7)
+                pixels = np.add.outer(np.arange(h), np.arange(w))[:, :, None] * np.array([1, 2, 3]) % 256
+                path = Path(folder) / f"{k}.jpg"
+                image.fromarray(pixels.astype(np.uint8)).save(path, "JPEG", quality=90)
+                paths.append(str(path))
+            for _ in range(2):
+                self.decode_device(paths)
+        self.phases = dict.fromkeys(self.phases, 0)
+        self.phases["images"] = 0
 
     def decode(self, paths: list[str], out: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, str]]:
         """uint8 [len(paths), H, W, 3] (into ``out`` when given) and per bad row its message (a zero row)."""
