@@ -150,6 +150,7 @@ VARIANTS = {
                   "dl.DaliDecoder.CPU_THREADS = 8"),
     "nic": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.LIBRARY = 'nvimgcodec'",
     "nowarm": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.WARM_UP = 0",
+    "tv_nowarm": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.WARM_UP = 0; d.NvjpegDecoder.LIBRARY = 'torchvision'",
     "nic_gpu": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.BACKENDS = ('gpu',)",
     "nic_t2": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.CPU_THREADS = 2",
     "i1": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 1",

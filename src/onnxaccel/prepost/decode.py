@@ -423,8 +423,11 @@ class NvjpegDecoder:
     #: the CPU threads of each decoder's executor (0: the library's default, one per core) and its options string
     #: (nvImageCodec's "Decoder options format", e.g. ``nvjpeg_hw_decoder:preallocate_batch_size=64``). A file a
     #: restricted set cannot decode is decoded again with every backend before it counts as bad.
+    #: CPU_THREADS is 2: nvImageCodec makes an nvJPEG decoder per executor thread (one per core by default), one
+    #: after another under a lock; warmed up with one per core a decoder took 16 s longer to start on the H200,
+    #: with 2 threads 1.6 s (issue 22, sixth session: 3,048 rows/s warmed against 2,627 cold with the default).
     BACKENDS: tuple[str, ...] = ()
-    CPU_THREADS = 0
+    CPU_THREADS = 2
     OPTIONS = ""
     #: Small JPEGs decoded when the decoder is made (warm_up; 0: none).
     WARM_UP = 64
@@ -465,9 +468,10 @@ class NvjpegDecoder:
     def warm_up(self, count: int) -> None:
         """Decode ``count`` small baseline JPEGs of different sizes twice through the whole path (read, decode,
         geometry), then zero the phases. nvImageCodec makes its per-thread nvJPEG decoders (hardware and lossless
-        plugins, a shared context under a lock) on the first batches a thread takes: inside `batch` that was ~1.7 s
-        of the decoding threads' time over a 10,000-image job (issue 22, sixth session, py-spy --native); here it
-        is paid at start-up, with the sessions', and the job's rate counts decoding only."""
+        plugins, a shared context under a lock) on the first batches a thread takes, and torchvision its decoder
+        and buffers: inside `batch` that was paid by the job's first batches (py-spy --native, issue 22 sixth
+        session). Measured on the H200, 10,000 JPEGs at batch 64: steady rate nvImageCodec 3,048 rows/s warmed
+        (2 CPU threads) against 2,627 cold, torchvision 4,984 against 3,968; start-up +1.6 / +2.2 s."""
         import tempfile
 
         image = pillow()
