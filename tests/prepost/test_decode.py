@@ -119,6 +119,7 @@ def test_the_nvjpeg_library_setting_is_checked(monkeypatch):
     # here the reason is that, whatever the setting (no torch on this machine).
     from onnxaccel.prepost import decode
 
+    real = importlib.util.find_spec
     monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "turbo")
     assert decode.nvjpeg_missing().startswith("torch is not installed")
     monkeypatch.setitem(__import__("sys").modules, "torch", type("FakeTorch", (), {
@@ -130,6 +131,7 @@ def test_the_nvjpeg_library_setting_is_checked(monkeypatch):
     monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "nvimgcodec")
     assert decode.nvjpeg_missing().startswith("nvImageCodec is not installed")
     monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "dali")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nvidia.dali" else real(name, *a))
     assert decode.nvjpeg_missing() == "DALI is not installed (nvidia.dali)"
     with pytest.raises(InputError) as caught:  # asked for by name: the fix names DALI's extra
         decode.choose_decoder("cuda", "nvjpeg")
@@ -159,3 +161,48 @@ def test_gpu_decoder_warm_up_runs_the_whole_path_on_real_jpegs():
     assert len(seen) == 128 and {f for f, _, _ in seen} == {"JPEG"} and not any(p for _, _, p in seen)
     assert len({size for _, size, _ in seen}) > 10  # several sizes: the geometry's batched path is exercised
     assert recorder.phases == dict.fromkeys(recorder.phases, 0)
+
+
+def test_stderr_redirection_from_two_threads_leaves_stderr_as_it_was():
+    """Two decoding threads making decoders at once each send fd 2 to a temporary file and restore it: without
+    taking turns, A-enter, B-enter, A-exit, B-exit leaves fd 2 on A's deleted temporary file."""
+    import os
+    import threading
+
+    from onnxaccel.prepost.decode import _native_stderr_to_log
+
+    before = os.readlink("/proc/self/fd/2")
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def a():
+        with _native_stderr_to_log("A"):
+            a_in.set()
+            b_in.wait(1.0)  # with turns taken, B cannot enter: A leaves after 1 s
+        a_out.set()
+
+    def b():
+        a_in.wait(5)
+        with _native_stderr_to_log("B"):
+            b_in.set()
+            a_out.wait(5)  # B leaves after A
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert os.readlink("/proc/self/fd/2") == before
+
+
+def test_the_fix_for_a_missing_gpu_decoder_follows_the_reason(monkeypatch):
+    """With DALI asked for and installed but no CUDA, the hint is about the GPU, not about installing DALI."""
+    from onnxaccel.prepost import decode
+
+    monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "dali")
+    monkeypatch.setattr(decode, "dali_missing", lambda: "")
+    monkeypatch.setitem(__import__("sys").modules, "torch", type("FakeTorch", (), {
+        "cuda": type("Cuda", (), {"is_available": staticmethod(lambda: False)})})())
+    with pytest.raises(InputError) as caught:
+        decode.choose_decoder("cuda", "nvjpeg")
+    assert "torch sees no CUDA device" in caught.value.message
+    assert "DALI" not in caught.value.hint and "onnxaccel doctor" in caught.value.hint

@@ -15,7 +15,7 @@ i of the crop samples the input at center (top + i + 0.5) * h0 / nh, the same sa
 resizing to nh x nw and cropping, so the pixels are those of prepost/resample.py within rounding (held by
 tests/prepost/test_dali.py on photographs, DALI on the CPU). yolo: resized to the letterbox's size, then
 ``fn.slice`` with the fill outside the image; none/scale01: resized to the input size. Sizes rounded as
-inputs_files.apply_geometry (``floor(x + 0.5)``: Python's round differs only at exact halves).
+inputs_files.apply_geometry (Python's round: halves to even), read from the headers without EXIF rotation.
 
 DALI's API as used here: nvidia-dali-cuda130 2.4.0 (``fn.io.file.read``, ``fn.decoders.image`` device "mixed",
 ``fn.peek_image_shape``, ``fn.resize`` roi_start/roi_end, ``fn.slice`` out_of_bounds_policy, ``Pipeline
@@ -46,24 +46,32 @@ def dali_missing() -> str:
     return "" if found else "DALI is not installed (nvidia.dali)"
 
 
+def _round(dmath, x):
+    """Python's round() (halves to even) on a DALI float node: 2.5 -> 2, 3.5 -> 4, as the CPU path sizes images."""
+    r = dmath.floor(x + 0.5)
+    tie = (r - x) == 0.5
+    odd = (r - 2.0 * dmath.floor(r * 0.5)) == 1.0
+    return r - tie * odd
+
+
 def geometry(fn, types, dmath, encoded, images, height: int, width: int, pre: ImagePreprocess):
     """The preset's geometry as DALI operators on decoded ``images`` (HWC uint8), their sizes read from the
-    ``encoded`` files' headers: uint8 [height, width, 3] per sample."""
-    shape = fn.cast(fn.peek_image_shape(encoded), dtype=types.FLOAT)
+    ``encoded`` files' headers as stored (no EXIF rotation, as the decoder): uint8 [height, width, 3] per sample."""
+    shape = fn.cast(fn.peek_image_shape(encoded, adjust_orientation=False), dtype=types.FLOAT)
     h0, w0 = shape[0], shape[1]
     resize = dict(antialias=True, interp_type=types.INTERP_LINEAR, dtype=types.UINT8)
     if pre.preset == "imagenet":
         short = pre.resize or round(min(height, width) * 256 / 224)
         scale = short / dmath.min(h0, w0)
-        nh = dmath.max(float(height), dmath.floor(h0 * scale + 0.5))
-        nw = dmath.max(float(width), dmath.floor(w0 * scale + 0.5))
+        nh = dmath.max(float(height), _round(dmath, h0 * scale))
+        nw = dmath.max(float(width), _round(dmath, w0 * scale))
         top, left = dmath.floor((nh - height) * 0.5), dmath.floor((nw - width) * 0.5)
         sy, sx = h0 / nh, w0 / nw
         return fn.resize(images, size=[float(height), float(width)], roi_start=fn.stack(top * sy, left * sx),
                          roi_end=fn.stack((top + height) * sy, (left + width) * sx), roi_relative=False, **resize)
     if pre.preset == "yolo":
         r = dmath.min(height / h0, width / w0)
-        nh, nw = dmath.floor(h0 * r + 0.5), dmath.floor(w0 * r + 0.5)
+        nh, nw = dmath.max(1.0, _round(dmath, h0 * r)), dmath.max(1.0, _round(dmath, w0 * r))
         boxed = fn.resize(images, size=fn.stack(nh, nw), **resize)
         top, left = dmath.floor((height - nh) * 0.5), dmath.floor((width - nw) * 0.5)
         start = fn.cast(fn.stack(-top, -left), dtype=types.INT32)
@@ -130,23 +138,24 @@ class DaliDecoder:
         self.pipe, self.batch = pipe, batch
 
     def decode_device(self, paths: list[str]) -> tuple[object, dict[int, str]]:
-        """A torch uint8 tensor [len(paths), H, W, 3] on the GPU, its work finished, and per bad row its message."""
+        """A torch uint8 tensor [len(paths), H, W, 3] on the GPU, its work finished, and per bad row its message.
+        A pipeline DALI cannot build raises (the decoder cannot run here: the job says so at start-up, when the
+        warm-up builds it); a batch DALI fails goes through the fallback decoder, and the pipeline is rebuilt at the
+        next batch (DALI invalidates a pipeline that raised)."""
         torch = self.torch
-        jpegs = [i for i, p in enumerate(paths) if Path(p).suffix.lower() in (".jpg", ".jpeg")]
-        if len(jpegs) != len(paths):
-            return self._fallback_decoder().decode_device(paths)
+        if any(Path(p).suffix.lower() not in (".jpg", ".jpeg") for p in paths):
+            return self._via_fallback(paths)
+        if self.pipe is None or len(paths) > self.batch:
+            self._build(max(len(paths), 64))
         began = time.perf_counter()
-        self.phases["images"] += len(paths)
         try:
-            if self.pipe is None or len(paths) > self.batch:
-                self._build(max(len(paths), 64))
             self.pipe.feed_input("paths", [np.frombuffer(str(p).encode(), np.uint8) for p in paths])
             (out,) = self.pipe.run()
-        except Exception:  # a file DALI cannot read or decode fails its batch and the pipeline: find it file by file
+        except Exception:  # a file DALI cannot read or decode fails its batch: find it file by file
             self.pipe = None
-            self.phases["images"] -= len(paths)
-            return self._fallback_decoder().decode_device(paths)
+            return self._via_fallback(paths)
         ran = time.perf_counter()
+        self.phases["images"] += len(paths)
         self.phases["decode_s"] += ran - began  # read, decode and geometry: one DALI run
         pixels = torch.empty((len(paths), self.height, self.width, 3), dtype=torch.uint8, device=self.device)
         out.copy_to_external(ctypes.c_void_p(pixels.data_ptr()), cuda_stream=ctypes.c_void_p(self.stream.cuda_stream),
@@ -154,6 +163,15 @@ class DaliDecoder:
         self.stream.synchronize()
         self.phases["copy_s"] += time.perf_counter() - ran
         return pixels, {}
+
+    def _via_fallback(self, paths: list[str]) -> tuple[object, dict[int, str]]:
+        """``paths`` through the fallback NvjpegDecoder, its phases added to this decoder's (the job's report)."""
+        fallback = self._fallback_decoder()
+        before = dict(fallback.phases)
+        result = fallback.decode_device(paths)
+        for key, value in fallback.phases.items():
+            self.phases[key] = self.phases.get(key, 0) + value - before.get(key, 0)
+        return result
 
     def decode(self, paths: list[str], out: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, str]]:
         """uint8 [len(paths), H, W, 3] on the host (into ``out`` when given) and per bad row its message."""
@@ -168,7 +186,8 @@ class DaliDecoder:
         if self._fallback is None:
             from onnxaccel.prepost.decode import NvjpegDecoder
 
-            self._fallback = NvjpegDecoder(self.height, self.width, self.pre, self.device_id)
+            # No warm-up: made mid-job, in a decoding thread, for a batch that is waiting.
+            self._fallback = NvjpegDecoder(self.height, self.width, self.pre, self.device_id, warm=False)
         return self._fallback
 
 

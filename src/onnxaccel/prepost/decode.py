@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -104,7 +105,9 @@ def choose_decoder(device: str, wanted: str = "auto", guard=None) -> tuple[str, 
         reason = nvjpeg_missing(guard)
         if reason:
             fix = ("Install DALI (pip install onnxaccel[dali-cu13]) or unset ONNXACCEL_NVJPEG_LIBRARY"
-                   if NvjpegDecoder.LIBRARY == "dali" else
+                   if reason == dali_missing() and reason else
+                   "Check the GPU and its driver with `onnxaccel doctor`"
+                   if reason == "torch sees no CUDA device" else
                    "Install nvImageCodec (pip install nvidia-nvimgcodec-cu13[nvjpeg], or -cu12) or torchvision with "
                    "CUDA")
             raise InputError(f"--decoder {wanted} cannot run here: {reason}.", f"{fix}, or pass --decoder auto.")
@@ -166,27 +169,33 @@ def _import_nvimgcodec():
         return importlib.import_module("nvidia.nvimgcodec")
 
 
+#: One redirection of file descriptor 2 at a time: two decoding threads making decoders at once would otherwise
+#: restore each other's saved descriptor and leave stderr pointing at a deleted temporary file.
+_STDERR_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def _native_stderr_to_log(what: str):
     """Send what native code writes to file descriptor 2 inside the block to the log (debug) instead of the
     terminal: nvImageCodec's extensions print "Failed to load nvjpeg2k library! ..." for every optional codec
-    library not installed (JPEG 2000, TIFF), which a JPEG job does not need. The descriptor is the process's: use
-    it only where no other thread may be writing (the decoders are made after the job's start-up threads)."""
+    library not installed (JPEG 2000, TIFF), which a JPEG job does not need. The descriptor is the process's: what
+    another thread writes to stderr meanwhile goes to the log too; blocks in several threads take turns."""
     import tempfile
 
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            text = sink.read().decode(errors="replace").strip()
-            if text:
-                logger.debug("%s wrote to stderr: %s", what, text)
+    with _STDERR_LOCK:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        with tempfile.TemporaryFile(mode="w+b") as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                sink.seek(0)
+                text = sink.read().decode(errors="replace").strip()
+                if text:
+                    logger.debug("%s wrote to stderr: %s", what, text)
 
 
 def nvjpeg_library() -> str:
@@ -435,7 +444,7 @@ class NvjpegDecoder:
     #: products, ~n + 12 GPU operations) or "groups" (F.interpolate once per image size, ~8 operations a size).
     GEOMETRY = "matmul"
 
-    def __init__(self, height: int, width: int, pre: ImagePreprocess, device: int = 0):
+    def __init__(self, height: int, width: int, pre: ImagePreprocess, device: int = 0, *, warm: bool = True):
         import torch
 
         self.torch = torch
@@ -456,13 +465,15 @@ class NvjpegDecoder:
 
             self.tio = tio
         self.stream = torch.cuda.Stream(device=self.device, priority=self.STREAM_PRIORITY)
+        if self.GEOMETRY not in ("matmul", "groups"):
+            raise ValueError(f"NvjpegDecoder.GEOMETRY must be 'matmul' or 'groups', not {self.GEOMETRY!r}")
         self._resample = BatchResampler(torch, self.device, height, width, pre) if self.GEOMETRY == "matmul" else None
         self._host = None  # page-locked [rows, H, W, 3] uint8, grown as needed
         self._index = None  # page-locked int64 row indices (_device_index), grown as needed
         #: Seconds per phase over every call (the job's report shows them: where the decoding process's time goes):
         #: reading the files, nvJPEG's decode, the preset's resize and crop, the copy back into ``out``.
         self.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
-        if self.WARM_UP:
+        if self.WARM_UP and warm:
             self.warm_up(self.WARM_UP)
 
     def warm_up(self, count: int) -> None:
@@ -653,7 +664,7 @@ class NvjpegDecoder:
             x = x[..., top:top + height, left:left + width]
         elif pre.preset == "yolo":
             r = min(height / h0, width / w0)
-            nh, nw = round(h0 * r), round(w0 * r)
+            nh, nw = max(1, round(h0 * r)), max(1, round(w0 * r))
             x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
             canvas = torch.full((n, 3, height, width), float(pre.pad_value), device=x.device)
             top, left = (height - nh) // 2, (width - nw) // 2

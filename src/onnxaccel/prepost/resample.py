@@ -73,7 +73,7 @@ def geometry_plan(h0: int, w0: int, height: int, width: int, pre: ImagePreproces
         return (axis_plan(h0, height, nh, (nh - height) // 2), axis_plan(w0, width, nw, (nw - width) // 2), None)
     if pre.preset == "yolo":
         r = min(height / h0, width / w0)
-        nh, nw = round(h0 * r), round(w0 * r)
+        nh, nw = max(1, round(h0 * r)), max(1, round(w0 * r))
         return (axis_plan(h0, height, nh, -((height - nh) // 2)), axis_plan(w0, width, nw, -((width - nw) // 2)),
                 float(pre.pad_value))
     if (h0, w0) == (height, width):
@@ -119,6 +119,7 @@ class BatchResampler:
         self.torch, self.device = torch, device
         self.height, self.width, self.pre = height, width, pre
         self._host = None  # page-locked float32 staging for the tap plans, grown as needed
+        self._copied = None  # a CUDA event after the last copy out of _host: wait for it before writing _host again
 
     def __call__(self, images: list):
         sizes = [tuple(int(d) for d in img.shape[1:]) for img in images]
@@ -144,6 +145,8 @@ class BatchResampler:
         # pad per image (n)], float32 (indices below 2^24 are exact), sent at once.
         parts = [n * height, n * height * ky, n * width, n * width * kx, n]
         total = sum(parts)
+        if self._copied is not None:
+            self._copied.synchronize()  # the previous batch's (or chunk's) plans have left the buffer
         if self._host is None or self._host.shape[0] < total:
             self._host = torch.empty(max(total, 1 << 16), dtype=torch.float32,
                                      pin_memory=self.device.startswith("cuda"))
@@ -158,6 +161,9 @@ class BatchResampler:
             fx[k], wx[k, :, :taps_x.shape[1]] = first_x, taps_x
             pads[k] = pad if pad is not None else 0.0
         staged = self._host[:total].to(self.device, non_blocking=True)
+        if self.device.startswith("cuda"):
+            self._copied = torch.cuda.Event()
+            self._copied.record()  # on the current stream, behind the copy
         dev = [staged[at[i]:at[i + 1]] for i in range(5)]
         my = self._dense(dev[0].view(n, height), dev[1].view(n, height, ky), h_max)  # [n, H, h_max]
         mx = self._dense(dev[2].view(n, width), dev[3].view(n, width, kx), w_max)  # [n, W, w_max]
