@@ -69,6 +69,7 @@ class _FailingPipe:
 
 
 class _RecordingFallback:
+    library = "nvimgcodec"
     phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
 
     def __init__(self):
@@ -86,7 +87,7 @@ def _decoder(monkeypatch, build):
     from onnxaccel.prepost.dali import DaliDecoder
 
     dec = object.__new__(DaliDecoder)
-    dec.pipe, dec.batch, dec._fallback, dec.torch = None, 0, _RecordingFallback(), None
+    dec.pipe, dec.batch, dec._fallback, dec.torch, dec.fallback_images = None, 0, _RecordingFallback(), None, 0
     dec.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
     monkeypatch.setattr(dec, "_build", build)
     return dec
@@ -103,6 +104,13 @@ def test_dali_batch_that_fails_goes_through_the_fallback_and_counts_in_the_repor
     assert dec.phases["images"] == 4 and dec.phases["decode_s"] == 0.25  # the job's report sees the fallback's work
     dec.decode_device(["/data/a.png"])  # other formats: the fallback, without DALI
     assert dec._fallback.calls[-1] == ["/data/a.png"] and dec.phases["images"] == 5
+    # The job's report does not say "through DALI" alone when another library decoded images.
+    from onnxaccel.scale.pipeline import _DeviceDecodeSource
+
+    source = object.__new__(_DeviceDecodeSource)
+    source.decoders = [dec]
+    (note,) = source.phase_note()
+    assert note.startswith("nvJPEG through DALI") and "5 of them through nvImageCodec" in note, note
 
 
 def test_dali_pipeline_that_cannot_be_built_is_an_error_not_a_silent_fallback(monkeypatch):

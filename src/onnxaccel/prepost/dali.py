@@ -107,6 +107,7 @@ class DaliDecoder:
         self.pipe = None
         self.batch = 0
         self._fallback = None
+        self.fallback_images = 0  # images the fallback decoder took (the job's report says how many)
         self.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
         from onnxaccel.prepost.decode import NvjpegDecoder
 
@@ -171,6 +172,7 @@ class DaliDecoder:
         result = fallback.decode_device(paths)
         for key, value in fallback.phases.items():
             self.phases[key] = self.phases.get(key, 0) + value - before.get(key, 0)
+        self.fallback_images += fallback.phases.get("images", 0) - before.get("images", 0)
         return result
 
     def decode(self, paths: list[str], out: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, str]]:

@@ -649,8 +649,11 @@ class _DeviceDecodeSource:
         parts = ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in phases.items() if v)
         library = getattr(self.decoders[0], "library", None)
         via = f" through {LIBRARY_NAMES.get(library, library)}" if library else ""
+        fallback = sum(getattr(decoder, "fallback_images", 0) for decoder in self.decoders)
+        other = (f"; {fallback} of them through {LIBRARY_NAMES.get(self.decoders[0]._fallback.library)} (not "
+                 f"JPEG, or in a batch {LIBRARY_NAMES.get(library, library)} could not decode)") if fallback else ""
         return [f"nvJPEG{via} in this process ({len(self.decoders)} threads): {images} images in {busy:.2f} s busy "
-                f"({images / max(busy, 1e-9):,.0f}/s per thread-second): {parts}"]
+                f"({images / max(busy, 1e-9):,.0f}/s per thread-second): {parts}{other}"]
 
     def close(self) -> None:
         self.threads.shutdown(wait=True, cancel_futures=True)
