@@ -56,6 +56,23 @@ case $STAGE in
 round(d['rows_per_s']), 'rows/s;', s['bottleneck'], '|', ' | '.join(s['notes']))" "$RES/probe.json" "$model" "$target" \
         || tail -5 "$RES/probe.err"
     done ;;
+  diag)  # the JPEG job with a light model (squeezenet) and ResNet-50, each nvJPEG library (where the decoder's rate
+    # goes inside the job: the model's GPU work or the job's own threads), then A/B VARIANTS at batch 64 (with bench;
+    # the trace* variants write a CUPTI summary, benchmarks/i22_trace.py)
+    [ -d /tmp/i22/jpegs ] || python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_issue22_batch as g; from pathlib import Path; g.make_jpegs(Path('/tmp/i22/jpegs'), 10000)"
+    for lib in ${DIAG_LIBS-nvimgcodec torchvision}; do for model in ${DIAG_MODELS:-zoo:squeezenet zoo:resnet50}; do
+      ONNXACCEL_NVJPEG_LIBRARY=$lib timeout 200 python3 -m onnxaccel.cli.main batch "$model" --input /tmp/i22/jpegs \
+        --output /tmp/i22/diag --target "$TARGET" --batch 64 --embed-preprocess imagenet --decoder nvjpeg --overwrite \
+        --json > "$RES/diag_${lib}_${model#zoo:}.json" 2> "$RES/diag.err"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d['stages']; print(sys.argv[2], sys.argv[3], \
+round(d['rows_per_s']), 'rows/s;', s['bottleneck'], '|', ' | '.join(s['notes']))" "$RES/diag_${lib}_${model#zoo:}.json" \
+        "$lib" "$model" || tail -5 "$RES/diag.err"
+    done; done
+    [ -n "${VARIANTS:-}" ] && timeout ${BATCH_TIMEOUT:-420} python3 benchmarks/gpu_issue22_batch.py --model zoo:resnet50 \
+      --target "$TARGET" --batches ${BATCHES:-64} --jpeg-decoders nvjpeg --variants "$VARIANTS" --npy-variants none \
+      --npy-rows 0 --jpegs 10000 --work /tmp/i22 --out "$RES/issue22_diag_${DIAG_TAG:-variants}.json" --timeout 120 \
+      ${QUICK:+--quick} 2>&1 | grep -v '^ ' | tail -12
+    echo "rc=$?" ;;
   nvjpeg)  # the decoder alone: in this process, in the pipeline's spawned process, and beside a busy GPU
     [ -d /tmp/i22/jpegs ] || python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_issue22_batch as g; from pathlib import Path; g.make_jpegs(Path('/tmp/i22/jpegs'), 10000)"
     timeout ${PROBE_TIMEOUT:-300} python3 benchmarks/nvjpeg_probe.py --target "$TARGET" --out "$RES/nvjpeg_probe.json" 2>&1 | tail -12

@@ -609,12 +609,15 @@ class NvjpegDecoder:
                 decoded[k] = image
         images = []
         for i, image in zip(where, decoded):
-            if image is None or image.ndim != 3 or image.shape[2] != 3:
+            # HWC on the device (strided: pitched rows are allowed); torch keeps the Image alive with the tensor.
+            # The shape is read from the tensor: each of the Image's own accessors gives up the GIL and waits to
+            # take it back behind the job's other threads.
+            pixels = None if image is None else torch.as_tensor(image, device=self.device)
+            if pixels is None or pixels.ndim != 3 or pixels.shape[2] != 3:
                 images.append(None)
                 bad[i] = "cannot decode JPEG (nvImageCodec could not decode the file)"
                 continue
-            # HWC on the device (strided: pitched rows are allowed); torch keeps the Image alive with the tensor.
-            images.append(torch.as_tensor(image, device=self.device).permute(2, 0, 1))
+            images.append(pixels.permute(2, 0, 1))
         return images
 
     def _geometry_all(self, images: list):
