@@ -68,8 +68,6 @@ round(d['rows_per_s']), 'rows/s;', s['bottleneck'], '|', ' | '.join(s['notes']))
 round(d['rows_per_s']), 'rows/s;', s['bottleneck'], '|', ' | '.join(s['notes']))" "$RES/diag_${lib}_${model#zoo:}.json" \
         "$lib" "$model" || tail -5 "$RES/diag.err"
     done; done
-    [ -n "${DALI_PROBE:-}" ] && timeout 200 python3 benchmarks/dali_ahead_probe.py --settings "$DALI_PROBE" \
-      --out "$RES/dali_ahead_probe.json" 2>&1 | grep -v "^ \|Failed to load\|ERROR\|Note:" | tail -6
     [ -n "${VARIANTS:-}" ] && timeout ${BATCH_TIMEOUT:-420} python3 benchmarks/gpu_issue22_batch.py --model zoo:resnet50 \
       --target "$TARGET" --batches ${BATCHES:-64} --jpeg-decoders nvjpeg --variants "$VARIANTS" --npy-variants none \
       --npy-rows 0 --jpegs 10000 --work /tmp/i22 --out "$RES/issue22_diag_${DIAG_TAG:-variants}.json" --timeout 120 \

@@ -148,10 +148,6 @@ VARIANTS = {
     "dali_t3": "import onnxaccel.prepost.decode as d, onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'dali'; p.GPU_DECODE_THREADS = 3",
     "dali_cpu8": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; d.NvjpegDecoder.LIBRARY = 'dali'; "
                   "dl.DaliDecoder.CPU_THREADS = 8"),
-    "dali_sync": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; d.NvjpegDecoder.LIBRARY = 'dali'; "
-                  "dl.DaliDecoder.AHEAD = 1"),
-    "dali_a2": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; d.NvjpegDecoder.LIBRARY = 'dali'; "
-                "dl.DaliDecoder.AHEAD = 2"),
     "nic": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.LIBRARY = 'nvimgcodec'",
     "nowarm": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.WARM_UP = 0",
     "tv_nowarm": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.WARM_UP = 0; d.NvjpegDecoder.LIBRARY = 'torchvision'",

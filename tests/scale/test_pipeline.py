@@ -325,65 +325,6 @@ def test_nvjpeg_in_the_jobs_process_hands_batches_on_the_device(tmp_path, squeez
         ["photo-0000.jpg", "photo-0009.jpg"]
 
 
-class _CpuAheadOnDevice(_CpuAsGpuOnDevice):
-    """A decoder that takes batches ahead (prepost/dali.py DaliDecoder's ``submit`` / ``collect``, AHEAD > 1) done
-    by the CPU decode at collect; records the calls and how many batches were in flight."""
-
-    AHEAD = 3
-    calls: list = []
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.pending: dict = {}
-        self.next = 0
-
-    def submit(self, paths):
-        import threading
-
-        ticket, self.next = self.next, self.next + 1
-        self.pending[ticket] = paths
-        type(self).calls.append(("submit", ticket, len(self.pending), threading.current_thread().name))
-        return ticket
-
-    def collect(self, ticket):
-        import threading
-
-        assert ticket == min(self.pending), "collected out of order"
-        type(self).calls.append(("collect", ticket, len(self.pending), threading.current_thread().name))
-        return self.decode_device(self.pending.pop(ticket))
-
-
-def test_a_decoder_that_works_ahead_is_fed_units_ahead_and_taken_back_in_order(tmp_path, squeezenet, photo,
-                                                                              monkeypatch):
-    """A GPU decoder with submit / collect (DALI, batches ahead) is made once and driven by the reader: units
-    submitted ahead of the one being collected (more than one in flight), collected oldest first on the reader's
-    thread, every row with its file (bad ones as error rows), outputs equal to the CPU pool's; the report says it."""
-    from onnxaccel.scale import pipeline
-
-    data = write_photo_jpegs(photo, tmp_path / "jpegs", 19)
-    (data / "photo-0009.jpg").write_bytes(b"\xff\xd8 truncated")
-    want = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "pool"), target="cpu", batch=4,
-                              decoder="cpu-pool"))
-    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted, guard=None: ("nvjpeg", "test"))
-    monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAheadOnDevice")
-    monkeypatch.setattr(_CpuAheadOnDevice, "calls", [])
-    monkeypatch.setattr(_CpuAheadOnDevice, "threads", set())
-    monkeypatch.setattr(pipeline, "_direct_copies", lambda worker, every=False: "")
-    monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)
-    got = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "gpu"), target="cpu", batch=4,
-                             decoder="nvjpeg"))
-    calls = _CpuAheadOnDevice.calls
-    assert [c[1] for c in calls if c[0] == "collect"] == list(range(5))  # 19 files in units of 4, oldest first
-    assert max(c[2] for c in calls if c[0] == "submit") >= 2  # submitted ahead
-    assert {c[3] for c in calls} == {"onnxaccel-batch-read"}  # the reader drives it: no decoding threads
-    assert any(n.startswith("nvJPEG in this process (3 batches in flight, driven by the reader): 19 images")
-               for n in got.stages["notes"]), got.stages["notes"]
-    a, b = load_results(tmp_path / "gpu"), load_results(tmp_path / "pool")
-    assert a.row_ids == b.row_ids and len(a.row_ids) == 18
-    np.testing.assert_array_equal(a.outputs["softmaxout_1"], b.outputs["softmaxout_1"])
-    assert [e["file"] for e in got.errors] == [e["file"] for e in want.errors] == ["photo-0009.jpg"]
-
-
 @pytest.mark.parametrize("decoder", ["hybrid", "nvjpeg"])
 def test_gpu_process_decoders_put_every_row_in_its_place(tmp_path, squeezenet, photo, monkeypatch, decoder):
     from onnxaccel.scale import pipeline

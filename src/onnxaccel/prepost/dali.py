@@ -28,9 +28,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import importlib.util
-import itertools
 import time
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -86,17 +84,9 @@ class DaliDecoder:
     """The GPU decoder interface of prepost/decode.py's NvjpegDecoder (``decode_device(paths)``, ``decode(paths,
     out)``, ``phases``) through a DALI pipeline on ``device``: JPEG files (by name: DALI reads them) decoded with
     ``fn.decoders.image`` device "mixed" (the hardware decoder first, nvImageCodec's choice), the geometry on the
-    GPU, copied into this decoder's own device buffer (DALI reuses its outputs). Other formats and batches DALI
-    refuses (one bad file fails a DALI batch) go through an NvjpegDecoder made when first needed, which finds the
-    bad rows file by file.
-
-    Batches ahead (``submit`` / ``collect``, AHEAD > 1): `batch`'s reader starts up to DEPTH - 1 units before it
-    finishes the oldest; each start feeds the unit's file names and schedules a DALI iteration without waiting
-    (``feed_input`` + ``schedule_run``), each finish takes the oldest iteration's output (``share_outputs``,
-    copied, ``release_outputs``), so DALI reads and parses the next files while the GPU decodes this batch. DALI's
-    first ``schedule_run`` runs ``prefetch_queue_depth`` iterations at once (nvidia/dali/pipeline.py
-    ``_legacy_interleaved_prefetch``, DALI 2.4.0); the pipeline is primed with that many one-file batches when it
-    is built, so that from then on each submit is one iteration."""
+    GPU, copied into this decoder's own device buffer (DALI reuses its outputs at the next run). Other formats and
+    batches DALI refuses (one bad file fails a DALI batch) go through an NvjpegDecoder made when first needed,
+    which finds the bad rows file by file."""
 
     name = "nvjpeg"
     library = "dali"
@@ -104,35 +94,25 @@ class DaliDecoder:
     CPU_THREADS = 4
     #: Share of a batch DALI gives the hardware JPEG decoder (fn.decoders.image hw_decoder_load).
     HW_DECODER_LOAD = 0.9
-    #: Iterations in flight (the pipeline's prefetch_queue_depth); 1: each unit fed and run on its own.
-    AHEAD = 3
 
     def __init__(self, height: int, width: int, pre: ImagePreprocess, device: int = 0):
+        import torch
+
         importlib.import_module("nvidia.dali")  # an ImportError here says why DALI cannot run
 
+        self.torch = torch
         self.height, self.width, self.pre, self.device_id = height, width, pre, device
-        self._device_setup(device)
+        self.device = f"cuda:{device}"
+        self.stream = torch.cuda.Stream(device=self.device)
         self.pipe = None
         self.batch = 0
         self._fallback = None
         self.fallback_images = 0  # images the fallback decoder took (the job's report says how many)
         self.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
-        self._inflight: deque = deque()  # (ticket, paths) scheduled in DALI, oldest first
-        self._ready: dict = {}  # ticket -> result taken early (before a rebuild)
-        self._refused: dict = {}  # ticket -> paths the fallback decodes at collect (other formats, failed batches)
-        self._tickets = itertools.count()
-        self._prime_dir = None
         from onnxaccel.prepost.decode import NvjpegDecoder
 
         if NvjpegDecoder.WARM_UP:
             self.warm_up(NvjpegDecoder.WARM_UP)
-
-    def _device_setup(self, device: int) -> None:
-        import torch
-
-        self.torch = torch
-        self.device = f"cuda:{device}"
-        self.stream = torch.cuda.Stream(device=self.device)
 
     def warm_up(self, count: int) -> None:
         """Build the pipeline and run it on ``count`` small JPEGs (prepost/decode.py NvjpegDecoder.warm_up)."""
@@ -140,14 +120,13 @@ class DaliDecoder:
 
         NvjpegDecoder.warm_up(self, count)
 
-    def _pipeline(self, batch: int):
-        """The GPU pipeline for batches of up to ``batch`` files, not built."""
+    def _build(self, batch: int):
         from nvidia.dali import fn, math as dmath, pipeline_def, types
 
         height, width, pre = self.height, self.width, self.pre
 
         @pipeline_def(batch_size=batch, num_threads=self.CPU_THREADS, device_id=self.device_id,
-                      prefetch_queue_depth=max(1, self.AHEAD))
+                      prefetch_queue_depth=1)
         def images():
             names = fn.external_source(name="paths", dtype=types.UINT8, ndim=1)
             encoded = fn.io.file.read(names)
@@ -155,114 +134,36 @@ class DaliDecoder:
                                         hw_decoder_load=self.HW_DECODER_LOAD)
             return geometry(fn, types, dmath, encoded, decoded, height, width, pre)
 
-        return images()
-
-    def _build(self, batch: int) -> None:
-        pipe = self._pipeline(batch)
+        pipe = images()
         pipe.build()
-        if self.AHEAD > 1:  # DALI's first schedule_run runs AHEAD iterations: fed and consumed here
-            for _ in range(self.AHEAD):
-                pipe.feed_input("paths", [_path_array(self._prime_file())])
-            pipe.schedule_run()
-            for _ in range(self.AHEAD):
-                pipe.share_outputs()
-                pipe.release_outputs()
         self.pipe, self.batch = pipe, batch
-
-    def _prime_file(self) -> str:
-        """A small baseline JPEG that lives as long as this decoder (the priming batches read it)."""
-        if self._prime_dir is None:
-            import shutil
-            import tempfile
-            import weakref
-
-            self._prime_dir = tempfile.mkdtemp(prefix="onnxaccel-dali-")
-            weakref.finalize(self, shutil.rmtree, self._prime_dir, True)
-            from onnxaccel.inputs_files import pillow
-
-            pixels = (np.add.outer(np.arange(16), np.arange(16))[:, :, None] * np.array([1, 2, 3]) % 256)
-            pillow().fromarray(pixels.astype(np.uint8)).save(Path(self._prime_dir) / "prime.jpg", "JPEG")
-        return str(Path(self._prime_dir) / "prime.jpg")
-
-    def submit(self, paths: list[str]) -> int:
-        """Start decoding ``paths`` (DALI works on it in its threads); a ticket for :meth:`collect`. A pipeline
-        DALI cannot build raises here (at start-up: the warm-up builds it)."""
-        ticket = next(self._tickets)
-        if any(Path(p).suffix.lower() not in (".jpg", ".jpeg") for p in paths):
-            self._refused[ticket] = paths
-            return ticket
-        if self.pipe is None or len(paths) > self.batch:
-            self._drain()  # a larger pipeline replaces this one: what it holds is taken first
-            self._build(max(len(paths), 64))
-        began = time.perf_counter()
-        try:
-            self.pipe.feed_input("paths", [_path_array(p) for p in paths])
-            self.pipe.schedule_run()
-        except Exception:  # DALI invalidates a pipeline that raised: its batches in flight go to the fallback
-            self._failed()
-            self._refused[ticket] = paths
-            return ticket
-        finally:
-            self.phases["read_s"] += time.perf_counter() - began
-        self._inflight.append((ticket, paths))
-        return ticket
-
-    def collect(self, ticket: int) -> tuple[object, dict[int, str]]:
-        """The submitted batch ``ticket`` as :meth:`decode_device` returns it (batches are taken oldest first)."""
-        if ticket in self._ready:
-            return self._ready.pop(ticket)
-        if ticket in self._refused:
-            return self._via_fallback(self._refused.pop(ticket))
-        while self._inflight:
-            taken, paths = self._inflight.popleft()
-            result = self._take_oldest(paths)
-            if taken == ticket:
-                return result
-            self._ready[taken] = result
-        raise KeyError(f"no DALI batch {ticket} was submitted or it was collected already")
 
     def decode_device(self, paths: list[str]) -> tuple[object, dict[int, str]]:
         """A torch uint8 tensor [len(paths), H, W, 3] on the GPU, its work finished, and per bad row its message.
         A pipeline DALI cannot build raises (the decoder cannot run here: the job says so at start-up, when the
         warm-up builds it); a batch DALI fails goes through the fallback decoder, and the pipeline is rebuilt at the
         next batch (DALI invalidates a pipeline that raised)."""
-        return self.collect(self.submit(paths))
-
-    def _take_oldest(self, paths: list[str]):
+        torch = self.torch
+        if any(Path(p).suffix.lower() not in (".jpg", ".jpeg") for p in paths):
+            return self._via_fallback(paths)
+        if self.pipe is None or len(paths) > self.batch:
+            self._build(max(len(paths), 64))
         began = time.perf_counter()
         try:
-            (out,) = self.pipe.share_outputs()
-        except Exception:  # a file DALI cannot read or decode fails its batch (and the pipeline)
-            self._failed()
+            self.pipe.feed_input("paths", [np.frombuffer(str(p).encode(), np.uint8) for p in paths])
+            (out,) = self.pipe.run()
+        except Exception:  # a file DALI cannot read or decode fails its batch: find it file by file
+            self.pipe = None
             return self._via_fallback(paths)
         ran = time.perf_counter()
         self.phases["images"] += len(paths)
-        self.phases["decode_s"] += ran - began  # read, decode and geometry: the time this thread waited for DALI
-        result = self._take(out, len(paths))
-        self.pipe.release_outputs()
-        self.phases["copy_s"] += time.perf_counter() - ran
-        return result
-
-    def _take(self, out, rows: int):
-        """DALI's output copied into a torch tensor of this decoder's (DALI reuses its buffers), and no bad rows."""
-        torch = self.torch
-        pixels = torch.empty((rows, self.height, self.width, 3), dtype=torch.uint8, device=self.device)
+        self.phases["decode_s"] += ran - began  # read, decode and geometry: one DALI run
+        pixels = torch.empty((len(paths), self.height, self.width, 3), dtype=torch.uint8, device=self.device)
         out.copy_to_external(ctypes.c_void_p(pixels.data_ptr()), cuda_stream=ctypes.c_void_p(self.stream.cuda_stream),
                              non_blocking=True)
         self.stream.synchronize()
+        self.phases["copy_s"] += time.perf_counter() - ran
         return pixels, {}
-
-    def _drain(self) -> None:
-        while self._inflight:
-            ticket, paths = self._inflight.popleft()
-            self._ready[ticket] = self._take_oldest(paths) if self.pipe is not None else self._via_fallback(paths)
-
-    def _failed(self) -> None:
-        """The pipeline raised: dropped (rebuilt at the next submit); its batches in flight go to the fallback."""
-        self.pipe = None
-        while self._inflight:
-            ticket, paths = self._inflight.popleft()
-            self._refused[ticket] = paths
 
     def _via_fallback(self, paths: list[str]) -> tuple[object, dict[int, str]]:
         """``paths`` through the fallback NvjpegDecoder, its phases added to this decoder's (the job's report)."""
@@ -292,11 +193,6 @@ class DaliDecoder:
         return self._fallback
 
 
-def _path_array(path) -> np.ndarray:
-    """A file name as fn.io.file.read takes it: its bytes as a uint8 array."""
-    return np.frombuffer(str(path).encode(), np.uint8)
-
-
 def cpu_pipeline_images(paths: list[str], height: int, width: int,
                         pre: ImagePreprocess) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The same read, decode and geometry on DALI's CPU backend (tests here have no GPU): per file the uint8 HWC
@@ -312,7 +208,7 @@ def cpu_pipeline_images(paths: list[str], height: int, width: int,
 
     pipe = images()
     pipe.build()
-    pipe.feed_input("paths", [_path_array(p) for p in paths])
+    pipe.feed_input("paths", [np.frombuffer(str(p).encode(), np.uint8) for p in paths])
     try:
         out, decoded = pipe.run()
     except RuntimeError as exc:

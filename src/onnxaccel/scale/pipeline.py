@@ -598,12 +598,7 @@ class _DeviceDecodeSource:
         make = getattr(importlib.import_module(module), cls)
         self.worker = worker
         try:
-            self.decoders = [make(height, width, pre, device)]  # here, not later
-            # A decoder that takes batches ahead (DALI: submit / collect) is driven from the reader's start and
-            # finish, oldest first: one decoder, no threads. Others decode a unit per thread.
-            self.ahead = getattr(self.decoders[0], "AHEAD", 1) > 1 and hasattr(self.decoders[0], "submit")
-            if not self.ahead:
-                self.decoders += [make(height, width, pre, device) for _ in range(max(1, threads) - 1)]
+            self.decoders = [make(height, width, pre, device) for _ in range(max(1, threads))]  # here, not later
         except Exception as exc:
             from onnxaccel.errors import ProviderUnavailableError
 
@@ -627,11 +622,6 @@ class _DeviceDecodeSource:
 
     def start(self, unit: Unit):
         rels, paths = _unit_files(self.worker, unit)
-        if self.ahead:
-            decoder = self.decoders[0]
-            with CAPTURE_GATE.shared():
-                ticket = decoder.submit(paths)
-            return unit, rels, _Collect(decoder, ticket), time.perf_counter()
         return unit, rels, self.threads.submit(self._decode, paths), time.perf_counter()
 
     def finish(self, pending, times: StageTimes):
@@ -662,28 +652,11 @@ class _DeviceDecodeSource:
         fallback = sum(getattr(decoder, "fallback_images", 0) for decoder in self.decoders)
         other = (f"; {fallback} of them through {LIBRARY_NAMES.get(self.decoders[0]._fallback.library)} (not "
                  f"JPEG, or in a batch {LIBRARY_NAMES.get(library, library)} could not decode)") if fallback else ""
-        if getattr(self, "ahead", False):
-            return [f"nvJPEG{via} in this process ({self.decoders[0].AHEAD} batches in flight, driven by the reader): "
-                    f"{images} images; the reader waited {busy:.2f} s: {parts}{other}"]
         return [f"nvJPEG{via} in this process ({len(self.decoders)} threads): {images} images in {busy:.2f} s busy "
                 f"({images / max(busy, 1e-9):,.0f}/s per thread-second): {parts}{other}"]
 
     def close(self) -> None:
         self.threads.shutdown(wait=True, cancel_futures=True)
-
-
-class _Collect:
-    """A unit submitted to a decoder that works ahead, taken back by ``result()`` as a decoding thread's future
-    gives it: (pixels, bad rows, seconds waited)."""
-
-    def __init__(self, decoder, ticket) -> None:
-        self.decoder, self.ticket = decoder, ticket
-
-    def result(self):
-        start = time.perf_counter()
-        with CAPTURE_GATE.shared():
-            pixels, bad = self.decoder.collect(self.ticket)
-        return pixels, bad, time.perf_counter() - start
 
 
 class _DeviceHybridSource(_HybridSource):
