@@ -165,6 +165,12 @@ VARIANTS = {
     "trace": "import sys; sys.path.insert(0, 'benchmarks'); import i22_trace; i22_trace.start('nic')",
     "trace_tv": ("import sys; sys.path.insert(0, 'benchmarks'); import i22_trace, onnxaccel.prepost.decode as d; "
                  "d.NvjpegDecoder.LIBRARY = 'torchvision'; i22_trace.start('tv')"),
+    "trace_dali3": ("import sys; sys.path.insert(0, 'benchmarks'); import i22_trace, onnxaccel.prepost.decode as d, "
+                    "onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'dali'; p.GPU_DECODE_THREADS = 3; "
+                    "i22_trace.start('dali3')"),
+    "trace_tv3": ("import sys; sys.path.insert(0, 'benchmarks'); import i22_trace, onnxaccel.prepost.decode as d, "
+                  "onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'torchvision'; p.GPU_DECODE_THREADS = 3; "
+                  "i22_trace.start('tv3')"),
     "i1": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 1",
     "i3": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 3",
 }

@@ -56,6 +56,7 @@ def start(tag: str) -> None:
     import onnxaccel.scale.pipeline as pipeline
 
     _wrap(pipeline._DeviceDecodeSource, "_decode", "decode")
+    _wrap(pipeline._DeviceDecodeSource, "finish", "reader")
     for name in ("_run_rows", "_run_direct", "_execute", "_replay"):
         if hasattr(pool.RunnerPool, name):
             _wrap(pool.RunnerPool, name, "run")
@@ -129,8 +130,13 @@ def summarise(trace: dict, tag: str) -> dict:
     launches = [e["ts"] for e in runtime if e.get("name") == "cudaGraphLaunch"]
     if not launches:
         return {"tag": tag, "error": "no cudaGraphLaunch in the trace", "events": len(events)}
-    first, last = min(launches), max(launches)
-    w0, w1 = first + 0.2 * (last - first), last - 0.1 * (last - first)
+    # The sessions' warm-up replays come first, then start-up's gap, then the job: the window is the job's launches
+    # after the largest gap between two launches, less its first 10 % and last 5 %.
+    launches.sort()
+    gaps = [b - a for a, b in zip(launches, launches[1:])]
+    begin = launches[gaps.index(max(gaps)) + 1] if gaps else launches[0]
+    first, last = begin, launches[-1]
+    w0, w1 = first + 0.1 * (last - first), last - 0.05 * (last - first)
     span = w1 - w0
     role_of_corr = {}
     api: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
@@ -174,7 +180,7 @@ def summarise(trace: dict, tag: str) -> dict:
         "threads": threads,
         "trace_tids_by_role": {role: sorted({_tid(e) for e in runtime
                                              if ROLES.get(_tid(e), "other") == role})[:8]
-                               for role in ("run", "decode", "main", "other")},
+                               for role in ("run", "decode", "reader", "main", "other")},
         "gpu_busy_share": share,
         "run_decode_overlap_share": overlap,
         "api_per_role": {role: {n: {"s": round(v[0] / 1e6, 4), "count": v[1],
@@ -187,7 +193,8 @@ def summarise(trace: dict, tag: str) -> dict:
                               for role, v in names.items()},
         "graph_launches_in_window": sum(1 for t in launches if w0 <= t <= w1),
     }
-    result["headline"] = {"gpu_busy": round(share.get("all", 0), 3), "run": round(share.get("run", 0), 3),
+    result["headline"] = {"window_s": round(span / 1e6, 3), "gpu_busy": round(share.get("all", 0), 3),
+                          "run": round(share.get("run", 0), 3), "other": round(share.get("other", 0), 3),
                           "decode": round(share.get("decode", 0), 3), "overlap": round(overlap, 3),
                           "decode_api_top": list(result["api_per_role"].get("decode", {}).items())[:3]}
     # A 100 ms slice of the middle for a person to open (chrome://tracing, Perfetto).
