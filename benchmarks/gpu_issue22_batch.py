@@ -148,10 +148,13 @@ VARIANTS = {
     "dali_t3": "import onnxaccel.prepost.decode as d, onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'dali'; p.GPU_DECODE_THREADS = 3",
     "dali_cpu8": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; d.NvjpegDecoder.LIBRARY = 'dali'; "
                   "dl.DaliDecoder.CPU_THREADS = 8"),
-    "dali_t4": "import onnxaccel.prepost.decode as d, onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'dali'; p.GPU_DECODE_THREADS = 4",
-    "dali_t3_cpu6": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl, onnxaccel.scale.pipeline as p; "
-                     "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.CPU_THREADS = 6; p.GPU_DECODE_THREADS = 3"),
-    "tv_t3": "import onnxaccel.prepost.decode as d, onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'torchvision'; p.GPU_DECODE_THREADS = 3",
+    "dali_t4": ("import onnxaccel.prepost.decode as d, onnxaccel.scale.pipeline as p; "
+                "d.NvjpegDecoder.LIBRARY = 'dali'; p.GPU_DECODE_THREADS = 4"),
+    "dali_t3_cpu6": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl, "
+                     "onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.CPU_THREADS = 6; "
+                     "p.GPU_DECODE_THREADS = 3"),
+    "tv_t3": ("import onnxaccel.prepost.decode as d, onnxaccel.scale.pipeline as p; "
+              "d.NvjpegDecoder.LIBRARY = 'torchvision'; p.GPU_DECODE_THREADS = 3"),
     "nic": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.LIBRARY = 'nvimgcodec'",
     "nowarm": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.WARM_UP = 0",
     "tv_nowarm": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.WARM_UP = 0; d.NvjpegDecoder.LIBRARY = 'torchvision'",

@@ -76,6 +76,51 @@ def test_report_breaks_time_down_by_stage(tmp_path, squeezenet, photo):
     assert 0 < stages["stages"]["run"]["pct_of_wall"] <= 100
 
 
+def test_shutdown_is_left_out_of_the_steady_rate_like_start_up(tmp_path, squeezenet, photo, monkeypatch):
+    """Seconds after the last rows are written (closing decoders and sessions: a DALI pipeline's teardown took
+    ~0.4 s on the H200, a quarter of a 10,000-image run) are a cost per run, reported as shutdown_s and left out of
+    rows_per_s as start-up is; rows_per_s_wall still counts every second."""
+    import time
+
+    from onnxaccel.scale import worker as worker_module
+
+    real_close = worker_module.BatchWorker.close
+
+    def slow_close(self):
+        time.sleep(0.8)
+        real_close(self)
+
+    monkeypatch.setattr(worker_module.BatchWorker, "close", slow_close)
+    data = write_photo_jpegs(photo, tmp_path / "jpegs", 6)
+    report = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "out"), target="cpu", batch=4,
+                                decoder="cpu"))
+    d = report.to_dict()
+    assert d["shutdown_s"] >= 0.8 and report.startup_s + report.shutdown_s < report.wall_s
+    steady = report.wall_s - report.startup_s - report.shutdown_s
+    assert d["rows_per_s"] == pytest.approx(6 / steady)
+    assert d["rows_per_s_wall"] == pytest.approx(6 / report.wall_s) and d["rows_per_s_wall"] < d["rows_per_s"] / 2
+
+
+@pytest.mark.parametrize("library,threads", [("nvimgcodec", 2), ("torchvision", 3), ("dali", 3)])
+def test_gpu_decoding_threads_follow_the_library(monkeypatch, library, threads):
+    """Each nvJPEG library gets the thread count measured best for it (prepost/decode.py DECODE_THREADS), and the
+    job's stage breakdown divides the decoding time by that many threads."""
+    from onnxaccel.prepost import decode
+    from onnxaccel.scale import pipeline
+
+    monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", library)
+    monkeypatch.setattr(decode, "nvimgcodec_missing", lambda: "")  # "nvimgcodec" must resolve to itself here
+    assert decode.gpu_decode_threads() == threads
+    monkeypatch.setattr(pipeline, "GPU_DECODE_THREADS", None)
+    source = pipeline._DeviceDecodeSource.__new__(pipeline._DeviceDecodeSource)
+    made = []
+    monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpuOnDevice")
+    monkeypatch.setattr(_CpuAsGpuOnDevice, "__init__", lambda self, *a: made.append(1) or None)
+    pipeline._DeviceDecodeSource.__init__(source, worker=None, inline=(224, 224, None, 0))
+    assert len(made) == threads and source.threads._max_workers == threads
+    source.close()
+
+
 def test_bottleneck_is_the_busiest_stage():
     times = StageTimes(wall_s=10, decode_s=72, decode_workers=8, run_s=4, write_s=1)
     assert times.bottleneck() == "decode"  # 72 s over 8 processes: 90% of their capacity
@@ -303,6 +348,7 @@ def test_nvjpeg_in_the_jobs_process_hands_batches_on_the_device(tmp_path, squeez
     monkeypatch.setattr(_CpuAsGpuOnDevice, "threads", set())  # this test's threads only
     monkeypatch.setattr(pipeline, "_direct_copies", lambda worker, every=False: "")
     monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)  # the default (a test may run after one that changed it)
+    monkeypatch.setattr(pipeline, "GPU_DECODE_THREADS", 2)  # not the installed library's count
     got = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "gpu"), target="cpu", batch=4,
                              decoder=decoder))
     assert len(_CpuAsGpuOnDevice.threads) >= 1 and all(t.startswith("onnxaccel-batch-nvjpeg")

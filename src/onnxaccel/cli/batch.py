@@ -205,7 +205,8 @@ def _render(report) -> None:
     failed = f" ({report.rows_failed} unreadable row(s) left out)" if report.rows_failed else ""
     console.print(f"wrote {report.shards_done} shard(s), {report.rows_done} rows to {escape(report.output)}{failed}")
     console.print(f"[bold]{d['rows_per_s']:.1f} rows/s[/] once running ({d['rows_per_s_wall']:.1f} rows/s over "
-                  f"{report.wall_s:.1f} s, of which {report.startup_s:.1f} s startup)")
+                  f"{report.wall_s:.1f} s, of which {report.startup_s:.1f} s startup and {report.shutdown_s:.1f} s "
+                  f"shutdown)")
     if report.preprocess and not report.embedded:
         pre = report.preprocess
         note(f"images preprocessed on the host: {pre['preset']} ({pre['origin'] or 'as asked'})")

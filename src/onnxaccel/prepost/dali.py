@@ -1,14 +1,17 @@
 """nvJPEG through NVIDIA DALI: the whole image path of a `batch` unit (file read, JPEG decode on the GPU's hardware
 decoder first, the preset's geometry) as one DALI pipeline that runs in DALI's own C++ threads.
 
-Why it was tried: in the job's process, a decoder driven from Python spends a third of its time taking the GIL
-back after each native call (issue 22, sixth session: py-spy --native on the H200, 34 % of the decoding threads'
-samples waiting in pthread_cond_timedwait under nvImageCodec's CodeStream, pybind11's gil_scoped_acquire and
-torch's operations). Here a batch is one ``feed_input`` of the file names and one ``run``: DALI reads the files,
-decodes and resizes without the GIL. Measured on the H200 it is nevertheless slower than NvjpegDecoder, alone
-(4,208 images/s) and inside `batch` (2,269 against 2,809 rows/s at batch 64, same machine), so it runs only when
-asked for (ONNXACCEL_NVJPEG_LIBRARY=dali). Each unit is fed and run on its own (one unit in flight per pipeline);
-feeding units ahead so that DALI overlaps reading one with decoding the next is not done.
+Why: in the job's process, a decoder driven from Python spends a third of its time taking the GIL back after each
+native call (issue 22, sixth session: py-spy --native on the H200, 34 % of the decoding threads' samples waiting in
+pthread_cond_timedwait under nvImageCodec's CodeStream, pybind11's gil_scoped_acquire and torch's operations). Here
+a batch is one ``feed_input`` of the file names and one ``run``: DALI reads the files, decodes and resizes without
+the GIL. Measured on the H200 (issue 22, seventh session, batch 64, 10,000 JPEGs, same leases): 6,159-6,370 rows/s
+with 2 pipelines and 6,525 with 3, against nvImageCodec's 3,629-3,652 and torchvision's 6,060-6,222; DALI alone 6,640
+images/s. (The sixth session's machine had measured it below nvImageCodec, 2,269 against 2,809.) Its pixels are the
+hardware decoder's, as torchvision's (top-1 agreement 1.0 with torchvision, 0.91 with nvImageCodec), so `auto` does
+not pick it: ONNXACCEL_NVJPEG_LIBRARY=dali does. Each unit is fed and run on its own, one unit in flight per
+pipeline; feeding units ahead (``schedule_run`` up to 3 deep, commit f4e01d5) was slower inside the job (5,034-5,266
+rows/s) and gained nothing alone (6,168 images/s), and was taken out.
 
 Geometry: the imagenet preset's resize + center crop is one ``fn.resize`` with a region of interest: output pixel
 i of the crop samples the input at center (top + i + 0.5) * h0 / nh, the same sampling and antialiasing scale as

@@ -213,10 +213,22 @@ def _library(without_dali: bool = False) -> str:
     return library
 
 
+#: Decoding threads in the job's process per library (each with its own decoder; torchvision's decode holds one
+#: process-wide lock, its reads and geometry run beside it). Measured on the H200 (issue 22, seventh session, batch
+#: 64, 10,000 JPEGs, same lease): torchvision 3 threads 6,665 rows/s against 6,178 with 2; DALI 3 pipelines 6,525
+#: against 6,160 with 2 and 5,838 with 4; nvImageCodec 1 thread 3,924, 2 threads 4,165, 4 threads 3,236.
+DECODE_THREADS = {"nvimgcodec": 2, "torchvision": 3, "dali": 3}
+
+
+def gpu_decode_threads() -> int:
+    """How many decoding threads the job runs for the GPU decoder this process would make (DECODE_THREADS)."""
+    return DECODE_THREADS.get(_library(), 2)
+
+
 def gpu_decoder(height: int, width: int, pre: ImagePreprocess, device: int = 0):
     """The GPU decoder: DALI's pipeline when ONNXACCEL_NVJPEG_LIBRARY=dali (file reads, decode and geometry in
-    DALI's threads, without the GIL; slower than NvjpegDecoder inside `batch` on the H200, issue 22 sixth session),
-    else NvjpegDecoder (nvImageCodec, else torchvision)."""
+    DALI's threads, without the GIL; on the H200 as fast as torchvision inside `batch` and 1.7x nvImageCodec, issue
+    22 seventh session), else NvjpegDecoder (nvImageCodec, else torchvision)."""
     if _library() == "dali":
         from onnxaccel.prepost.dali import DaliDecoder
 
@@ -426,7 +438,9 @@ class NvjpegDecoder:
     #: makes prepost/dali.py's DaliDecoder; this class then serves its other files and failed batches),
     #: "nvimgcodec" or "torchvision"; the environment's ONNXACCEL_NVJPEG_LIBRARY sets it. On the H200 (issue 22,
     #: fourth session) nvImageCodec's output agreed better with the CPU decode (top-1 98.5 % against 92.5 % on 200
-    #: photographs) but ran slower inside `batch` (2,809 against 3,915 rows/s at batch 64).
+    #: photographs) but ran slower inside `batch` (2,809 against 3,915 rows/s at batch 64; seventh session 3,629
+    #: against 6,060, DALI 6,370: torchvision and DALI use the hardware decoder's pixels, nvImageCodec here its CUDA
+    #: decoder's, whose kernels show in a CUPTI trace).
     LIBRARY = os.environ.get("ONNXACCEL_NVJPEG_LIBRARY", "auto")
     #: nvImageCodec's backends, in order (names of NVJPEG_BACKENDS; empty: every backend, the library's choice);
     #: the CPU threads of each decoder's executor (0: the library's default, one per core) and its options string

@@ -139,7 +139,7 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
 
     assembler = ShardAssembler(dataset, store)
     stats: dict[str, WorkerStats] = {}
-    done = {"rows": 0, "bad": 0, "first": None}
+    done = {"rows": 0, "bad": 0, "first": None, "last": None}
 
     def sink(shard: int, rows: np.ndarray, ids: list[str], outputs: dict, worker: str, read_s: float,
              run_s: float, units_in: int, bad: list[BadInput] | None = None) -> None:
@@ -153,6 +153,7 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
         w.run_s += run_s
         done["rows"] += len(rows) - len(bad or ())
         done["bad"] += len(bad or ())
+        done["last"] = time.perf_counter() - start  # after the last unit: closing decoders and sessions, checks
         if progress is not None:
             progress(Progress(rows_skipped + done["rows"] + done["bad"], rows_total,
                               len(skipped) + len(assembler.written), len(dataset.shards), worker))
@@ -181,6 +182,7 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
         shards_done=len(assembler.written), shards_skipped=len(skipped), rows_total=rows_total,
         rows_done=done["rows"], rows_skipped=rows_skipped, wall_s=wall,
         startup_s=done["first"] if done["first"] is not None else wall,
+        shutdown_s=max(0.0, wall - done["last"]) if done["last"] is not None else 0.0,
         workers=sorted(stats.values(), key=lambda w: w.name), ray=ray_info, warnings=warnings,
         shape_buckets=job.shape_buckets, errors=errors, rows_failed=done["bad"], on_error=job.on_error,
         stages=stages, embedded=embedded,

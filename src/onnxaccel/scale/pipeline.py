@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaccel.engines.pool import CAPTURE_GATE, pin_for_copies, set_gpu_wait, unpin_for_copies
-from onnxaccel.prepost.decode import GPU_DECODER, LIBRARY_NAMES, DecodePool, choose_decoder, pool_size
+from onnxaccel.prepost.decode import (GPU_DECODER, LIBRARY_NAMES, DecodePool, choose_decoder, gpu_decode_threads,
+                                      pool_size)
 from onnxaccel.pipeline import BoundModel, ModelFromSource
 from onnxaccel.scale.datasets import BadInput, Unit, row_shape_of
 from onnxaccel.scale.worker import GPU_INSTANCES, BatchWorker, UnitResult, WorkerSpec, stopped_at
@@ -70,9 +71,9 @@ PINNED_SLOTS_BYTES = 1 << 30
 #: 3,979 rows/s against 2,326 in a process of its own, batch 256 5,000-5,214; outputs identical to the process
 #: decoder's (top-1 1.0, largest difference 0).
 NVJPEG_IN_PROCESS = True
-#: Threads decoding with nvJPEG in the job's process, each with its own decoder and CUDA stream (H200, batch 256:
-#: 1 thread 4,530-5,001 rows/s, 2 threads 5,000-5,319, 4 threads 4,911).
-GPU_DECODE_THREADS = 2
+#: Threads decoding with nvJPEG in the job's process, each with its own decoder and CUDA stream; None: the
+#: library's own count (prepost/decode.py DECODE_THREADS: nvImageCodec 2, torchvision and DALI 3).
+GPU_DECODE_THREADS: int | None = None
 #: The decoder chosen and started while the sessions compile (False: before them, one after the other; an A/B).
 PLAN_IN_THREAD = True
 _END = object()
@@ -266,7 +267,7 @@ def _decode_plan(spec: WorkerSpec, decoder: str, times: StageTimes, depth: int =
     device = 0 if spec.drop_device_id else target.device_id or 0
     if name in ("nvjpeg", "hybrid") and NVJPEG_IN_PROCESS:  # nvJPEG made in _source, once the sessions are up
         workers = max(1, pool_size() - 1) if name == "hybrid" else 0  # hybrid: the CPU pool starts now
-        times.decode_workers = GPU_DECODE_THREADS + workers
+        times.decode_workers = (GPU_DECODE_THREADS or gpu_decode_threads()) + workers
         pool = DecodePool(depth + 2, spec.batch, height, width, pre, workers=workers) if workers else None
         return _DecodePlan(name, pool, pool.start() if pool else [], inline=(height, width, pre, device))
     if name in ("nvjpeg", "hybrid"):  # nvJPEG in a process of its own; hybrid adds the CPU pool beside it
@@ -592,7 +593,7 @@ class _DeviceDecodeSource:
     def __init__(self, worker: BatchWorker, inline: tuple, threads: int | None = None):
         import importlib
 
-        threads = threads or GPU_DECODE_THREADS
+        threads = threads or GPU_DECODE_THREADS or gpu_decode_threads()
         height, width, pre, device = inline
         module, _, cls = GPU_DECODER_CLASS.partition(":")
         make = getattr(importlib.import_module(module), cls)
