@@ -160,9 +160,6 @@ VARIANTS = {
     "tv_nowarm": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.WARM_UP = 0; d.NvjpegDecoder.LIBRARY = 'torchvision'",
     "nic_gpu": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.BACKENDS = ('gpu',)",
     "nic_t2": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.CPU_THREADS = 2",
-    "copies": "import onnxaccel.prepost.resample as r; r.BatchResampler.PACK = 'copies'",
-    "tv_copies": ("import onnxaccel.prepost.resample as r, onnxaccel.prepost.decode as d; "
-                  "r.BatchResampler.PACK = 'copies'; d.NvjpegDecoder.LIBRARY = 'torchvision'"),
     "nic_t4": "import onnxaccel.scale.pipeline as p; p.GPU_DECODE_THREADS = 4",
     "nic_t1": "import onnxaccel.scale.pipeline as p; p.GPU_DECODE_THREADS = 1",
     "trace": "import sys; sys.path.insert(0, 'benchmarks'); import i22_trace; i22_trace.start('nic')",

@@ -19,6 +19,7 @@ import atexit
 import gzip
 import json
 import os
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -75,9 +76,9 @@ def start(tag: str) -> None:
             summary["profiled_s"] = time.perf_counter() - began
             out = Path(os.environ.get("OUT", "/tmp"))
             (out / f"trace_{tag}.json").write_text(json.dumps(summary, indent=1))
-            print(f"trace {tag}: " + json.dumps(summary.get("headline")), file=os.sys.stderr, flush=True)
+            print(f"trace {tag}: " + json.dumps(summary.get("headline")), file=sys.stderr, flush=True)
         except Exception as exc:  # a diagnosis must not fail the job's own report
-            print(f"trace {tag} failed: {type(exc).__name__}: {exc}", file=os.sys.stderr, flush=True)
+            print(f"trace {tag} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
     atexit.register(finish)
 

@@ -87,38 +87,3 @@ def test_batch_resampler_chunks_large_batches_the_same(photo, monkeypatch):
     real = chunked._resample
     monkeypatch.setattr(chunked, "_resample", lambda im, sz: calls.append(len(im)) or real(im, sz))
     assert torch.equal(chunked(imgs), whole) and len(calls) > 1 and sum(calls) == len(imgs)
-
-
-@pytest.mark.parametrize("count", [1, 7])
-def test_gathered_batch_equals_per_image_copies_for_every_layout(photo, count):
-    """PACK="gather" (one concatenation and one gather, indices from each image's offset and strides) gives the
-    rows of PACK="copies" (a copy per image) whatever the memory layout nvJPEG's libraries hand back: CHW
-    contiguous (torchvision), HWC seen as CHW (nvImageCodec), and HWC with pitched rows (padding bytes past each
-    row's pixels, which must never be read)."""
-    torch = pytest.importorskip("torch")
-    from onnxaccel.prepost.resample import BatchResampler
-
-    imgs = []
-    for k in range(count):
-        img = np.asarray(Image.open(photo(PHOTOS[k % len(PHOTOS)])).convert("RGB"))[: 300 - 20 * k, : 400 - 30 * k]
-        if k % 3 == 0:
-            imgs.append(torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1))))
-        elif k % 3 == 1:
-            imgs.append(torch.from_numpy(img.copy()).permute(2, 0, 1))
-        else:
-            pitched = np.full((img.shape[0], img.shape[1] + 13, 3), 255, np.uint8)  # padding bytes set to 255
-            pitched[:, : img.shape[1]] = img
-            imgs.append(torch.from_numpy(pitched)[:, : img.shape[1]].permute(2, 0, 1))
-    for preset in ("imagenet", "yolo", "none"):
-        pre = ImagePreprocess(preset=preset)
-        copies = BatchResampler(torch, "cpu", 224, 224, pre)
-        copies.PACK = "copies"
-        gathered = BatchResampler(torch, "cpu", 224, 224, pre)
-        assert gathered.PACK == "gather"  # the default
-        assert torch.equal(gathered(imgs), copies(imgs)), preset
-        padded = gathered._gather(imgs, [tuple(i.shape[1:]) for i in imgs], 310, 420)
-        for k, img in enumerate(imgs):  # the image itself where it lies; its edge repeated past it
-            h, w = img.shape[1:]
-            assert torch.equal(padded[k, :, :h, :w], img)
-            assert torch.equal(padded[k, :, h:, :w], img[:, -1:, :].expand(3, 310 - h, w))
-            assert torch.equal(padded[k, :, :h, w:], img[:, :, -1:].expand(3, h, 420 - w))

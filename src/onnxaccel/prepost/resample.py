@@ -114,18 +114,12 @@ class BatchResampler:
     #: Bytes the padded FP32 copy of a batch may take (3 channels x 4 bytes per padded pixel); a larger batch is
     #: resampled in consecutive chunks that each stay under it (one image larger than this is a chunk of its own).
     MAX_BATCH_BYTES = 512 << 20
-    #: How the images reach the padded batch: "gather" (one concatenation of every image's memory, then one gather
-    #: whose indices are computed on the device from each image's offset and strides: about 12 operations for any
-    #: number of images) or "copies" (one strided copy per image: n operations, each holding the GIL while it is
-    #: dispatched).
-    PACK = "gather"
 
     def __init__(self, torch, device: str, height: int, width: int, pre: ImagePreprocess):
         self.torch, self.device = torch, device
         self.height, self.width, self.pre = height, width, pre
         self._host = None  # page-locked float32 staging for the tap plans, grown as needed
         self._copied = None  # a CUDA event after the last copy out of _host: wait for it before writing _host again
-        self._meta = None  # page-locked int64 [n, 6] offsets, strides and last indices for _gather, grown as needed
 
     def __call__(self, images: list):
         sizes = [tuple(int(d) for d in img.shape[1:]) for img in images]
@@ -173,13 +167,11 @@ class BatchResampler:
         dev = [staged[at[i]:at[i + 1]] for i in range(5)]
         my = self._dense(dev[0].view(n, height), dev[1].view(n, height, ky), h_max)  # [n, H, h_max]
         mx = self._dense(dev[2].view(n, width), dev[3].view(n, width, kx), w_max)  # [n, W, w_max]
-        if self.PACK == "gather":
-            batch = self._gather(images, sizes, h_max, w_max)
-        else:  # Padding needs no clearing: it meets zero weights (uint8 garbage times 0.0 is 0.0).
-            batch = torch.empty((n, 3, h_max, w_max), dtype=torch.uint8, device=self.device)
-            for k, img in enumerate(images):
-                h, w = sizes[k]
-                batch[k, :, :h, :w].copy_(img)
+        # Padding needs no clearing: it meets zero weights (uint8 garbage times 0.0 is 0.0).
+        batch = torch.empty((n, 3, h_max, w_max), dtype=torch.uint8, device=self.device)
+        for k, img in enumerate(images):
+            h, w = sizes[k]
+            batch[k, :, :h, :w].copy_(img)
         x = batch.float().view(n, 3 * h_max, w_max)
         x = torch.bmm(x, mx.transpose(1, 2)).view(n, 3, h_max, width)  # columns: [n, 3, h_max, W]
         out = torch.matmul(my.unsqueeze(1), x)  # rows: [n, 3, H, W]
@@ -188,39 +180,6 @@ class BatchResampler:
             out += (dev[4][:, None, None] * (1.0 - shown))[:, None]
         out = out.round_().clamp_(0, 255).permute(0, 2, 3, 1)
         return out.to(torch.uint8).contiguous()
-
-    def _gather(self, images: list, sizes: list[tuple[int, int]], h_max: int, w_max: int):
-        """[n, 3, h_max, w_max] uint8: every image's memory (any strides: CHW, HWC seen as CHW, pitched rows) as one
-        flat concatenation, then one gather. Padding repeats the image's last row and column (it meets zero
-        weights). The per-image work on the host is one view each; the offsets and strides travel in one
-        page-locked copy."""
-        torch = self.torch
-        n = len(images)
-        parts, meta, base = [], np.empty((n, 6), np.int64), 0
-        for k, img in enumerate(images):
-            h, w = sizes[k]
-            sc, sy, sx = img.stride()
-            span = 1 + 2 * sc + (h - 1) * sy + (w - 1) * sx  # from the first element to the last
-            parts.append(img.as_strided((span,), (1,)))
-            meta[k] = (base, sc, sy, sx, h - 1, w - 1)
-            base += span
-        flat = torch.cat(parts) if n > 1 else parts[0]
-        if self._meta is None or self._meta.shape[0] < n:
-            self._meta = torch.empty((max(n, 256), 6), dtype=torch.int64, pin_memory=self.device.startswith("cuda"))
-        host = self._meta[:n]
-        host.numpy()[:] = meta  # safe: _resample waited for the previous batch's copies (self._copied)
-        m = host.to(self.device, non_blocking=True)
-        if self.device.startswith("cuda"):
-            self._copied = torch.cuda.Event()
-            self._copied.record()
-        kind = torch.int32 if base < 2**31 else torch.int64
-        m = m.to(kind)
-        col = [m[:, i].view(n, 1, 1, 1) for i in range(6)]
-        c = torch.arange(3, device=self.device, dtype=kind).view(1, 3, 1, 1)
-        y = torch.minimum(torch.arange(h_max, device=self.device, dtype=kind).view(1, 1, h_max, 1), col[4])
-        x = torch.minimum(torch.arange(w_max, device=self.device, dtype=kind).view(1, 1, 1, w_max), col[5])
-        index = (col[0] + c * col[1]) + y * col[2] + x * col[3]  # [n, 3, h_max, w_max]
-        return flat[index]
 
     def _dense(self, first, weights, size: int):
         """[n, out, size] from first indices [n, out] and tap weights [n, out, K] (zero taps add nothing)."""
