@@ -439,8 +439,8 @@ class NvjpegDecoder:
     #: "nvimgcodec" or "torchvision"; the environment's ONNXACCEL_NVJPEG_LIBRARY sets it. On the H200 (issue 22,
     #: fourth session) nvImageCodec's output agreed better with the CPU decode (top-1 98.5 % against 92.5 % on 200
     #: photographs) but ran slower inside `batch` (2,809 against 3,915 rows/s at batch 64; seventh session 3,629
-    #: against 6,060, DALI 6,370: torchvision and DALI use the hardware decoder's pixels, nvImageCodec here its CUDA
-    #: decoder's, whose kernels show in a CUPTI trace).
+    #: against 6,060, DALI 6,370; torchvision's and DALI's outputs are equal, and in a CUPTI trace nvImageCodec's
+    #: images pass through an nvJPEG CUDA colour conversion, torchvision's through the hardware decoder's own).
     LIBRARY = os.environ.get("ONNXACCEL_NVJPEG_LIBRARY", "auto")
     #: nvImageCodec's backends, in order (names of NVJPEG_BACKENDS; empty: every backend, the library's choice);
     #: the CPU threads of each decoder's executor (0: the library's default, one per core) and its options string
