@@ -80,6 +80,11 @@ _END = object()
 _PAGE = 4096
 
 
+def _gpu_decode_threads() -> int:
+    """The decoding threads of nvJPEG in the job's process: GPU_DECODE_THREADS, else the library's own count."""
+    return GPU_DECODE_THREADS or gpu_decode_threads()
+
+
 @dataclass
 class StageTimes:
     """Seconds per stage of one pipelined run (module docstring), and which decoder decoded images."""
@@ -267,7 +272,7 @@ def _decode_plan(spec: WorkerSpec, decoder: str, times: StageTimes, depth: int =
     device = 0 if spec.drop_device_id else target.device_id or 0
     if name in ("nvjpeg", "hybrid") and NVJPEG_IN_PROCESS:  # nvJPEG made in _source, once the sessions are up
         workers = max(1, pool_size() - 1) if name == "hybrid" else 0  # hybrid: the CPU pool starts now
-        times.decode_workers = (GPU_DECODE_THREADS or gpu_decode_threads()) + workers
+        times.decode_workers = _gpu_decode_threads() + workers
         pool = DecodePool(depth + 2, spec.batch, height, width, pre, workers=workers) if workers else None
         return _DecodePlan(name, pool, pool.start() if pool else [], inline=(height, width, pre, device))
     if name in ("nvjpeg", "hybrid"):  # nvJPEG in a process of its own; hybrid adds the CPU pool beside it
@@ -593,7 +598,7 @@ class _DeviceDecodeSource:
     def __init__(self, worker: BatchWorker, inline: tuple, threads: int | None = None):
         import importlib
 
-        threads = threads or GPU_DECODE_THREADS or gpu_decode_threads()
+        threads = threads or _gpu_decode_threads()
         height, width, pre, device = inline
         module, _, cls = GPU_DECODER_CLASS.partition(":")
         make = getattr(importlib.import_module(module), cls)
