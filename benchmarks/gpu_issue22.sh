@@ -37,8 +37,8 @@ case $STAGE in
   batch)
     timeout ${BATCH_TIMEOUT:-560} python3 benchmarks/gpu_issue22_batch.py --model zoo:resnet50 --target "$TARGET" \
       --batches ${BATCHES:-64,256} --jpeg-decoders ${DECODERS-hybrid,nvjpeg} --variants ${VARIANTS:-new} \
-      --npy-variants ${NPY_VARIANTS:-${VARIANTS:-new}} --jpegs 10000 --npy-rows ${NPY_ROWS:-20480} --check ${CHECK:-200} --work /tmp/i22 \
-      --out "$RES/issue22_batch.json" --timeout ${RUN_TIMEOUT:-200} 2>&1 | grep -v '^ ' | tail -40
+      --npy-variants ${NPY_VARIANTS:-${VARIANTS:-new}} --jpegs ${JPEGS:-10000} --npy-rows ${NPY_ROWS:-20480} --check ${CHECK:-200} --work ${WORK_DIR:-/tmp/i22} \
+      --out "$RES/issue22_batch${BATCH_TAG:+_$BATCH_TAG}.json" --timeout ${RUN_TIMEOUT:-200} 2>&1 | grep -v '^ ' | tail -40
     echo "rc=$?" ;;
   quick)  # a short lease: JPEGs only, nvJPEG in the job's process against its own process, outputs compared
     timeout ${BATCH_TIMEOUT:-150} python3 benchmarks/gpu_issue22_batch.py --model zoo:resnet50 --target "$TARGET" \
@@ -72,6 +72,11 @@ round(d['rows_per_s']), 'rows/s;', s['bottleneck'], '|', ' | '.join(s['notes']))
       --target "$TARGET" --batches ${BATCHES:-64} --jpeg-decoders nvjpeg --variants "$VARIANTS" --npy-variants none \
       --npy-rows 0 --jpegs 10000 --work /tmp/i22 --out "$RES/issue22_diag_${DIAG_TAG:-variants}.json" --timeout 120 \
       ${QUICK:+--quick} 2>&1 | grep -v '^ ' | tail -12
+    echo "rc=$?" ;;
+  pixels)  # each GPU decoder's pixels against Pillow's (benchmarks/i22_pixels.py), on the batch stage's JPEGs
+    [ -d /tmp/i22/jpegs ] || python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_issue22_batch as g; from pathlib import Path; g.make_jpegs(Path('/tmp/i22/jpegs'), 10000)"
+    timeout ${PIXELS_TIMEOUT:-200} python3 benchmarks/i22_pixels.py --jpegs /tmp/i22/jpegs --count ${PIXELS:-200} \
+      --out "$RES/issue22_pixels.json" 2>&1 | grep -v "^ " | tail -14
     echo "rc=$?" ;;
   nvjpeg)  # the decoder alone: in this process, in the pipeline's spawned process, and beside a busy GPU
     [ -d /tmp/i22/jpegs ] || python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_issue22_batch as g; from pathlib import Path; g.make_jpegs(Path('/tmp/i22/jpegs'), 10000)"

@@ -156,6 +156,16 @@ VARIANTS = {
     "tv_t3": ("import onnxaccel.prepost.decode as d, onnxaccel.scale.pipeline as p; "
               "d.NvjpegDecoder.LIBRARY = 'torchvision'; p.GPU_DECODE_THREADS = 3"),
     "nic": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.LIBRARY = 'nvimgcodec'",
+    "dali_smallwarm": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
+                       "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.WARM_SIZES = d.NvjpegDecoder.WARM_SIZES"),
+    "dali_fancy": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
+                   "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.FANCY_UPSAMPLING = True"),
+    "dali_nofancy": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
+                     "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.FANCY_UPSAMPLING = False"),
+    "dali_hint": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
+                  "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.SIZE_HINT = (480, 640)"),
+    "dali_hw10": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
+                  "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.HW_DECODER_LOAD = 1.0"),
     "nowarm": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.WARM_UP = 0",
     "tv_nowarm": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.WARM_UP = 0; d.NvjpegDecoder.LIBRARY = 'torchvision'",
     "nic_gpu": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.BACKENDS = ('gpu',)",

@@ -149,6 +149,7 @@ def test_gpu_decoder_warm_up_runs_the_whole_path_on_real_jpegs():
 
     class Recorder:
         phases = {"images": 7, "read_s": 1.0, "decode_s": 2.0, "resize_s": 0.5, "copy_s": 0.1}
+        WARM_SIZES = decode.NvjpegDecoder.WARM_SIZES
 
         def decode_device(self, paths):
             for path in paths:
@@ -161,6 +162,29 @@ def test_gpu_decoder_warm_up_runs_the_whole_path_on_real_jpegs():
     assert len(seen) == 128 and {f for f, _, _ in seen} == {"JPEG"} and not any(p for _, _, p in seen)
     assert len({size for _, size, _ in seen}) > 10  # several sizes: the geometry's batched path is exercised
     assert recorder.phases == dict.fromkeys(recorder.phases, 0)
+
+
+def test_dali_warm_up_decodes_photograph_sized_jpegs():
+    """DALI's warm-up (DaliDecoder.warm_up, through NvjpegDecoder.warm_up) hands the pipeline JPEGs at photographs'
+    sizes, so the hardware decoder's and nvJPEG's buffers grow before the job's first batch, not during it."""
+    from onnxaccel.prepost import decode
+    from onnxaccel.prepost.dali import DaliDecoder
+
+    seen = []
+
+    class Recorder:
+        phases = {"images": 3}
+        WARM_SIZES = DaliDecoder.WARM_SIZES
+
+        def decode_device(self, paths):
+            for path in paths:
+                with Image.open(path) as img:
+                    seen.append(img.size)
+            return None, {}
+
+    decode.NvjpegDecoder.warm_up(Recorder(), 12)
+    assert len(seen) == 24 and min(min(size) for size in seen) >= 333 and max(max(size) for size in seen) >= 640
+    assert {(h, w) for w, h in seen} == set(DaliDecoder.WARM_SIZES)
 
 
 def test_stderr_redirection_from_two_threads_leaves_stderr_as_it_was():

@@ -97,6 +97,15 @@ class DaliDecoder:
     CPU_THREADS = 4
     #: Share of a batch DALI gives the hardware JPEG decoder (fn.decoders.image hw_decoder_load).
     HW_DECODER_LOAD = 0.9
+    #: fn.decoders.image jpeg_fancy_upsampling: chroma upsampled by interpolation, as libjpeg-turbo (Pillow) does,
+    #: instead of replicated; DALI passes it to nvImageCodec's CUDA and hardware decoders (NVIDIA/DALI
+    #: dali/operators/imgcodec/image_decoder.h, "fancy_upsampling" for nvjpeg_cuda_decoder and nvjpeg_hw_decoder).
+    FANCY_UPSAMPLING = False
+    #: fn.decoders.image preallocate_height_hint / preallocate_width_hint for the hardware decoder (0: none).
+    SIZE_HINT = (0, 0)
+    #: Warm-up JPEGs at photographs' sizes (ImageNet's are ~500x375, its larger ones 640x480): the hardware
+    #: decoder's and nvJPEG's buffers grow to them in the warm-up, not in the job's first batches.
+    WARM_SIZES = ((375, 500), (480, 640), (333, 500), (500, 375), (427, 640), (640, 480))
 
     def __init__(self, height: int, width: int, pre: ImagePreprocess, device: int = 0):
         import torch
@@ -118,7 +127,7 @@ class DaliDecoder:
             self.warm_up(NvjpegDecoder.WARM_UP)
 
     def warm_up(self, count: int) -> None:
-        """Build the pipeline and run it on ``count`` small JPEGs (prepost/decode.py NvjpegDecoder.warm_up)."""
+        """Build the pipeline and run it on ``count`` JPEGs of WARM_SIZES (prepost/decode.py NvjpegDecoder.warm_up)."""
         from onnxaccel.prepost.decode import NvjpegDecoder
 
         NvjpegDecoder.warm_up(self, count)
@@ -133,8 +142,11 @@ class DaliDecoder:
         def images():
             names = fn.external_source(name="paths", dtype=types.UINT8, ndim=1)
             encoded = fn.io.file.read(names)
+            hints = dict(zip(("preallocate_height_hint", "preallocate_width_hint"), self.SIZE_HINT)) \
+                if all(self.SIZE_HINT) else {}
             decoded = fn.decoders.image(encoded, device="mixed", output_type=types.RGB, adjust_orientation=False,
-                                        hw_decoder_load=self.HW_DECODER_LOAD)
+                                        hw_decoder_load=self.HW_DECODER_LOAD,
+                                        jpeg_fancy_upsampling=self.FANCY_UPSAMPLING, **hints)
             return geometry(fn, types, dmath, encoded, decoded, height, width, pre)
 
         pipe = images()

@@ -490,8 +490,11 @@ class NvjpegDecoder:
         if self.WARM_UP and warm:
             self.warm_up(self.WARM_UP)
 
+    #: Image sizes (height, width) the warm-up JPEGs take in turn: small ones here; DaliDecoder's are photographs'.
+    WARM_SIZES = tuple((48 + 8 * (k % 5), 64 + 8 * (k % 7)) for k in range(35))
+
     def warm_up(self, count: int) -> None:
-        """Decode ``count`` small baseline JPEGs of different sizes twice through the whole path (read, decode,
+        """Decode ``count`` baseline JPEGs of WARM_SIZES twice through the whole path (read, decode,
         geometry), then zero the phases. nvImageCodec makes its per-thread nvJPEG decoders (hardware and lossless
         plugins, a shared context under a lock) on the first batches a thread takes, and torchvision its decoder
         and buffers: inside `batch` that was paid by the job's first batches (py-spy --native, issue 22 sixth
@@ -503,7 +506,7 @@ class NvjpegDecoder:
         with tempfile.TemporaryDirectory(prefix="onnxaccel-nvjpeg-") as folder:
             paths = []
             for k in range(count):
-                h, w = 48 + 8 * (k % 5), 64 + 8 * (k % 7)
+                h, w = self.WARM_SIZES[k % len(self.WARM_SIZES)]
                 pixels = np.add.outer(np.arange(h), np.arange(w))[:, :, None] * np.array([1, 2, 3]) % 256
                 path = Path(folder) / f"{k}.jpg"
                 image.fromarray(pixels.astype(np.uint8)).save(path, "JPEG", quality=90)
