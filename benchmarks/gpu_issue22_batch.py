@@ -162,8 +162,8 @@ VARIANTS = {
                    "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.FANCY_UPSAMPLING = True"),
     "dali_nofancy": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
                      "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.FANCY_UPSAMPLING = False"),
-    "dali_hint": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
-                  "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.SIZE_HINT = (480, 640)"),
+    "dali_hw09": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
+                  "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.HW_DECODER_LOAD = 0.9"),
     "dali_hw10": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
                   "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.HW_DECODER_LOAD = 1.0"),
     "nowarm": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.WARM_UP = 0",

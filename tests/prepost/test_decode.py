@@ -230,3 +230,58 @@ def test_the_fix_for_a_missing_gpu_decoder_follows_the_reason(monkeypatch):
         decode.choose_decoder("cuda", "nvjpeg")
     assert "torch sees no CUDA device" in caught.value.message
     assert "DALI" not in caught.value.hint and "onnxaccel doctor" in caught.value.hint
+
+
+def _cuda_torch(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "torch", type("FakeTorch", (), {
+        "cuda": type("Cuda", (), {"is_available": staticmethod(lambda: True)})})())
+
+
+def _installed(monkeypatch, *names):
+    """importlib.util.find_spec finds ``names`` (as installed) and not the other GPU decoding libraries."""
+    real = importlib.util.find_spec
+    libraries = ("nvidia.dali", "nvidia.nvimgcodec", "torchvision")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (object() if name in names else None)
+                        if name in libraries else real(name, *a))
+
+
+def test_auto_prefers_dali_where_installed_with_a_fallback_library(monkeypatch):
+    """auto: DALI first (fastest inside `batch` on the H200, pixels as close to Pillow's as nvImageCodec's with fancy
+    upsampling), but only beside nvImageCodec or torchvision, which take the files and batches DALI refuses; then
+    nvImageCodec, then torchvision."""
+    from onnxaccel.prepost import decode
+
+    monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "auto")
+    _cuda_torch(monkeypatch)
+    _installed(monkeypatch, "nvidia.dali", "nvidia.nvimgcodec")
+    assert decode.choose_decoder("cuda") == ("nvjpeg", "nvJPEG through DALI on the CUDA target")
+    assert decode._library(without_dali=True) == "nvimgcodec"  # DALI's fallback
+    assert decode.gpu_decode_threads() == decode.DECODE_THREADS["dali"]
+    _installed(monkeypatch, "nvidia.dali", "torchvision")
+    assert decode.nvjpeg_library() == "DALI"
+    _installed(monkeypatch, "nvidia.dali")  # no fallback library: not DALI, and torchvision is missing
+    assert decode.nvjpeg_library() == "torchvision" and decode.choose_decoder("cuda")[0] in ("cpu-pool", "cpu")
+    _installed(monkeypatch, "nvidia.nvimgcodec", "torchvision")
+    assert decode.choose_decoder("cuda") == ("nvjpeg", "nvJPEG through nvImageCodec on the CUDA target")
+
+
+def test_decoder_names_a_library(monkeypatch):
+    """--decoder dali|nvimgcodec|torchvision is nvjpeg through that library, for this process and the processes it
+    starts (ONNXACCEL_NVJPEG_LIBRARY); a library that is not installed is a clear error naming the flag's value."""
+    import os
+
+    from onnxaccel.prepost import decode
+
+    monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "auto")
+    monkeypatch.delenv("ONNXACCEL_NVJPEG_LIBRARY", raising=False)
+    _cuda_torch(monkeypatch)
+    _installed(monkeypatch, "nvidia.nvimgcodec", "torchvision")
+    with pytest.raises(InputError) as caught:
+        decode.choose_decoder("cuda", "dali")
+    assert caught.value.message == "--decoder dali cannot run here: DALI is not installed (nvidia.dali)."
+    assert "onnxaccel[dali-cu13]" in caught.value.hint
+    assert decode.choose_decoder("cuda", "nvimgcodec") == ("nvjpeg", "asked for; through nvImageCodec")
+    assert decode.NvjpegDecoder.LIBRARY == os.environ["ONNXACCEL_NVJPEG_LIBRARY"] == "nvimgcodec"
+    with pytest.raises(InputError, match="--decoder torchvision cannot run here: .*torchvision"):
+        decode.choose_decoder("cuda", "torchvision")  # torchvision is imported for real: not installed here
+    assert decode.choose_decoder("cuda", "cpu-pool") == ("cpu-pool", "asked for")

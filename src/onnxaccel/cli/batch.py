@@ -81,9 +81,9 @@ def batch_command(
                                 "with preprocessing embedded already is fed pixels without this flag.")] = None,
     preprocess: PreprocessOpt = None,
     decoder: Annotated[str, typer.Option("--decoder", help="Image decoder for models fed uint8 pixels: auto "
-                       "(nvJPEG through nvImageCodec or torchvision on CUDA targets where installed, else a CPU process pool; "
-                       "ONNXACCEL_NVJPEG_LIBRARY picks the library), "
-                       "hybrid (nvJPEG and the CPU pool together, each unit split by their rates), nvjpeg, "
+                       "(on CUDA targets nvJPEG through DALI, nvImageCodec or torchvision, the first installed; "
+                       "else a CPU process pool), nvjpeg, dali, nvimgcodec, torchvision (nvJPEG through that "
+                       "library), hybrid (nvJPEG and the CPU pool together, each unit split by their rates), "
                        "cpu-pool, cpu.")] = "auto",
     as_json: JsonOpt = False,
 ) -> None:
