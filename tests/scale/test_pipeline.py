@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -115,9 +116,10 @@ def test_gpu_decoding_threads_follow_the_library(monkeypatch, library, threads):
     source = pipeline._DeviceDecodeSource.__new__(pipeline._DeviceDecodeSource)
     made = []
     monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpuOnDevice")
-    monkeypatch.setattr(_CpuAsGpuOnDevice, "__init__", lambda self, *a: made.append(1) or None)
-    pipeline._DeviceDecodeSource.__init__(source, worker=None, inline=(224, 224, None, 0))
-    assert len(made) == threads and source.threads._max_workers == threads
+    monkeypatch.setattr(_CpuAsGpuOnDevice, "__init__", lambda self, *a, **k: made.append(k["batch"]) or None)
+    worker = SimpleNamespace(spec=SimpleNamespace(batch=96))  # each decoder is made for the job's batch size
+    pipeline._DeviceDecodeSource.__init__(source, worker=worker, inline=(224, 224, None, 0))
+    assert made == [96] * threads and source.threads._max_workers == threads
     source.close()
 
 
@@ -274,7 +276,7 @@ class _CpuAsGpu:
     (no GPU, no torchvision): each row must land where its file is, bad rows included. The pipeline's GPU
     process makes it by name (scale/pipeline.py GPU_DECODER_CLASS)."""
 
-    def __init__(self, height, width, pre, device=0):
+    def __init__(self, height, width, pre, device=0, batch=64):
         self.height, self.width, self.pre = height, width, pre
         self.phases = {"images": 0, "decode_s": 0.0}
 
@@ -620,7 +622,7 @@ def test_a_gpu_job_runs_its_pump_at_the_short_gil_switch(tmp_path, mlp_path, npy
 class _NoGpu:
     """A GPU decoder that cannot start (no CUDA here): what NvjpegDecoder raises without a GPU."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, **kwargs):
         raise RuntimeError("CUDA unavailable: no NVIDIA driver")
 
 
@@ -654,7 +656,6 @@ def test_a_fallback_decoding_process_that_cannot_start_is_closed(tmp_path, squee
 def test_device_rows_need_every_instance_to_copy_on_the_device():
     # Host rows go direct where one instance has a copier (the others join on the host); a GPU decoder's device
     # rows need all of them, or an instance would get rows it cannot take.
-    from types import SimpleNamespace
 
     from onnxaccel.scale.pipeline import _direct_copies
     from onnxaccel.target import parse_target

@@ -592,8 +592,9 @@ class _DeviceDecodeSource:
     own, nvJPEG took turns with the model's context on the GPU (time-slicing) and kept a third of its rate (issue
     22, benchmarks/nvjpeg_probe.py); here its kernels and the model's share one context. A decode holds the
     capture gate shared (no CUDA call of ours during a graph capture). ``inline``: height, width, preset, device.
-    The decoder is GPU_DECODER_CLASS with ``decode_device(paths)``: an array on the device given through
-    ``__cuda_array_interface__``, its work finished, and {row: error}."""
+    The decoder is GPU_DECODER_CLASS, made with (height, width, preset, device, batch=the job's batch), with
+    ``decode_device(paths)``: an array on the device given through ``__cuda_array_interface__``, its work
+    finished, and {row: error}."""
 
     def __init__(self, worker: BatchWorker, inline: tuple, threads: int | None = None):
         import importlib
@@ -604,7 +605,8 @@ class _DeviceDecodeSource:
         make = getattr(importlib.import_module(module), cls)
         self.worker = worker
         try:
-            self.decoders = [make(height, width, pre, device) for _ in range(max(1, threads))]  # here, not later
+            self.decoders = [make(height, width, pre, device, batch=worker.spec.batch)  # here, not later
+                             for _ in range(max(1, threads))]
         except Exception as exc:
             from onnxaccel.errors import ProviderUnavailableError
 
