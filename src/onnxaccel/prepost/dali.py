@@ -5,13 +5,15 @@ Why: in the job's process, a decoder driven from Python spends a third of its ti
 native call (issue 22, sixth session: py-spy --native on the H200, 34 % of the decoding threads' samples waiting in
 pthread_cond_timedwait under nvImageCodec's CodeStream, pybind11's gil_scoped_acquire and torch's operations). Here
 a batch is one ``feed_input`` of the file names and one ``run``: DALI reads the files, decodes and resizes without
-the GIL. Measured on the H200 (issue 22, seventh session, batch 64, 10,000 JPEGs, same leases): 6,159-6,370 rows/s
-with 2 pipelines and 6,525 with 3, against nvImageCodec's 3,629-3,652 and torchvision's 6,060-6,222; DALI alone 6,640
-images/s. (The sixth session's machine had measured it below nvImageCodec, 2,269 against 2,809.) Its pixels are the
-hardware decoder's, as torchvision's (top-1 agreement 1.0 with torchvision, 0.91 with nvImageCodec), so `auto` does
-not pick it: ONNXACCEL_NVJPEG_LIBRARY=dali does. Each unit is fed and run on its own, one unit in flight per
-pipeline; feeding units ahead (``schedule_run`` up to 3 deep, commit f4e01d5) was slower inside the job (5,034-5,266
-rows/s) and gained nothing alone (6,168 images/s), and was taken out.
+the GIL. Measured on the H200 (issue 22, batch 64, 10,000 JPEGs): seventh session 6,525 rows/s with 3 pipelines
+against nvImageCodec's 3,629 and torchvision's 6,060-6,222; eighth session, with every image of a batch given to the
+hardware decoder (HW_DECODER_LOAD) and fancy upsampling, 11,169 rows/s (67 % of `bench`) against nvImageCodec's
+5,272 and torchvision's 8,151. With FANCY_UPSAMPLING its pixels are as close to Pillow's as nvImageCodec's (PSNR
+56.5 dB at the 224 input, benchmarks/i22_pixels.py), so `auto` picks it where installed (prepost/decode.py
+_library). Each unit is fed and run on its own, one unit in flight per pipeline; feeding units ahead
+(``schedule_run`` up to 3 deep, commit f4e01d5) was slower inside the job (5,034-5,266 rows/s) and gained nothing
+alone (6,168 images/s), and was taken out. The pipeline is built and warmed at the job's batch size: DALI builds a
+pipeline per batch size, and one rebuilt inside the job cost more than half the rate at batch 256.
 
 Geometry: the imagenet preset's resize + center crop is one ``fn.resize`` with a region of interest: output pixel
 i of the crop samples the input at center (top + i + 0.5) * h0 / nh, the same sampling and antialiasing scale as

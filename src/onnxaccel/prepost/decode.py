@@ -9,11 +9,13 @@ decode + resize (tests/prepost/test_decode.py measures and bounds the difference
 
 Decoders, chosen by :func:`choose_decoder`:
 
-- ``nvjpeg``: NVIDIA nvJPEG, batched on the GPU, through nvImageCodec (``nvidia.nvimgcodec``: the GPU's hardware
-  JPEG decoder where it has one) where installed, else torchvision.io.decode_jpeg(device="cuda"); the geometry
-  with torch on the GPU; in the job's own process (scale/pipeline.py) or in one of its own (DecodePool ``gpu``).
-  Used automatically on CUDA targets where torch with CUDA and either library import; never required. Run on the
-  H200 (issue 22), never on this machine (no torch, no GPU here; nvImageCodec's CPU backend runs here in tests).
+- ``nvjpeg``: NVIDIA nvJPEG, batched on the GPU, through NVIDIA DALI (prepost/dali.py: read, decode and geometry
+  in DALI's threads), nvImageCodec (``nvidia.nvimgcodec``: the GPU's hardware JPEG decoder where it has one) or
+  torchvision.io.decode_jpeg(device="cuda"), the first installed (``--decoder dali|nvimgcodec|torchvision`` names
+  one); the geometry with torch on the GPU (DALI: its own); in the job's own process (scale/pipeline.py) or in
+  one of its own (DecodePool ``gpu``). Used automatically on CUDA targets where torch with CUDA and a library
+  import; never required. Run on the H200 (issue 22), never on this machine (no GPU here; DALI's and
+  nvImageCodec's CPU backends run here in tests).
 - ``hybrid``: nvJPEG and the CPU pool together, each batch split by their rates (no faster than ``nvjpeg``
   alone on the H200: not chosen automatically).
 - ``cpu-pool``: worker processes (os.cpu_count()) decoding straight into a shared-memory batch buffer: only
@@ -246,9 +248,9 @@ def gpu_decode_threads() -> int:
 
 
 def gpu_decoder(height: int, width: int, pre: ImagePreprocess, device: int = 0, batch: int = 64):
-    """The GPU decoder: DALI's pipeline when ONNXACCEL_NVJPEG_LIBRARY=dali (file reads, decode and geometry in
-    DALI's threads, without the GIL; on the H200 as fast as torchvision inside `batch` and 1.7x nvImageCodec, issue
-    22 seventh session), else NvjpegDecoder (nvImageCodec, else torchvision)."""
+    """The GPU decoder for batches of up to ``batch`` images (DALI builds its pipeline for that size): DALI's
+    pipeline where the library resolves to it (_library: file reads, decode and geometry in DALI's threads,
+    without the GIL), else NvjpegDecoder (nvImageCodec, else torchvision)."""
     if _library() == "dali":
         from onnxaccel.prepost.dali import DaliDecoder
 
@@ -466,13 +468,13 @@ class NvjpegDecoder:
     #: scheduled first when both wait for the GPU.
     STREAM_PRIORITY = 0
 
-    #: Which library calls nvJPEG: "auto" (nvImageCodec where installed, else torchvision), "dali" (gpu_decoder
-    #: makes prepost/dali.py's DaliDecoder; this class then serves its other files and failed batches),
-    #: "nvimgcodec" or "torchvision"; the environment's ONNXACCEL_NVJPEG_LIBRARY sets it. On the H200 (issue 22,
-    #: fourth session) nvImageCodec's output agreed better with the CPU decode (top-1 98.5 % against 92.5 % on 200
-    #: photographs) but ran slower inside `batch` (2,809 against 3,915 rows/s at batch 64; seventh session 3,629
-    #: against 6,060, DALI 6,370; torchvision's and DALI's outputs are equal, and in a CUPTI trace nvImageCodec's
-    #: images pass through an nvJPEG CUDA colour conversion, torchvision's through the hardware decoder's own).
+    #: Which library calls nvJPEG: "auto" (_library: DALI, else nvImageCodec, else torchvision), "dali"
+    #: (gpu_decoder makes prepost/dali.py's DaliDecoder; this class then serves its other files and failed
+    #: batches), "nvimgcodec" or "torchvision"; the environment's ONNXACCEL_NVJPEG_LIBRARY or --decoder
+    #: dali|nvimgcodec|torchvision sets it. On the H200 (issue 22, eighth session, 200 photographs against Pillow,
+    #: benchmarks/i22_pixels.py) nvImageCodec's whole images are within 1 level of Pillow's (PSNR 82.7 dB),
+    #: torchvision's up to 58 levels off (43.2 dB: the hardware decoder's chroma upsampling, without
+    #: interpolation); inside `batch` at batch 64 nvImageCodec ran 5,272 rows/s, torchvision 8,151, DALI 11,169.
     LIBRARY = os.environ.get("ONNXACCEL_NVJPEG_LIBRARY", "auto")
     #: nvImageCodec's backends, in order (names of NVJPEG_BACKENDS; empty: every backend, the library's choice);
     #: the CPU threads of each decoder's executor (0: the library's default, one per core) and its options string
