@@ -139,3 +139,56 @@ def test_dali_pipeline_is_built_at_the_jobs_batch(monkeypatch):
     dec.decode_device([f"/data/{k}.jpg" for k in range(40)])  # the last, short unit of a job
     dec.decode_device([f"/data/{k}.jpg" for k in range(300)])
     assert built == [256, 300]
+
+
+class _HostTorch:
+    """torch as CpuFallback uses it (from_numpy, .to(device)), on the host: there is no torch on this machine."""
+
+    @staticmethod
+    def from_numpy(array):
+        return type("Tensor", (), {"to": lambda self, device: array})()
+
+
+def test_dali_without_a_gpu_fallback_library_decodes_refused_files_on_the_cpu(monkeypatch, photo, tmp_path):
+    """--decoder dali where neither nvImageCodec nor torchvision is installed: files DALI refuses (not JPEG, or in a
+    batch it failed) are decoded by Pillow and copied to the device, a bad file a row with its message, instead of
+    the job failing at the first such file with "No module named 'torchvision'"."""
+    import sys
+
+    from onnxaccel.prepost import dali, decode
+
+    def no_library(*args, **kwargs):
+        raise ImportError("No module named 'torchvision'", name="torchvision")
+
+    monkeypatch.setattr(decode, "NvjpegDecoder", no_library)
+    monkeypatch.setitem(sys.modules, "torch", _HostTorch)
+    dec = object.__new__(dali.DaliDecoder)
+    dec.height, dec.width, dec.pre, dec.device_id, dec.device = 64, 64, ImagePreprocess(preset="imagenet"), 0, "cuda:0"
+    dec._fallback, dec.fallback_images, dec.torch = None, 0, None
+    dec.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
+    good = tmp_path / "coffee.png"
+    Image.open(photo("coffee.png")).convert("RGB").save(good)
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"not an image")
+    pixels, errors = dec.decode_device([str(good), str(bad)])
+    assert isinstance(dec._fallback, dali.CpuFallback) and dec.fallback_images == 2
+    assert pixels.shape == (2, 64, 64, 3) and not pixels[1].any() and list(errors) == [1]
+    assert np.array_equal(pixels[0], decode.decode_pixels(good, 64, 64, dec.pre)) and pixels[0].std() > 10
+    assert "Cannot read image" in errors[1] and dec.phases["images"] == 2
+
+
+def test_dali_decoder_is_made_and_warmed_for_the_jobs_batch(monkeypatch):
+    """DaliDecoder(..., batch=256) warms up with a batch of 256 (its pipeline is built at that size before the
+    job); at batch 16 it still warms with 64 (the warm-up's own count) and builds at 64."""
+    pytest.importorskip("nvidia.dali")
+    import sys
+
+    from onnxaccel.prepost.dali import DaliDecoder
+
+    cuda = type("Cuda", (), {"Stream": staticmethod(lambda device: None)})
+    monkeypatch.setitem(sys.modules, "torch", type("FakeTorch", (), {"cuda": cuda}))
+    warmed = []
+    monkeypatch.setattr(DaliDecoder, "warm_up", lambda self, count: warmed.append(count))
+    assert DaliDecoder(224, 224, ImagePreprocess(preset="imagenet"), 0, batch=256).min_batch == 256
+    assert DaliDecoder(224, 224, ImagePreprocess(preset="imagenet"), 0, batch=16).min_batch == 64
+    assert warmed == [256, 64]

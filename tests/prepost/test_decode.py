@@ -90,7 +90,7 @@ def test_decoder_choice_without_torch_is_the_cpu_pool():
     assert name in ("cpu-pool", "cpu") and "torch is not installed" in why
     assert choose_decoder("cpu")[0] in ("cpu-pool", "cpu")
     assert choose_decoder("cuda", "cpu") == ("cpu", "asked for")
-    with pytest.raises(InputError, match="Install nvImageCodec .* or torchvision with CUDA"):
+    with pytest.raises(InputError, match="Install torch with CUDA and nvImageCodec .* or torchvision with CUDA"):
         choose_decoder("cuda", "nvjpeg")
     with pytest.raises(InputError, match="--decoder must be one of"):
         choose_decoder("cpu", "turbo")
@@ -238,50 +238,122 @@ def _cuda_torch(monkeypatch):
 
 
 def _installed(monkeypatch, *names):
-    """importlib.util.find_spec finds ``names`` (as installed) and not the other GPU decoding libraries."""
+    """The GPU decoding libraries ``names`` are installed, the others not: importlib.util.find_spec for DALI and
+    nvImageCodec (found, not imported), torchvision_missing for torchvision (imported for real otherwise)."""
+    from onnxaccel.prepost import decode
+
     real = importlib.util.find_spec
     libraries = ("nvidia.dali", "nvidia.nvimgcodec", "torchvision")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (object() if name in names else None)
                         if name in libraries else real(name, *a))
+    monkeypatch.setattr(decode, "torchvision_missing",
+                        lambda: "" if "torchvision" in names else "torchvision is not installed (torchvision)")
 
 
-def test_auto_prefers_dali_where_installed_with_a_fallback_library(monkeypatch):
-    """auto: DALI first (fastest inside `batch` on the H200, pixels as close to Pillow's as nvImageCodec's with fancy
-    upsampling), but only beside nvImageCodec or torchvision, which take the files and batches DALI refuses; then
-    nvImageCodec, then torchvision."""
+@pytest.fixture
+def library_state(monkeypatch):
+    """NvjpegDecoder.LIBRARY, ONNXACCEL_NVJPEG_LIBRARY and DALI's start-up failures as they were, after the test
+    (setenv records the variable even where it was unset: delenv would not, and it would leak to later tests)."""
     from onnxaccel.prepost import decode
 
     monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "auto")
+    monkeypatch.setenv(decode.LIBRARY_ENV, "auto")
+    monkeypatch.setattr(decode, "_DALI_FAILED", [])
     _cuda_torch(monkeypatch)
+    return decode
+
+
+def test_auto_prefers_dali_where_installed_with_a_fallback_library(monkeypatch, library_state):
+    """auto: DALI first (fastest inside `batch` on the H200, pixels as close to Pillow's as nvImageCodec's with fancy
+    upsampling), but only beside nvImageCodec or torchvision, which take the files and batches DALI refuses; then
+    nvImageCodec, then torchvision."""
+    decode = library_state
     _installed(monkeypatch, "nvidia.dali", "nvidia.nvimgcodec")
     assert decode.choose_decoder("cuda") == ("nvjpeg", "nvJPEG through DALI on the CUDA target")
     assert decode._library(without_dali=True) == "nvimgcodec"  # DALI's fallback
     assert decode.gpu_decode_threads() == decode.DECODE_THREADS["dali"]
     _installed(monkeypatch, "nvidia.dali", "torchvision")
     assert decode.nvjpeg_library() == "DALI"
-    _installed(monkeypatch, "nvidia.dali")  # no fallback library: not DALI, and torchvision is missing
-    assert decode.nvjpeg_library() == "torchvision" and decode.choose_decoder("cuda")[0] in ("cpu-pool", "cpu")
+    _installed(monkeypatch, "nvidia.dali")  # no fallback library: not DALI, and there is no other
+    assert decode.nvjpeg_library() == "torchvision"
+    name, why = decode.choose_decoder("cuda")
+    assert name in ("cpu-pool", "cpu") and "neither DALI nor nvImageCodec nor torchvision is installed" in why
     _installed(monkeypatch, "nvidia.nvimgcodec", "torchvision")
     assert decode.choose_decoder("cuda") == ("nvjpeg", "nvJPEG through nvImageCodec on the CUDA target")
 
 
-def test_decoder_names_a_library(monkeypatch):
+def test_decoder_names_a_library(monkeypatch, library_state):
     """--decoder dali|nvimgcodec|torchvision is nvjpeg through that library, for this process and the processes it
-    starts (ONNXACCEL_NVJPEG_LIBRARY); a library that is not installed is a clear error naming the flag's value."""
+    starts (ONNXACCEL_NVJPEG_LIBRARY); a library that is not installed is a clear error naming the flag's value and
+    what to install, and changes nothing for the process's next job."""
     import os
 
-    from onnxaccel.prepost import decode
-
-    monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "auto")
-    monkeypatch.delenv("ONNXACCEL_NVJPEG_LIBRARY", raising=False)
-    _cuda_torch(monkeypatch)
-    _installed(monkeypatch, "nvidia.nvimgcodec", "torchvision")
+    decode = library_state
+    _installed(monkeypatch, "nvidia.nvimgcodec")
     with pytest.raises(InputError) as caught:
         decode.choose_decoder("cuda", "dali")
     assert caught.value.message == "--decoder dali cannot run here: DALI is not installed (nvidia.dali)."
-    assert "onnxaccel[dali-cu13]" in caught.value.hint
+    assert caught.value.hint == "Install DALI (pip install onnxaccel[dali-cu13]), or pass --decoder auto."
+    assert decode.NvjpegDecoder.LIBRARY == os.environ[decode.LIBRARY_ENV] == "auto"  # as before the failed one
+    assert decode.choose_decoder("cuda") == ("nvjpeg", "nvJPEG through nvImageCodec on the CUDA target")
+    with pytest.raises(InputError) as caught:
+        decode.choose_decoder("cuda", "torchvision")
+    assert caught.value.message == "--decoder torchvision cannot run here: torchvision is not installed (torchvision)."
+    assert caught.value.hint == "Install torchvision with CUDA, or pass --decoder auto."
     assert decode.choose_decoder("cuda", "nvimgcodec") == ("nvjpeg", "asked for; through nvImageCodec")
-    assert decode.NvjpegDecoder.LIBRARY == os.environ["ONNXACCEL_NVJPEG_LIBRARY"] == "nvimgcodec"
-    with pytest.raises(InputError, match="--decoder torchvision cannot run here: .*torchvision"):
-        decode.choose_decoder("cuda", "torchvision")  # torchvision is imported for real: not installed here
+    assert decode.NvjpegDecoder.LIBRARY == os.environ[decode.LIBRARY_ENV] == "nvimgcodec"
     assert decode.choose_decoder("cuda", "cpu-pool") == ("cpu-pool", "asked for")
+    _installed(monkeypatch)
+    with pytest.raises(InputError) as caught:  # the variable set by the user: the hint says so
+        decode.choose_decoder("cuda", "nvjpeg")
+    assert caught.value.hint == ("Install nvImageCodec (pip install onnxaccel[nvimgcodec-cu13], or -cu12), or unset "
+                                 "ONNXACCEL_NVJPEG_LIBRARY (it is 'nvimgcodec'), or pass --decoder auto.")
+
+
+def test_auto_goes_on_without_dali_that_cannot_start(monkeypatch, library_state, caplog):
+    """DALI installed but failing when made (a wheel for another CUDA, say): under auto the job's decoders are
+    nvImageCodec's instead, with a warning and a note in the report (pipeline phase_note), not a failed job;
+    asked for by name, the failure is the job's."""
+    import logging
+
+    from onnxaccel.prepost import dali
+
+    decode = library_state
+    _installed(monkeypatch, "nvidia.dali", "nvidia.nvimgcodec")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("libcudart.so.12: cannot open shared object file")
+
+    made = []
+    monkeypatch.setattr(dali, "DaliDecoder", broken)
+    monkeypatch.setattr(decode, "NvjpegDecoder", type("Made", (), {
+        "LIBRARY": "auto", "__init__": lambda self, *a: made.append(a)}))
+    with caplog.at_level(logging.WARNING, logger="onnxaccel.prepost.decode"):
+        decoder = decode.gpu_decoder(224, 224, ImagePreprocess(preset="imagenet"), 0, batch=256)
+    assert isinstance(decoder, decode.NvjpegDecoder) and len(made) == 1
+    assert decode.dali_failed() == "RuntimeError: libcudart.so.12: cannot open shared object file"
+    assert "nvJPEG through nvImageCodec instead" in caplog.text and decode._library() == "nvimgcodec"
+    monkeypatch.setattr(decode, "_DALI_FAILED", [])
+    monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", "dali")
+    with pytest.raises(RuntimeError, match="libcudart"):
+        decode.gpu_decoder(224, 224, ImagePreprocess(preset="imagenet"), 0)
+
+
+class _SaysItsBatch:
+    """A GPU decoder that reports, by failing, the batch it was made for (the decoding process raises it)."""
+
+    def __init__(self, height, width, pre, device=0, batch=64):
+        raise RuntimeError(f"made for batch {batch}")
+
+
+def test_the_gpu_decoding_process_makes_its_decoder_for_the_rings_batch():
+    """DecodePool's GPU process (no direct copies to the runs) makes its decoder for the ring's batch size, as the
+    job's own decoding threads do: DALI builds its pipeline per batch size, and would rebuild it in the job."""
+    pool = DecodePool(2, 256, 8, 8, ImagePreprocess(preset="imagenet"), workers=0, gpu=0,
+                      gpu_decoder=f"{__name__}:_SaysItsBatch")
+    try:
+        with pytest.raises(Exception, match="could not start on device 0: RuntimeError: made for batch 256"):
+            for future in pool.start():
+                future.result(timeout=120)
+    finally:
+        pool.close()

@@ -211,9 +211,43 @@ class DaliDecoder:
         if self._fallback is None:
             from onnxaccel.prepost.decode import NvjpegDecoder
 
-            # No warm-up: made mid-job, in a decoding thread, for a batch that is waiting.
-            self._fallback = NvjpegDecoder(self.height, self.width, self.pre, self.device_id, warm=False)
+            try:  # No warm-up: made mid-job, in a decoding thread, for a batch that is waiting.
+                self._fallback = NvjpegDecoder(self.height, self.width, self.pre, self.device_id, warm=False)
+            except ImportError:  # neither nvImageCodec nor torchvision here (--decoder dali): the CPU decode
+                self._fallback = CpuFallback(self.height, self.width, self.pre, self.device)
         return self._fallback
+
+
+class CpuFallback:
+    """DaliDecoder's fallback where no GPU library is: each file decoded on the CPU (prepost/decode.py
+    decode_pixels, Pillow), a file that cannot be decoded a zero row with its message; the batch copied to
+    ``device``. The NvjpegDecoder interface DaliDecoder uses: ``decode_device``, ``phases``, ``library``."""
+
+    library = "cpu"
+
+    def __init__(self, height: int, width: int, pre: ImagePreprocess, device: str):
+        self.height, self.width, self.pre, self.device = height, width, pre, device
+        self.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
+
+    def decode_device(self, paths: list[str]) -> tuple[object, dict[int, str]]:
+        import torch
+
+        from onnxaccel.prepost.decode import decode_pixels
+
+        began = time.perf_counter()
+        pixels = np.zeros((len(paths), self.height, self.width, 3), np.uint8)
+        bad: dict[int, str] = {}
+        for i, path in enumerate(paths):
+            try:
+                pixels[i] = decode_pixels(path, self.height, self.width, self.pre)
+            except InputError as exc:
+                bad[i] = exc.message
+        decoded = time.perf_counter()
+        out = torch.from_numpy(pixels).to(self.device)
+        self.phases["images"] += len(paths)
+        self.phases["decode_s"] += decoded - began
+        self.phases["copy_s"] += time.perf_counter() - decoded
+        return out, bad
 
 
 def cpu_pipeline_images(paths: list[str], height: int, width: int,

@@ -50,12 +50,14 @@ from onnxaccel.prepost.resample import BatchResampler
 
 logger = logging.getLogger(__name__)
 
-#: ONNXACCEL_NVJPEG_LIBRARY's values (NvjpegDecoder.LIBRARY).
+#: The environment variable naming the library nvJPEG is called through (NvjpegDecoder.LIBRARY), and its values.
+LIBRARY_ENV = "ONNXACCEL_NVJPEG_LIBRARY"
 LIBRARIES = ("auto", "dali", "nvimgcodec", "torchvision")
 #: --decoder's values: a library's name is nvjpeg through that library.
 DECODERS = ("auto", "hybrid", "nvjpeg", *LIBRARIES[1:], "cpu-pool", "cpu")
 #: The libraries as reports name them.
-LIBRARY_NAMES = {"dali": "DALI", "nvimgcodec": "nvImageCodec", "torchvision": "torchvision"}
+LIBRARY_NAMES = {"dali": "DALI", "nvimgcodec": "nvImageCodec", "torchvision": "torchvision",
+                 "cpu": "the CPU (Pillow)"}
 #: The decoders that need nvJPEG (torch with CUDA, and nvImageCodec or torchvision).
 GPU_DECODERS = ("nvjpeg", "hybrid")
 #: nvImageCodec's backend kinds by the names NvjpegDecoder.BACKENDS uses: the GPU's hardware JPEG engine (A100,
@@ -105,20 +107,21 @@ def choose_decoder(device: str, wanted: str = "auto", guard=None) -> tuple[str, 
         raise InputError(f"--decoder must be one of {', '.join(DECODERS)}, got '{wanted}'.",
                          "auto picks nvJPEG (through DALI, nvImageCodec or torchvision, the first installed) where "
                          "torch with CUDA is installed and the target is CUDA, else a CPU process pool.")
-    asked = wanted
-    if wanted in LIBRARIES[1:]:  # nvjpeg through this library: set for this process and the processes it starts
-        NvjpegDecoder.LIBRARY = os.environ["ONNXACCEL_NVJPEG_LIBRARY"] = wanted
-        wanted = "nvjpeg"
+    if wanted in LIBRARIES[1:]:  # nvjpeg through this library: for this process and the processes it starts
+        previous = NvjpegDecoder.LIBRARY, os.environ.get(LIBRARY_ENV)
+        NvjpegDecoder.LIBRARY = os.environ[LIBRARY_ENV] = wanted
+        try:
+            _nvjpeg_or_raise(wanted, guard)
+        except InputError:  # nothing changes for the next job of this process
+            NvjpegDecoder.LIBRARY = previous[0]
+            if previous[1] is None:
+                os.environ.pop(LIBRARY_ENV, None)
+            else:
+                os.environ[LIBRARY_ENV] = previous[1]
+            raise
+        return "nvjpeg", f"asked for; through {nvjpeg_library()}"
     if wanted in GPU_DECODERS:
-        reason = nvjpeg_missing(guard)
-        if reason:
-            fix = ("Install DALI (pip install onnxaccel[dali-cu13]) or unset ONNXACCEL_NVJPEG_LIBRARY"
-                   if reason == dali_missing() and reason else
-                   "Check the GPU and its driver with `onnxaccel doctor`"
-                   if reason == "torch sees no CUDA device" else
-                   "Install nvImageCodec (pip install nvidia-nvimgcodec-cu13[nvjpeg], or -cu12) or torchvision with "
-                   "CUDA")
-            raise InputError(f"--decoder {asked} cannot run here: {reason}.", f"{fix}, or pass --decoder auto.")
+        _nvjpeg_or_raise(wanted, guard)
         return wanted, f"asked for; through {nvjpeg_library()}"
     if wanted != "auto":
         return wanted, "asked for"
@@ -132,6 +135,29 @@ def choose_decoder(device: str, wanted: str = "auto", guard=None) -> tuple[str, 
     if (os.cpu_count() or 1) > 1:
         return "cpu-pool", f"{note}; {pool_size()} decoding processes"
     return "cpu", f"{note}; one core"
+
+
+def _nvjpeg_or_raise(asked: str, guard=None) -> None:
+    """Raise InputError (what, and what to install) where ``--decoder asked`` cannot run nvJPEG here."""
+    reason = nvjpeg_missing(guard)
+    if not reason:
+        return
+    library = _library()
+    if reason == "torch sees no CUDA device":
+        fix = "Check the GPU and its driver with `onnxaccel doctor`"
+    elif library == "dali":
+        fix = "Install DALI (pip install onnxaccel[dali-cu13])"
+    elif library == "nvimgcodec":
+        fix = "Install nvImageCodec (pip install onnxaccel[nvimgcodec-cu13], or -cu12)"
+    elif library == "torchvision" and NvjpegDecoder.LIBRARY == "torchvision":
+        fix = "Install torchvision with CUDA"
+    else:
+        fix = ("Install torch with CUDA and " if reason.startswith("torch is not installed") else "Install ") + (
+            "nvImageCodec (pip install onnxaccel[nvimgcodec-cu13], or -cu12), DALI (onnxaccel[dali-cu13]) or "
+            "torchvision with CUDA")
+    if asked == "nvjpeg" and os.environ.get(LIBRARY_ENV, "auto") != "auto":
+        fix += f", or unset {LIBRARY_ENV} (it is '{os.environ[LIBRARY_ENV]}')"
+    raise InputError(f"--decoder {asked} cannot run here: {reason}.", f"{fix}, or pass --decoder auto.")
 
 
 def nvjpeg_missing(guard=None) -> str:
@@ -155,10 +181,18 @@ def nvjpeg_missing(guard=None) -> str:
         missing = nvimgcodec_missing()
         if not missing or library == "nvimgcodec":
             return missing
+    missing = torchvision_missing()
+    if missing and library == "auto":
+        return f"neither DALI nor nvImageCodec nor torchvision is installed ({missing})"
+    return missing
+
+
+def torchvision_missing() -> str:
+    """'' when torchvision with io.decode_jpeg imports here, else why not (imported: it costs seconds)."""
     try:
         import torchvision.io as tio
     except ImportError as exc:
-        return f"neither nvImageCodec nor torchvision is installed ({exc.name})"
+        return f"torchvision is not installed ({exc.name})"
     if not hasattr(tio, "decode_jpeg"):
         return "this torchvision has no io.decode_jpeg"
     return ""
@@ -221,11 +255,21 @@ def _library(without_dali: bool = False) -> str:
     rows/s inside `batch` against torchvision's 8,151 and nvImageCodec's 6,272, with pixels as close to Pillow's as
     nvImageCodec's (DaliDecoder.FANCY_UPSAMPLING: PSNR 56.5 dB at the 224 input, nvImageCodec 56.3 dB)."""
     library = NvjpegDecoder.LIBRARY
-    if library == "auto" and not without_dali and not dali_missing() and _fallback_library_found():
+    if (library == "auto" and not without_dali and not _DALI_FAILED and not dali_missing()
+            and _fallback_library_found()):
         return "dali"
     if library == "auto" or (library == "dali" and without_dali):
         return "nvimgcodec" if not nvimgcodec_missing() else "torchvision"
     return library
+
+
+#: Why DALI could not start in this process when `auto` chose it (gpu_decoder): `auto` then goes on without it.
+_DALI_FAILED: list[str] = []
+
+
+def dali_failed() -> str:
+    """Why DALI could not start when `auto` chose it in this process ('' when it did, or was not chosen)."""
+    return _DALI_FAILED[-1] if _DALI_FAILED else ""
 
 
 def _fallback_library_found() -> bool:
@@ -254,7 +298,14 @@ def gpu_decoder(height: int, width: int, pre: ImagePreprocess, device: int = 0, 
     if _library() == "dali":
         from onnxaccel.prepost.dali import DaliDecoder
 
-        return DaliDecoder(height, width, pre, device, batch)
+        try:
+            return DaliDecoder(height, width, pre, device, batch)
+        except Exception as exc:  # noqa: BLE001 - auto's choice goes on without DALI; asked for, it fails
+            if NvjpegDecoder.LIBRARY != "auto":
+                raise
+            _DALI_FAILED.append(f"{type(exc).__name__}: {exc}")
+            logger.warning("DALI could not start (%s): nvJPEG through %s instead.", _DALI_FAILED[-1],
+                           nvjpeg_library())
     return NvjpegDecoder(height, width, pre, device)
 
 
@@ -311,14 +362,15 @@ def _attach(name: str, shape: tuple[int, ...], height: int, width: int, pre: Ima
 def _attach_gpu(name: str, shape: tuple[int, ...], height: int, width: int, pre: ImagePreprocess, device: int,
                 decoder: str) -> None:
     """GPU process initializer: map the ring, make the decoder (``module:Class``, called (height, width, pre,
-    device)); a decoder that cannot be made is kept as ``gpu_error`` (raised by ``_gpu_ready``)."""
+    device, batch=the ring's batch)); a decoder that cannot be made is kept as ``gpu_error`` (raised by
+    ``_gpu_ready``)."""
     import importlib
 
     _WORKER["device"] = device
     _attach(name, shape, height, width, pre)
     module, _, cls = decoder.partition(":")
     try:
-        _WORKER["gpu"] = getattr(importlib.import_module(module), cls)(height, width, pre, device)
+        _WORKER["gpu"] = getattr(importlib.import_module(module), cls)(height, width, pre, device, batch=shape[1])
     except Exception as exc:  # kept for _gpu_ready: a failed initializer only says the process "terminated abruptly"
         _WORKER["gpu_error"] = f"{type(exc).__name__}: {exc}"
 
@@ -475,7 +527,7 @@ class NvjpegDecoder:
     #: benchmarks/i22_pixels.py) nvImageCodec's whole images are within 1 level of Pillow's (PSNR 82.7 dB),
     #: torchvision's up to 58 levels off (43.2 dB: the hardware decoder's chroma upsampling, without
     #: interpolation); inside `batch` at batch 64 nvImageCodec ran 5,272 rows/s, torchvision 8,151, DALI 11,169.
-    LIBRARY = os.environ.get("ONNXACCEL_NVJPEG_LIBRARY", "auto")
+    LIBRARY = os.environ.get(LIBRARY_ENV, "auto")
     #: nvImageCodec's backends, in order (names of NVJPEG_BACKENDS; empty: every backend, the library's choice);
     #: the CPU threads of each decoder's executor (0: the library's default, one per core) and its options string
     #: (nvImageCodec's "Decoder options format", e.g. ``nvjpeg_hw_decoder:preallocate_batch_size=64``). A file a

@@ -72,7 +72,8 @@ class BatchJob:
     #: The name reports show for the model (default: ``model``); the CLI runs a cached copy with preprocessing
     #: embedded (transform/embed_preprocess.py embedded_copy) under the name the user gave.
     label: str | None = None
-    #: Image decoder of the in-process pipeline for uint8 models: auto, nvjpeg, cpu-pool, cpu (prepost/decode.py).
+    #: Image decoder of the in-process pipeline for uint8 models: prepost/decode.py DECODERS (auto, hybrid, nvjpeg,
+    #: dali, nvimgcodec, torchvision, cpu-pool, cpu).
     decoder: str = "auto"
 
 

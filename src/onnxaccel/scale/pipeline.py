@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaccel.engines.pool import CAPTURE_GATE, pin_for_copies, set_gpu_wait, unpin_for_copies
-from onnxaccel.prepost.decode import (GPU_DECODER, LIBRARY_NAMES, DecodePool, choose_decoder, gpu_decode_threads,
-                                      pool_size)
+from onnxaccel.prepost.decode import (GPU_DECODER, LIBRARY_NAMES, DecodePool, choose_decoder, dali_failed,
+                                      gpu_decode_threads, pool_size)
 from onnxaccel.pipeline import BoundModel, ModelFromSource
 from onnxaccel.scale.datasets import BadInput, Unit, row_shape_of
 from onnxaccel.scale.worker import GPU_INSTANCES, BatchWorker, UnitResult, WorkerSpec, stopped_at
@@ -658,10 +658,15 @@ class _DeviceDecodeSource:
         library = getattr(self.decoders[0], "library", None)
         via = f" through {LIBRARY_NAMES.get(library, library)}" if library else ""
         fallback = sum(getattr(decoder, "fallback_images", 0) for decoder in self.decoders)
-        other = (f"; {fallback} of them through {LIBRARY_NAMES.get(self.decoders[0]._fallback.library)} (not "
-                 f"JPEG, or in a batch {LIBRARY_NAMES.get(library, library)} could not decode)") if fallback else ""
-        return [f"nvJPEG{via} in this process ({len(self.decoders)} threads): {images} images in {busy:.2f} s busy "
-                f"({images / max(busy, 1e-9):,.0f}/s per thread-second): {parts}{other}"]
+        used = next((d._fallback.library for d in self.decoders if getattr(d, "_fallback", None) is not None), None)
+        other = (f"; {fallback} of them through {LIBRARY_NAMES.get(used, used)} (not JPEG, or in a batch "
+                 f"{LIBRARY_NAMES.get(library, library)} could not decode)") if fallback else ""
+        notes = [f"nvJPEG{via} in this process ({len(self.decoders)} threads): {images} images in {busy:.2f} s busy "
+                 f"({images / max(busy, 1e-9):,.0f}/s per thread-second): {parts}{other}"]
+        if dali_failed():
+            notes.append(f"DALI could not start ({dali_failed()}): "
+                         f"{LIBRARY_NAMES.get(library, library)} decoded instead")
+        return notes
 
     def close(self) -> None:
         self.threads.shutdown(wait=True, cancel_futures=True)
