@@ -58,7 +58,7 @@ DECODERS = ("auto", "hybrid", "nvjpeg", *LIBRARIES[1:], "cpu-pool", "cpu")
 #: The libraries as reports name them.
 LIBRARY_NAMES = {"dali": "DALI", "nvimgcodec": "nvImageCodec", "torchvision": "torchvision",
                  "cpu": "the CPU (Pillow)"}
-#: The decoders that need nvJPEG (torch with CUDA, and nvImageCodec or torchvision).
+#: The decoders that need nvJPEG (torch with CUDA, and DALI, nvImageCodec or torchvision).
 GPU_DECODERS = ("nvjpeg", "hybrid")
 #: nvImageCodec's backend kinds by the names NvjpegDecoder.BACKENDS uses: the GPU's hardware JPEG engine (A100,
 #: H100/H200: baseline JPEG only), nvJPEG's CUDA decoder, its hybrid CPU/GPU decoder, the CPU (libjpeg-turbo).
