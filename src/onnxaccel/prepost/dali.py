@@ -230,6 +230,7 @@ class CpuFallback:
         self.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
 
     def decode_device(self, paths: list[str]) -> tuple[object, dict[int, str]]:
+        """A torch uint8 tensor [len(paths), H, W, 3] on the device and per bad row its message (a zero row)."""
         import torch
 
         from onnxaccel.prepost.decode import decode_pixels
