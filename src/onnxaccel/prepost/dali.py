@@ -233,16 +233,11 @@ class CpuFallback:
         """A torch uint8 tensor [len(paths), H, W, 3] on the device and per bad row its message (a zero row)."""
         import torch
 
-        from onnxaccel.prepost.decode import decode_pixels
+        from onnxaccel.prepost.decode import decode_files_into
 
         began = time.perf_counter()
-        pixels = np.zeros((len(paths), self.height, self.width, 3), np.uint8)
-        bad: dict[int, str] = {}
-        for i, path in enumerate(paths):
-            try:
-                pixels[i] = decode_pixels(path, self.height, self.width, self.pre)
-            except InputError as exc:
-                bad[i] = exc.message
+        pixels = np.empty((len(paths), self.height, self.width, 3), np.uint8)
+        bad = decode_files_into(paths, pixels, self.height, self.width, self.pre)
         decoded = time.perf_counter()
         out = torch.from_numpy(pixels).to(self.device)
         self.phases["images"] += len(paths)

@@ -407,14 +407,23 @@ def _decode_into(slot: int, first: int, paths: list[str]) -> tuple[dict[int, str
     """In a worker: decode ``paths`` into rows ``first``.. of ``slot``; bad rows as {row: message}, and the
     seconds it took (the pipeline's decode stage time)."""
     start = time.perf_counter()
-    ring, bad = _WORKER["ring"], {}
-    for i, path in enumerate(paths, start=first):
+    bad = decode_files_into(paths, _WORKER["ring"][slot, first:first + len(paths)], _WORKER["height"],
+                            _WORKER["width"], _WORKER["pre"])
+    return {first + i: message for i, message in bad.items()}, time.perf_counter() - start
+
+
+def decode_files_into(paths: list[str], out: np.ndarray, height: int, width: int,
+                      pre: ImagePreprocess) -> dict[int, str]:
+    """Decode ``paths`` on the CPU (decode_pixels) into rows 0.. of ``out``; a file that cannot be decoded is a zero
+    row, its message under its row in the returned {row: message}."""
+    bad = {}
+    for i, path in enumerate(paths):
         try:
-            ring[slot, i] = decode_pixels(path, _WORKER["height"], _WORKER["width"], _WORKER["pre"])
+            out[i] = decode_pixels(path, height, width, pre)
         except InputError as exc:
-            ring[slot, i] = 0
+            out[i] = 0
             bad[i] = exc.message
-    return bad, time.perf_counter() - start
+    return bad
 
 
 class DecodePool:
