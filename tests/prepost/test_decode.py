@@ -312,7 +312,7 @@ def test_decoder_names_a_library(monkeypatch, library_state):
 
 def test_auto_goes_on_without_dali_that_cannot_start(monkeypatch, library_state, caplog):
     """DALI installed but failing when made (a wheel for another CUDA, say): under auto the job's decoders are
-    nvImageCodec's instead, with a warning and a note in the report (pipeline phase_note), not a failed job;
+    nvImageCodec's instead, with a warning and the report saying so (pipeline _decoded_through), not a failed job;
     asked for by name, the failure is the job's."""
     import logging
 

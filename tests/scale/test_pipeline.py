@@ -666,3 +666,21 @@ def test_device_rows_need_every_instance_to_copy_on_the_device():
     assert "direct copies need graph capture" in _direct_copies(worker, every=True)
     pool.copiers = [object(), object()]
     assert _direct_copies(worker, every=True) == ""
+
+
+def test_the_report_names_the_library_that_decodes_not_the_one_chosen(monkeypatch):
+    """`auto` chose DALI but DALI could not start (prepost/decode.py gpu_decoder went on with nvImageCodec): the
+    report's decoder_reason says nvImageCodec decoded, and why; when the chosen library is the one made, it is
+    left as it is."""
+    from onnxaccel.prepost import decode
+    from onnxaccel.scale import pipeline
+
+    monkeypatch.setattr(decode, "_DALI_FAILED", ["RuntimeError: libcudart.so.12: cannot open shared object file"])
+    made = [SimpleNamespace(library="nvimgcodec")] * 3
+    times = StageTimes(decoder_reason="nvJPEG through DALI on the CUDA target")
+    pipeline._decoded_through(times, made)
+    assert times.decoder_reason == ("nvJPEG through DALI on the CUDA target; decoded through nvImageCodec (DALI could "
+                                    "not start: RuntimeError: libcudart.so.12: cannot open shared object file)")
+    times = StageTimes(decoder_reason="nvJPEG through nvImageCodec on the CUDA target")
+    pipeline._decoded_through(times, made)
+    assert times.decoder_reason == "nvJPEG through nvImageCodec on the CUDA target"

@@ -287,6 +287,16 @@ def _decode_plan(spec: WorkerSpec, decoder: str, times: StageTimes, depth: int =
     return _DecodePlan(name, pool, pool.start())
 
 
+def _decoded_through(times: StageTimes, decoders: list) -> None:
+    """Where the GPU decoders made are not the library the choice named (DALI that `auto` chose could not
+    start), ``decoder_reason`` says which library decodes and why, so the report names what ran."""
+    library = getattr(decoders[0], "library", None) if decoders else None
+    name = LIBRARY_NAMES.get(library, library)
+    if name and f"through {name}" not in times.decoder_reason:
+        why = f"DALI could not start: {dali_failed()}" if dali_failed() else "the library chosen could not start"
+        times.decoder_reason += f"; decoded through {name} ({why})"
+
+
 def _source(worker: BatchWorker, spec: WorkerSpec, plan: _DecodePlan | None, depth: int = DEPTH,
             times: StageTimes | None = None):
     """How rows are read: decoded images into shared memory (``plan``: its processes are waited for here), else
@@ -300,11 +310,14 @@ def _source(worker: BatchWorker, spec: WorkerSpec, plan: _DecodePlan | None, dep
         if not why and plan.pool is None:
             times.host_copies = ("direct: decoded on the GPU in this process, copied device to device into the "
                                  "bound inputs")
-            return _DeviceDecodeSource(worker, plan.inline)
+            source = _DeviceDecodeSource(worker, plan.inline)
+            _decoded_through(times, source.decoders)
+            return source
         if not why:  # hybrid: the CPU pool's rows from page-locked shared memory, nvJPEG's on the device
             for future in plan.starting:
                 future.result()
             source = _DeviceHybridSource(worker, plan.pool, plan.inline)
+            _decoded_through(times, source.device.decoders)
             host = source.pin()
             times.host_copies = (f"{host}; nvJPEG's rows decoded on the GPU in this process, copied device to "
                                  "device" if host.startswith("direct") else host)
@@ -661,12 +674,8 @@ class _DeviceDecodeSource:
         used = next((d._fallback.library for d in self.decoders if getattr(d, "_fallback", None) is not None), None)
         other = (f"; {fallback} of them through {LIBRARY_NAMES.get(used, used)} (not JPEG, or in a batch "
                  f"{LIBRARY_NAMES.get(library, library)} could not decode)") if fallback else ""
-        notes = [f"nvJPEG{via} in this process ({len(self.decoders)} threads): {images} images in {busy:.2f} s busy "
-                 f"({images / max(busy, 1e-9):,.0f}/s per thread-second): {parts}{other}"]
-        if dali_failed():
-            notes.append(f"DALI could not start ({dali_failed()}): "
-                         f"{LIBRARY_NAMES.get(library, library)} decoded instead")
-        return notes
+        return [f"nvJPEG{via} in this process ({len(self.decoders)} threads): {images} images in {busy:.2f} s busy "
+                f"({images / max(busy, 1e-9):,.0f}/s per thread-second): {parts}{other}"]
 
     def close(self) -> None:
         self.threads.shutdown(wait=True, cancel_futures=True)
