@@ -161,9 +161,10 @@ def _nvjpeg_or_raise(asked: str, guard=None) -> None:
 
 
 def nvjpeg_missing(guard=None) -> str:
-    """'' when nvJPEG can decode here (through nvImageCodec, else torchvision's GPU decode_jpeg; torch with CUDA
-    either way, for the resize), else why not. nvImageCodec is checked first: importing torchvision costs seconds
-    (its models and datasets). ``guard``: a context for the one CUDA call (torch.cuda.is_available)."""
+    """'' when nvJPEG can decode here (through the library _library resolves to: DALI, nvImageCodec or torchvision's
+    GPU decode_jpeg; torch with CUDA in every case), else why not. DALI and nvImageCodec are found, not imported;
+    torchvision is imported last (seconds: its models and datasets). ``guard``: a context for the one CUDA call
+    (torch.cuda.is_available)."""
     try:
         import torch
     except ImportError as exc:
