@@ -1,0 +1,54 @@
+"""ONNX Runtime's CUDA execution provider (PyPI onnxruntime-gpu)."""
+
+from __future__ import annotations
+
+from onnxaccel.providers.base import ProviderSpec
+
+ARENA = ("kNextPowerOfTwo", "kSameAsRequested")
+
+# Provider-option keys and value kinds. Source: microsoft/onnxruntime
+# onnxruntime/core/providers/cuda/cuda_execution_provider_info.cc (1.20-1.31), equal to the keys
+# get_provider_options() reports on onnxruntime-gpu 1.31.1 (benchmarks/gpu_foundation.py checks it).
+OPTIONS: dict[str, object] = {
+    "device_id": "int",
+    "gpu_mem_limit": "int",
+    "arena_extend_strategy": ARENA,
+    "cudnn_conv_algo_search": ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"),
+    "do_copy_in_default_stream": "bool",
+    "cudnn_conv_use_max_workspace": "bool",
+    "cudnn_conv1d_pad_to_nc1d": "bool",
+    "enable_cuda_graph": "bool",
+    "enable_cudnn": "bool",
+    "external_data_loader_reading_threads": "int",
+    "prefer_nhwc": "bool",
+    "use_ep_level_unified_stream": "bool",
+    "use_tf32": "bool",
+    "fuse_conv_bias": "bool",
+    "sdpa_kernel": "int",
+    "tunable_op_enable": "bool",
+    "tunable_op_tuning_enable": "bool",
+    "tunable_op_max_tuning_duration_ms": "int",
+    "has_user_compute_stream": "bool",
+    "user_compute_stream": "str",
+    "gpu_external_alloc": "str",
+    "gpu_external_free": "str",
+    "gpu_external_empty_cache": "str",
+}
+
+SPEC = ProviderSpec(
+    device="cuda",
+    provider="CUDAExecutionProvider",
+    package=("onnxruntime-gpu", "cuda"),
+    options=OPTIONS,
+    # ORT docs: CUDA EP "enable_cuda_graph".
+    graph_option="enable_cuda_graph",
+    graph_by_default=True,
+    arena_keys=("arena_extend_strategy", "gpu_mem_limit"),
+    # The CUDA EP searches cuDNN algorithms per new input shape.
+    compiles_per_shape=True,
+    preference=20,
+    vendor="nvidia",
+    doctor_default=True,
+    doctor_checks=("gpu",),
+    sources=("microsoft/onnxruntime onnxruntime/core/providers/cuda/cuda_execution_provider_info.cc (1.20-1.31)",),
+)
