@@ -106,7 +106,7 @@ def test_dali_batch_that_fails_goes_through_the_fallback_and_counts_in_the_repor
     dec.decode_device(["/data/a.png"])  # other formats: the fallback, without DALI
     assert dec._fallback.calls[-1] == ["/data/a.png"] and dec.phases["images"] == 5
     # The job's report does not say "through DALI" alone when another library decoded images.
-    from onnxaccel.scale.pipeline import _DeviceDecodeSource
+    from onnxaccel.scale.decode_sources import _DeviceDecodeSource
 
     source = object.__new__(_DeviceDecodeSource)
     source.decoders = [dec]

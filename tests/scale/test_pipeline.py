@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from onnxaccel.scale import BatchJob, load_results, run_batch
-from onnxaccel.scale.pipeline import StageTimes
+from onnxaccel.scale.stages import StageTimes
 from tests.scale.conftest import BATCH_APP, kill_after_shards
 
 PHOTOS = ("astronaut.png", "coffee.png", "chelsea.png", "motorcycle_left.png", "rocket.jpg")
@@ -107,18 +107,18 @@ def test_gpu_decoding_threads_follow_the_library(monkeypatch, library, threads):
     """Each nvJPEG library gets the thread count measured best for it (prepost/decode.py DECODE_THREADS), and the
     job's stage breakdown divides the decoding time by that many threads."""
     from onnxaccel.prepost import decode
-    from onnxaccel.scale import pipeline
+    from onnxaccel.scale import decode_sources
 
     monkeypatch.setattr(decode.NvjpegDecoder, "LIBRARY", library)
     monkeypatch.setattr(decode, "nvimgcodec_missing", lambda: "")  # "nvimgcodec" must resolve to itself here
     assert decode.gpu_decode_threads() == threads
-    monkeypatch.setattr(pipeline, "GPU_DECODE_THREADS", None)
-    source = pipeline._DeviceDecodeSource.__new__(pipeline._DeviceDecodeSource)
+    monkeypatch.setattr(decode_sources, "GPU_DECODE_THREADS", None)
+    source = decode_sources._DeviceDecodeSource.__new__(decode_sources._DeviceDecodeSource)
     made = []
-    monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpuOnDevice")
+    monkeypatch.setattr(decode_sources, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpuOnDevice")
     monkeypatch.setattr(_CpuAsGpuOnDevice, "__init__", lambda self, *a, **k: made.append(k["batch"]) or None)
     worker = SimpleNamespace(spec=SimpleNamespace(batch=96))  # each decoder is made for the job's batch size
-    pipeline._DeviceDecodeSource.__init__(source, worker=worker, inline=(224, 224, None, 0))
+    decode_sources._DeviceDecodeSource.__init__(source, worker=worker, inline=(224, 224, None, 0))
     assert made == [96] * threads and source.threads._max_workers == threads
     source.close()
 
@@ -172,8 +172,10 @@ def test_a_failing_write_stops_the_pipeline_and_is_raised(tmp_path, mlp_path, np
     import pytest
 
     from onnxaccel.scale.datasets import open_dataset, plan_units
+    from onnxaccel.plan import PlanRequest, plan_execution
     from onnxaccel.scale.pipeline import run_pipelined
     from onnxaccel.scale.worker import WorkerSpec
+    from onnxaccel.target import parse_target
     from onnxaccel import load_model
 
     bound = load_model(str(mlp_path)).bind(None, batch=4)
@@ -187,7 +189,8 @@ def test_a_failing_write_stops_the_pipeline_and_is_raised(tmp_path, mlp_path, np
             raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        run_pipelined(WorkerSpec(str(mlp_path), "cpu", 4, dataset), units, sink)
+        plan = plan_execution(parse_target("cpu"), PlanRequest(command="batch", batch=4))
+        run_pipelined(WorkerSpec(str(mlp_path), plan, dataset), units, sink)
     assert seen == units[:2]  # in order, and nothing handed over after the failure
 
 
@@ -256,7 +259,7 @@ class _Source:
 def test_two_instances_in_flight_write_units_in_order_and_stop_after_a_failure():
     import pytest
 
-    from onnxaccel.scale.pipeline import _pump
+    from onnxaccel.scale.stages import _pump
 
     written, source, times = [], _Source(), StageTimes()
     _pump(_SlowWorker(), source, list(range(9)), lambda r: written.append(r.unit), 4, times)
@@ -329,7 +332,7 @@ def test_nvjpeg_in_the_jobs_process_hands_batches_on_the_device(tmp_path, squeez
     between the CPU pool (host rows first) and nvJPEG (device rows after them), and the run takes both parts.
     Every row lands with its file, bad files on either side are error rows, the outputs equal the CPU pool's,
     and the report says what ran."""
-    from onnxaccel.scale import pipeline
+    from onnxaccel.scale import decode_sources, host_sources, pipeline
 
     data = write_photo_jpegs(photo, tmp_path / "jpegs", 11)
     (data / "photo-0009.jpg").write_bytes(b"\xff\xd8 truncated")  # unit 3's second row: nvJPEG's side
@@ -345,12 +348,13 @@ def test_nvjpeg_in_the_jobs_process_hands_batches_on_the_device(tmp_path, squeez
         return real_infer(self, unit, data, index)
 
     monkeypatch.setattr(pipeline.BatchWorker, "_infer", infer)
-    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted, guard=None: (decoder, "test"))
-    monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpuOnDevice")
+    monkeypatch.setattr(decode_sources, "choose_decoder", lambda device, wanted, guard=None: (decoder, "test"))
+    monkeypatch.setattr(decode_sources, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpuOnDevice")
     monkeypatch.setattr(_CpuAsGpuOnDevice, "threads", set())  # this test's threads only
-    monkeypatch.setattr(pipeline, "_direct_copies", lambda worker, every=False: "")
-    monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)  # the default (a test may run after one that changed it)
-    monkeypatch.setattr(pipeline, "GPU_DECODE_THREADS", 2)  # not the installed library's count
+    monkeypatch.setattr(decode_sources, "_direct_copies", lambda worker, every=False: "")
+    monkeypatch.setattr(host_sources, "_direct_copies", lambda worker, every=False: "")
+    monkeypatch.setattr(decode_sources, "NVJPEG_IN_PROCESS", True)  # the default (a test may run after one that changed it)
+    monkeypatch.setattr(decode_sources, "GPU_DECODE_THREADS", 2)  # not the installed library's count
     got = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "gpu"), target="cpu", batch=4,
                              decoder=decoder))
     assert len(_CpuAsGpuOnDevice.threads) >= 1 and all(t.startswith("onnxaccel-batch-nvjpeg")
@@ -375,16 +379,16 @@ def test_nvjpeg_in_the_jobs_process_hands_batches_on_the_device(tmp_path, squeez
 
 @pytest.mark.parametrize("decoder", ["hybrid", "nvjpeg"])
 def test_gpu_process_decoders_put_every_row_in_its_place(tmp_path, squeezenet, photo, monkeypatch, decoder):
-    from onnxaccel.scale import pipeline
+    from onnxaccel.scale import decode_sources
 
     data = write_photo_jpegs(photo, tmp_path / "jpegs", 11)
     (data / "photo-0009.jpg").write_bytes(b"\xff\xd8 truncated")  # a bad row in the second half (GPU side)
     (data / "photo-0000.jpg").write_bytes(b"\xff\xd8 truncated")  # and one in the first (CPU pool side)
     want = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "pool"), target="cpu", batch=4,
                               decoder="cpu-pool"))
-    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted, guard=None: (decoder, "test"))
-    monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpu")
-    monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)  # asked for; the CPU runs take no device rows
+    monkeypatch.setattr(decode_sources, "choose_decoder", lambda device, wanted, guard=None: (decoder, "test"))
+    monkeypatch.setattr(decode_sources, "GPU_DECODER_CLASS", f"{__name__}:_CpuAsGpu")
+    monkeypatch.setattr(decode_sources, "NVJPEG_IN_PROCESS", True)  # asked for; the CPU runs take no device rows
     got = run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "gpu"), target="cpu", batch=4,
                              decoder=decoder))
     assert got.stages["decoder"] == decoder
@@ -438,12 +442,12 @@ def test_an_in_process_gpu_decoder_that_cannot_start_says_why(tmp_path, squeezen
     # nvJPEG in the job's process (the default where the runs take device rows): a decoder that cannot be made
     # stops the job with what failed and what to do, and the job leaves no decoding threads behind.
     from onnxaccel.errors import ProviderUnavailableError
-    from onnxaccel.scale import pipeline
+    from onnxaccel.scale import decode_sources
 
-    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted, guard=None: ("nvjpeg", "test"))
-    monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_NoGpu")
-    monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)
-    monkeypatch.setattr(pipeline, "_direct_copies", lambda worker, every=False: "")
+    monkeypatch.setattr(decode_sources, "choose_decoder", lambda device, wanted, guard=None: ("nvjpeg", "test"))
+    monkeypatch.setattr(decode_sources, "GPU_DECODER_CLASS", f"{__name__}:_NoGpu")
+    monkeypatch.setattr(decode_sources, "NVJPEG_IN_PROCESS", True)
+    monkeypatch.setattr(decode_sources, "_direct_copies", lambda worker, every=False: "")
     data = write_photo_jpegs(photo, tmp_path / "jpegs", 3)
     with pytest.raises(ProviderUnavailableError, match="could not start on device 0: RuntimeError: CUDA unavailable"):
         run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "out"), target="cpu", batch=4,
@@ -488,16 +492,16 @@ def test_rows_read_into_a_ring_of_page_locked_slots_give_the_plain_outputs(tmp_p
     import sys
     import threading
 
-    from onnxaccel.scale import pipeline
+    from onnxaccel.scale import host_sources, pipeline
     from onnxaccel.scale.worker import BatchWorker
 
     plain = run_batch(BatchJob(str(mlp_path), str(npy_data), str(tmp_path / "plain"), target="cpu", batch=4))
     assert plain.stages["host_copies"] == "joined on the host (CPU target)"
     pinned, unpinned, reads, switch = [], [], [], []
-    monkeypatch.setattr(pipeline, "_direct_copies", lambda worker, every=False: "")
-    monkeypatch.setattr(pipeline, "pin_for_copies", lambda target, address, nbytes: pinned.append((address, nbytes)) or "")
-    monkeypatch.setattr(pipeline, "unpin_for_copies", lambda target, address: unpinned.append(address))
-    monkeypatch.setattr(pipeline, "PINNED_SLOTS_BYTES", 1)  # the fewest slots: depth + instances
+    monkeypatch.setattr(host_sources, "_direct_copies", lambda worker, every=False: "")
+    monkeypatch.setattr(host_sources, "pin_for_copies", lambda target, address, nbytes: pinned.append((address, nbytes)) or "")
+    monkeypatch.setattr(host_sources, "unpin_for_copies", lambda target, address: unpinned.append(address))
+    monkeypatch.setattr(host_sources, "PINNED_SLOTS_BYTES", 1)  # the fewest slots: depth + instances
     monkeypatch.setattr(pipeline, "DEPTH", depth)
     read = BatchWorker.read
 
@@ -555,8 +559,10 @@ def test_gpu_jobs_run_sessions_with_one_cpu_thread_unless_the_target_says(tmp_pa
         with pytest.raises(Stop):
             run_batch(BatchJob(str(mlp_path), str(npy_data), str(tmp_path / target.replace("?", "_")), target=target,
                                batch=4))
-    assert [dict(s.options) for s in specs] == [{"intra_op_num_threads": "1"}, {}, {}]
-    assert specs[0].target == "cuda"
+    # The plan's target carries the thread count the sessions get; the job's target (header) stays as asked.
+    assert [s.target.option_dict.get("intra_op_num_threads") for s in specs] == ["1", "3", None]
+    assert [s.plan.requested for s in specs] == [parse_target(t) for t in ("cuda", "cuda?intra_op_num_threads=3",
+                                                                          "cpu")]
 
 
 def test_weight_bytes_count_the_file_and_its_external_data(tmp_path, mlp_path):
@@ -632,7 +638,7 @@ def test_a_fallback_decoding_process_that_cannot_start_is_closed(tmp_path, squee
     # pool is closed (its processes and shared memory gone), not left behind.
     from onnxaccel.errors import ProviderUnavailableError
     from onnxaccel.prepost.decode import DecodePool
-    from onnxaccel.scale import pipeline
+    from onnxaccel.scale import decode_sources
 
     closed, made = [], []
     real_init, real_close = DecodePool.__init__, DecodePool.close
@@ -643,9 +649,9 @@ def test_a_fallback_decoding_process_that_cannot_start_is_closed(tmp_path, squee
 
     monkeypatch.setattr(DecodePool, "__init__", init)
     monkeypatch.setattr(DecodePool, "close", lambda self: closed.append(self) or real_close(self))
-    monkeypatch.setattr(pipeline, "choose_decoder", lambda device, wanted, guard=None: ("nvjpeg", "test"))
-    monkeypatch.setattr(pipeline, "GPU_DECODER_CLASS", f"{__name__}:_NoGpu")
-    monkeypatch.setattr(pipeline, "NVJPEG_IN_PROCESS", True)
+    monkeypatch.setattr(decode_sources, "choose_decoder", lambda device, wanted, guard=None: ("nvjpeg", "test"))
+    monkeypatch.setattr(decode_sources, "GPU_DECODER_CLASS", f"{__name__}:_NoGpu")
+    monkeypatch.setattr(decode_sources, "NVJPEG_IN_PROCESS", True)
     data = write_photo_jpegs(photo, tmp_path / "jpegs", 3)
     with pytest.raises(ProviderUnavailableError, match="nvJPEG.* could not start on device 0: RuntimeError: CUDA unavailable"):
         run_batch(BatchJob(_embedded(squeezenet), str(data), str(tmp_path / "out"), target="cpu", batch=4,
@@ -657,7 +663,7 @@ def test_device_rows_need_every_instance_to_copy_on_the_device():
     # Host rows go direct where one instance has a copier (the others join on the host); a GPU decoder's device
     # rows need all of them, or an instance would get rows it cannot take.
 
-    from onnxaccel.scale.pipeline import _direct_copies
+    from onnxaccel.scale.host_sources import _direct_copies
     from onnxaccel.target import parse_target
 
     pool = SimpleNamespace(target=parse_target("cuda"), graph=True, copiers=[object(), None])
@@ -673,14 +679,14 @@ def test_the_report_names_the_library_that_decodes_not_the_one_chosen(monkeypatc
     report's decoder_reason says nvImageCodec decoded, and why; when the chosen library is the one made, it is
     left as it is."""
     from onnxaccel.prepost import decode
-    from onnxaccel.scale import pipeline
+    from onnxaccel.scale import decode_sources
 
     monkeypatch.setattr(decode, "_DALI_FAILED", ["RuntimeError: libcudart.so.12: cannot open shared object file"])
     made = [SimpleNamespace(library="nvimgcodec")] * 3
     times = StageTimes(decoder_reason="nvJPEG through DALI on the CUDA target")
-    pipeline._decoded_through(times, made)
+    decode_sources._decoded_through(times, made)
     assert times.decoder_reason == ("nvJPEG through DALI on the CUDA target; decoded through nvImageCodec (DALI could "
                                     "not start: RuntimeError: libcudart.so.12: cannot open shared object file)")
     times = StageTimes(decoder_reason="nvJPEG through nvImageCodec on the CUDA target")
-    pipeline._decoded_through(times, made)
+    decode_sources._decoded_through(times, made)
     assert times.decoder_reason == "nvJPEG through nvImageCodec on the CUDA target"
