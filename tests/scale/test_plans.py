@@ -27,7 +27,7 @@ def test_serve_replicas_autoscale_up_to_one_per_gpu_on_queued_requests():
     pytest.importorskip("ray")
     from ray import serve
 
-    plan = plan_replicas("cuda:0/fp16", cluster_gpus=2, cluster_cpus=32, replicas=None, min_replicas=1,
+    plan = plan_replicas(parse_target("cuda:0/fp16"), cluster_gpus=2, cluster_cpus=32, replicas=None, min_replicas=1,
                          max_replicas=None, max_batch=32, target_ongoing_requests=None, cpus_per_replica=1)
     options = plan.deployment_options()
     assert options["ray_actor_options"] == {"num_cpus": 1, "num_gpus": 1.0}
@@ -35,11 +35,11 @@ def test_serve_replicas_autoscale_up_to_one_per_gpu_on_queued_requests():
     assert options["autoscaling_config"]["target_ongoing_requests"] == 64  # two full dynamic batches per replica
     assert options["max_ongoing_requests"] >= 2 * 64
     serve.deployment(name="check")(_Replica).options(**options)  # Ray Serve validates the options here
-    fixed = plan_replicas("cuda", 2, 32, replicas=2, min_replicas=1, max_replicas=None, max_batch=8,
+    fixed = plan_replicas(parse_target("cuda"), 2, 32, replicas=2, min_replicas=1, max_replicas=None, max_batch=8,
                           target_ongoing_requests=None, cpus_per_replica=1).deployment_options()
     assert fixed["num_replicas"] == 2 and "autoscaling_config" not in fixed
     with pytest.raises(UsageError, match="--replicas 3 needs 3 GPUs"):
-        plan_replicas("cuda", 2, 32, replicas=3, min_replicas=1, max_replicas=None, max_batch=8,
+        plan_replicas(parse_target("cuda"), 2, 32, replicas=3, min_replicas=1, max_replicas=None, max_batch=8,
                       target_ongoing_requests=None, cpus_per_replica=1)
 
 

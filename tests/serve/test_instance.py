@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from onnxaccel.model import load_model
-from onnxaccel.serve.config import ModelConfig, ServerConfig
-from onnxaccel.serve.instance import ModelInstance, graph_capture_possible
+from onnxaccel.serve.config import ModelConfig, ServerConfig, model_defaults
+from onnxaccel.plan import fixed_shapes_but_batch
+from onnxaccel.serve.instance import ModelInstance
 from onnxaccel.serve.protocol import InferRequest, ProtocolError
 from onnxaccel.target import parse_target
 
@@ -31,46 +32,22 @@ def test_body_high_water_is_raised_for_httptools():
         httptools_impl.HIGH_WATER_LIMIT = before
 
 
-@pytest.mark.parametrize("target,key", [("cuda:0?enable_cuda_graph=1&prefer_nhwc=1", "enable_cuda_graph"),
-                                        ("rocm?enable_hip_graph=1", "enable_hip_graph"),
-                                        ("tensorrt?trt_cuda_graph_enable=True", "trt_cuda_graph_enable")])
-def test_graph_capture_from_a_tuned_target_is_dropped_when_serving_with_a_note(target, key):
-    assert parse_target(target).graph_capture
-    resolved, notes = ModelConfig(name="m", source="zoo:resnet50", target=target, precision="fp16").resolved_target()
-    assert key not in resolved.option_dict and not resolved.graph_capture
-    assert resolved.precision == "fp16"
-    if "prefer_nhwc" in target:
-        assert resolved.option_dict["prefer_nhwc"] == "1"  # the other tuned options stay
-    assert any(key in n and "served without it" in n for n in notes)
-    plain, plain_notes = ModelConfig(name="m", source="zoo:resnet50", target="cuda:0?prefer_nhwc=1").resolved_target()
-    assert not any("graph capture" in n for n in plain_notes)
-
-
-@pytest.mark.parametrize("target,options,threads", [("cuda:0", {}, "1"), ("cuda:0?intra_op_num_threads=3", {}, "3"),
-                                                    ("cuda:0", {"intra_op_num_threads": 2}, "2"), ("cpu", {}, None)])
-def test_gpu_sessions_are_served_with_one_cpu_thread_unless_configured(target, options, threads):
-    resolved, _ = ModelConfig(name="m", source="zoo:resnet50", target=target, options=options).resolved_target()
-    assert resolved.option_dict.get("intra_op_num_threads") == threads
-
-
-def test_graph_capture_is_kept_for_models_served_in_padded_sizes():
-    config = ModelConfig(name="m", source="zoo:resnet50", target="cuda:0?enable_cuda_graph=1", precision="fp16")
-    resolved, notes = config.resolved_target(graph_ok=True)
-    assert resolved.graph_capture and not any("graph capture" in n for n in notes)
+# The target a model is served with (graph capture, session threads, arena options) is its plan's:
+# tests/core/test_plan.py.
 
 
 def test_graph_capture_needs_every_axis_but_the_batch_fixed(tmp_path, mlp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    assert graph_capture_possible(load_model(str(mlp_path)))
+    assert fixed_shapes_but_batch(load_model(str(mlp_path)))
     graph = helper.make_graph([helper.make_node("Identity", ["tokens"], ["same"])], "seq",
                               [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, ["N", "L"])],
                               [helper.make_tensor_value_info("same", TensorProto.FLOAT, ["N", "L"])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "seq.onnx"))
-    assert not graph_capture_possible(load_model(str(tmp_path / "seq.onnx")))
+    assert not fixed_shapes_but_batch(load_model(str(tmp_path / "seq.onnx")))
 
 
 def _request(**inputs) -> InferRequest:
@@ -130,7 +107,7 @@ def test_start_builds_each_instance_and_its_size_sessions_in_the_thread_that_run
         return compiled.new_runner()
 
     config = ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=4, instances=2)
-    instance = ModelInstance.start(config, compiled.model, target, make, ["a note"])
+    instance = ModelInstance.start(config, compiled.model, config.plan(compiled.model), make, ["a note"])
     try:
         assert made == ["run-mlp-0_0", "run-mlp-1_0"]  # one runner each: no padded sizes on a CPU
         assert instance.warnings == ["a note"] and len(instance.runners) == 2 and instance.size_runners == []
@@ -166,7 +143,7 @@ def test_start_with_a_session_per_size_builds_them_in_the_instance_thread(mlp_pa
         lambda config, model, target: {"model": model, "buckets": (1, 2, 4), "graph": False,
                                        "arena_shrinkage": False, "name": config.name}))
     config = ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=4, instances=1)
-    instance = ModelInstance.start(config, compiled.model, target, make)
+    instance = ModelInstance.start(config, compiled.model, config.plan(compiled.model), make)
     try:
         assert made == ["run-mlp-0_0"] * 3 and sorted(instance.size_runners[0]) == [1, 2, 4]
         assert instance.size_runners[0][1] is instance.runners[0]
@@ -184,7 +161,7 @@ def test_the_model_process_joins_batches_without_holding_the_gil(mlp_path, tmp_p
     from onnxaccel.serve.repository import ModelRepository
 
     async def scenario():
-        host = ModelHost(str(mlp_path), {"target": "cpu"}, ServerConfig(), str(tmp_path / "sock"), None)
+        host = ModelHost(str(mlp_path), model_defaults({"target": "cpu"}), ServerConfig(), str(tmp_path / "sock"), None)
         host.repository = ModelRepository(str(mlp_path), {"target": "cpu", "max_batch": 4})
         await host.repository.load_all()
         (entry,) = host.repository.entries.values()

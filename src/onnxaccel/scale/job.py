@@ -17,23 +17,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnxaccel.errors import InputError, UsageError
+from onnxaccel.errors import InputError, ModelError, UsageError
 from onnxaccel.inputs import ImagePreprocess, PreprocessRequest
 from onnxaccel.prepost.presets import resolve_preprocess
 from onnxaccel.model import Model, load_model
 from onnxaccel.scale.assemble import ShardAssembler
 from onnxaccel.scale.cluster import ray_cluster
-from onnxaccel.scale.datasets import ON_ERROR, BadInput, open_dataset, plan_units
+from onnxaccel.scale.datasets import ON_ERROR, BadInput, input_kind, open_dataset, plan_units
 from onnxaccel.scale.local import rows_of
 from onnxaccel.scale.pipeline import run_pipelined
 from onnxaccel.scale.ray_data import plan_pool, run_on_ray
 from onnxaccel.scale.report import BatchReport, WorkerStats
 from onnxaccel.scale.worker import UnitResult, WorkerSpec
 from onnxaccel.scale.writer import OutputStore
-from onnxaccel.target import Target, gpu_session_threads, parse_target
-
-DEFAULT_BATCH = {"cpu": 8}
-DEFAULT_GPU_BATCH = 32
+from onnxaccel.plan import ExecutionPlan, PlanRequest, plan_execution
+from onnxaccel.target import Target, parse_target
 
 
 @dataclass(frozen=True)
@@ -75,6 +73,9 @@ class BatchJob:
     #: Image decoder of the in-process pipeline for uint8 models: prepost/decode.py DECODERS (auto, hybrid, nvjpeg,
     #: dali, nvimgcodec, torchvision, cpu-pool, cpu).
     decoder: str = "auto"
+    #: Embed the image preset in the model's graph: "auto" (on a GPU target reading images with an embeddable
+    #: preset), "none", or a preset (plan.py embed_preset decides; transform/embed_preprocess.py embeds).
+    embed_preprocess: str | None = "auto"
 
 
 @dataclass
@@ -95,15 +96,14 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
     if job.on_error not in ON_ERROR:
         raise UsageError(f"--on-error {job.on_error!r} is not one of {', '.join(ON_ERROR)}.",
                          "Pass --on-error skip (record bad inputs, go on) or --on-error stop.")
-    target = job.target if isinstance(job.target, Target) else parse_target(job.target)
-    model = load_model(job.model)
-    embedded = embedded_of_model(model)
+    plan, run_model, model, embedded, notes = plan_job(job)
     if embedded is not None:  # pixels decoded at the embedded preset's geometry, the arithmetic in the graph
         request = PreprocessRequest(preset=embedded["preset"])
     else:
         request = job.preprocess
     job = dataclasses.replace(job, preprocess=resolve_preprocess(model.metadata, request))
-    batch = _batch_size(model, target, job.batch)
+    target = plan.requested
+    batch = plan.batch_sizes[0]
     bound = model.bind(dict(job.shapes) or None, batch=batch)
     if job.shape_buckets:
         bound = _bucketed_rows(bound, job.shape_buckets)
@@ -133,10 +133,10 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
     units = plan_units(dataset, pending, batch)
     rows_total = dataset.rows
     rows_skipped = sum(s.rows for s in skipped)
-    # GPU sessions with one CPU thread (target.gpu_session_threads): the default pool spins a thread per core
-    # against the decoders, readers and writer. Worker options, not the target: the output header stays the same.
-    spec = WorkerSpec(job.model, str(target), batch, dataset, dict(job.shapes), shape_buckets=job.shape_buckets,
-                      on_error=job.on_error, options=gpu_session_threads(target))
+    # The workers build sessions with the plan's target (one CPU thread per GPU session, graph capture as
+    # planned); the output header keeps the requested target, so a rerun with the same request resumes.
+    spec = WorkerSpec(run_model, plan, dataset, dict(job.shapes), shape_buckets=job.shape_buckets,
+                      on_error=job.on_error)
 
     assembler = ShardAssembler(dataset, store)
     stats: dict[str, WorkerStats] = {}
@@ -161,7 +161,7 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
 
     if progress is not None:
         progress(Progress(rows_skipped, rows_total, len(skipped), len(dataset.shards)))
-    warnings: list[str] = []
+    warnings: list[str] = list(notes)
     ray_info = None
     stages = None
     if job.ray is None:
@@ -169,7 +169,7 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
             sink(result.unit.shard, rows_of(result.unit), result.row_ids, result.outputs, result.worker,
                  result.read_s, result.run_s, 1, result.bad)
 
-        more, times = run_pipelined(spec, units, unit_sink, decoder=job.decoder)
+        more, times = run_pipelined(spec, units, unit_sink)
         warnings += more
         stages = times.to_dict() if units else None
     else:
@@ -186,10 +186,40 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
         shutdown_s=max(0.0, wall - done["last"]) if done["last"] is not None else 0.0,
         workers=sorted(stats.values(), key=lambda w: w.name), ray=ray_info, warnings=warnings,
         shape_buckets=job.shape_buckets, errors=errors, rows_failed=done["bad"], on_error=job.on_error,
-        stages=stages, embedded=embedded,
+        stages=stages, embedded=embedded, plan=plan.to_dict(),
         preprocess=job.preprocess.to_dict() if dataset.kind == "images" else None,
     )
 
+
+
+def plan_job(job: BatchJob) -> tuple[ExecutionPlan, str, Model, dict | None, list[str]]:
+    """The job's ExecutionPlan (plan.py), the model it runs (its path and the loaded model, with preprocessing
+    embedded where the plan says so: transform/embed_preprocess.py embedded_copy, made once and cached), what that
+    model has embedded, and notes.
+    The one place `batch` parses its target (text from Python, or the CLI's Target as it is)."""
+    target = job.target if isinstance(job.target, Target) else parse_target(job.target)
+    model = load_model(job.model)
+    preset = job.preprocess.preset if job.preprocess is not None else None
+    request = PlanRequest(command="batch", batch=job.batch, shapes=dict(job.shapes), shape_buckets=job.shape_buckets,
+                          preprocess=preset, embed_preprocess=job.embed_preprocess, input_kind=input_kind(job.input),
+                          decoder=job.decoder)
+    plan = plan_execution(target, request, model=model)
+    notes: list[str] = []
+    path = job.model
+    if plan.embed_preprocess is not None and embedded_of_model(model) is None:
+        from onnxaccel.transform.embed_preprocess import embedded_copy
+
+        try:
+            embedded_path = embedded_copy(job.model, plan.embed_preprocess)
+        except (UsageError, ModelError) as exc:
+            if job.embed_preprocess not in (None, "auto"):
+                raise
+            notes.append(f"{plan.embed_preprocess} preprocessing kept on the host: {exc.message}")
+        else:
+            path, model = embedded_path, load_model(embedded_path)
+            notes.append(f"{plan.embed_preprocess} preprocessing embedded in the model "
+                         f"({plan.choice('embed_preprocess').reason}); embed_preprocess 'none' keeps it on the host")
+    return plan, path, model, embedded_of_model(model), notes
 
 
 #: The metadata key a model with embedded preprocessing carries (transform/embed_preprocess.py META_EMBEDDED,
@@ -229,22 +259,6 @@ def _run_ray(job: BatchJob, spec: WorkerSpec, target: Target, units, sink, warni
         if units:
             run_on_ray(spec, units, plan, sink, job.units_per_task)
         return {"cluster": cluster.to_dict(), "pool": plan.to_dict(), "units": len(units)}
-
-
-def _batch_size(model, target: Target, batch: int | None) -> int:
-    spec = model.inputs[0]
-    fixed = spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else None
-    if fixed is not None:
-        if batch is not None and batch != fixed:
-            raise UsageError(f"The model's batch axis is fixed to {fixed}; --batch {batch} cannot apply.",
-                             f"Drop --batch (it runs {fixed} row(s) per call), or export the model with a dynamic "
-                             "batch axis.")
-        return fixed
-    if batch is not None:
-        if batch < 1:
-            raise UsageError(f"--batch must be at least 1, got {batch}.", "e.g. --batch 32")
-        return batch
-    return DEFAULT_BATCH.get(target.device, DEFAULT_GPU_BATCH)
 
 
 def _bucketed_rows(bound: Model, spec: str) -> Model:

@@ -53,8 +53,8 @@ class BatchReport:
     #: Rows this run could not read (they have no output row).
     rows_failed: int = 0
     on_error: str = "skip"
-    #: Seconds after the last unit's rows were written: closing the decoders (a DALI pipeline's teardown took
-    #: ~0.4 s on the H200) and the sessions, the output's final checks. Like start-up, a cost per run, not per row.
+    #: Seconds after the last unit's rows were written: closing the decoders (a DALI pipeline's teardown) and
+    #: the sessions, the output's final checks. Like start-up, a cost per run, not per row.
     shutdown_s: float = 0.0
     #: In-process runs: the pipeline's stage times (scale/pipeline.py StageTimes.to_dict), None on Ray.
     stages: dict | None = None
@@ -62,6 +62,8 @@ class BatchReport:
     embedded: dict | None = None
     #: How images became tensors (ImagePreprocess.to_dict: preset, origin, parameters); None for other inputs.
     preprocess: dict | None = None
+    #: What ran: the job's ExecutionPlan (plan.py ExecutionPlan.to_dict).
+    plan: dict | None = None
 
     @property
     def steady_s(self) -> float:
@@ -92,5 +94,5 @@ class BatchReport:
             "rows_per_s_wall": self.rows_per_s_wall, "workers": [w.to_dict() for w in self.workers],
             "ray": self.ray, "warnings": self.warnings, "shape_buckets": self.shape_buckets,
             "on_error": self.on_error, "errors": self.errors, "stages": self.stages, "embedded": self.embedded,
-            "preprocess": self.preprocess,
+            "preprocess": self.preprocess, "plan": self.plan,
         }

@@ -33,13 +33,13 @@ from dataclasses import dataclass
 
 from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.scale.cluster import ray_cluster
-from onnxaccel.serve.config import ServerConfig
+from onnxaccel.serve.config import ModelConfig, ServerConfig, model_defaults as as_defaults
 from onnxaccel.serve.core import InferenceService
 from onnxaccel.serve.http_app import create_app
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.repository import ModelRepository
 from onnxaccel.serve.server import ServeResult
-from onnxaccel.target import parse_target
+from onnxaccel.target import Target
 
 APP_NAME = "onnxaccel"
 #: The replica's service; each replica is its own process (a Ray actor), so a module global is per replica.
@@ -58,7 +58,7 @@ def _asgi_app():
 class ModelServerReplica:
     """One replica: the models of ``source`` loaded with ``model_defaults``, as `onnxaccel serve` loads them."""
 
-    async def __init__(self, source: str, model_defaults: dict, config: dict):
+    async def __init__(self, source: str, model_defaults: ModelConfig, config: dict):
         global _SERVICE
 
         metrics = ServerMetrics()
@@ -113,14 +113,14 @@ class ReplicaPlan:
         return dataclasses.asdict(self)
 
 
-def plan_replicas(target_text: str, cluster_gpus: float, cluster_cpus: float, *, replicas: int | None,
+def plan_replicas(target: Target, cluster_gpus: float, cluster_cpus: float, *, replicas: int | None,
                   min_replicas: int, max_replicas: int | None, max_batch: int,
                   target_ongoing_requests: float | None, cpus_per_replica: float) -> ReplicaPlan:
     """One replica per GPU on GPU targets (max = the cluster's GPUs); on CPU, one per ``cpus_per_replica``."""
-    gpu = parse_target(target_text).is_gpu if target_text != "auto" else cluster_gpus > 0
+    gpu = target.is_gpu
     capacity = int(cluster_gpus) if gpu else max(1, int(cluster_cpus // max(cpus_per_replica, 1e-9)))
     if gpu and capacity < 1:
-        raise UsageError(f"The target {target_text} needs GPUs, and the Ray cluster has none.",
+        raise UsageError(f"The target {target} needs GPUs, and the Ray cluster has none.",
                          "Start the cluster on GPU machines, or serve with --target cpu.")
     if replicas is not None and replicas > capacity:
         raise UsageError(f"--replicas {replicas} needs {replicas} {'GPUs' if gpu else 'CPU slots'}; the cluster has "
@@ -172,7 +172,7 @@ class RayServer:
             self._cluster_cm.__exit__(None, None, None)
 
 
-def start(source: str, model_defaults: dict, config: ServerConfig, *, address: str = "auto",
+def start(source: str, model_defaults: ModelConfig | dict, config: ServerConfig, *, address: str = "auto",
           replicas: int | None = None, min_replicas: int = 1, max_replicas: int | None = None,
           target_ongoing_requests: float | None = None, cpus_per_replica: float = 1.0,
           local_cpus: int | None = None, local_object_store_mb: int | None = None,
@@ -184,16 +184,16 @@ def start(source: str, model_defaults: dict, config: ServerConfig, *, address: s
         from ray import serve
 
         logging.getLogger("ray.serve").setLevel(logging.WARNING)
-        plan = plan_replicas(str(model_defaults.get("target", "auto")), cluster.gpus, cluster.cpus, replicas=replicas,
-                             min_replicas=min_replicas, max_replicas=max_replicas,
-                             max_batch=int(model_defaults.get("max_batch", 8)),
+        model_defaults = as_defaults(model_defaults)
+        plan = plan_replicas(model_defaults.target_value, cluster.gpus, cluster.cpus, replicas=replicas,
+                             min_replicas=min_replicas, max_replicas=max_replicas, max_batch=model_defaults.max_batch,
                              target_ongoing_requests=target_ongoing_requests, cpus_per_replica=cpus_per_replica)
         model_defaults = _replica_target(model_defaults, plan)
         port = config.http_port or _free_port(config.host)
         serve.start(http_options={"host": config.host, "port": port})
         deployment = serve.deployment(serve.ingress(_asgi_app)(ModelServerReplica), name="model-server")
         app = deployment.options(**plan.deployment_options()).bind(
-            source, dict(model_defaults), dataclasses.asdict(dataclasses.replace(config, grpc_port=None)))
+            source, model_defaults, dataclasses.asdict(dataclasses.replace(config, grpc_port=None)))
         serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
         host = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
         server = RayServer(f"http://{host}:{port}", plan, cluster, cluster_cm, config)
@@ -208,7 +208,7 @@ def start(source: str, model_defaults: dict, config: ServerConfig, *, address: s
         raise
 
 
-def run(source: str, model_defaults: dict, config: ServerConfig,
+def run(source: str, model_defaults: ModelConfig | dict, config: ServerConfig,
         on_ready: Callable[[RayServer], None] | None = None, *, stop: threading.Event | None = None,
         **options) -> ServeResult:
     """Serve on Ray until SIGTERM/SIGINT (or ``stop`` is set); blocking, like ``serve.server.serve``.
@@ -233,20 +233,16 @@ def run(source: str, model_defaults: dict, config: ServerConfig,
             signal.signal(sig, handler)
 
 
-def _replica_target(model_defaults: dict, plan: ReplicaPlan) -> dict:
+def _replica_target(model_defaults: ModelConfig, plan: ReplicaPlan) -> ModelConfig:
     """GPU replicas see only their GPU, as device 0 (Ray sets CUDA/HIP_VISIBLE_DEVICES): drop a device id. CPU
     replicas: ONNX Runtime's pool defaults to every core, so N replicas on one node would oversubscribe it; give
     each the threads of the CPUs it reserves (unless the target sets them)."""
-    text = str(model_defaults.get("target", "cpu"))
-    if text == "auto":
-        return dict(model_defaults)
-    target = parse_target(text)
+    target = model_defaults.target_value
     if target.is_gpu:
-        return {**model_defaults, "target": str(dataclasses.replace(target, device_id=None))}
-    if "intra_op_num_threads" in target.option_dict:
-        return dict(model_defaults)
-    threads = str(max(1, int(plan.num_cpus)))
-    return {**model_defaults, "target": str(parse_target(target, options={"intra_op_num_threads": threads}))}
+        target = dataclasses.replace(target, device_id=None)
+    elif "intra_op_num_threads" not in target.option_dict:
+        target = target.with_options({"intra_op_num_threads": str(max(1, int(plan.num_cpus)))})
+    return dataclasses.replace(model_defaults, target=target, precision=None, options={})
 
 
 def _wait_ready(url: str, timeout_s: float) -> None:

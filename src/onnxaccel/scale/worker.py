@@ -26,26 +26,20 @@ from onnxaccel.engines.pool import RunnerPool
 from onnxaccel.pipeline import BoundModel, ConvertedModel, ModelFromSource, RunnerFromVariant
 from onnxaccel.scale.datasets import BadInput, Dataset, Unit, row_shape_of
 from onnxaccel.scale.rows import RowReader
-from onnxaccel.target import parse_target
-
-
-#: Instances of a GPU model in one worker (see BatchWorker: copies overlap runs).
-GPU_INSTANCES = 2
-#: A model whose weights take more than this runs one GPU instance: each instance is a session with its own copy
-#: of the weights on the device.
-INSTANCE_WEIGHTS_LIMIT = 2 << 30
+from onnxaccel.plan import INSTANCE_WEIGHTS_LIMIT, ExecutionPlan
+from onnxaccel.target import Target
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """Everything a worker needs, picklable: it travels to Ray actors."""
+    """Everything a worker needs, picklable: it travels to Ray actors. What runs is the job's ExecutionPlan
+    (plan.py), made once by run_batch; the worker reads its target, batch size, instances and graph capture."""
 
     model: str
-    target: str
-    batch: int
+    plan: ExecutionPlan
     dataset: Dataset
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    #: Extra target options for this worker (e.g. intra_op_num_threads for a CPU actor).
+    #: Extra target options for this worker (e.g. intra_op_num_threads for a CPU actor on Ray).
     options: Mapping[str, str] = field(default_factory=dict)
     #: Ray pins one GPU per actor through CUDA/HIP_VISIBLE_DEVICES, so the actor's GPU is device 0.
     drop_device_id: bool = False
@@ -53,6 +47,17 @@ class WorkerSpec:
     shape_buckets: str | None = None
     #: "skip": unreadable rows come back as ``UnitResult.bad``; "stop": they stop the job (InputError).
     on_error: str = "stop"
+
+    @property
+    def target(self) -> Target:
+        """The plan's target with this worker's extra options, without the device id on a Ray actor."""
+        target = self.plan.target.with_options(self.options) if self.options else self.plan.target
+        return dataclasses.replace(target, device_id=None) if self.drop_device_id else target
+
+    @property
+    def batch(self) -> int:
+        """Rows per call (the plan's batch size)."""
+        return self.plan.batch_sizes[0]
 
 
 @dataclass
@@ -73,13 +78,11 @@ class BatchWorker:
 
     def __init__(self, spec: WorkerSpec, *, instances: int = 1):
         """``instances``: on GPUs (padded batches), how many sessions run units at once (``infer_async``); the
-        pipelined runner uses GPU_INSTANCES, a Ray actor one per worker."""
+        pipelined runner passes the plan's count, a Ray actor one per worker."""
         self.spec = spec
         #: What the worker chose and why (the job's report shows them).
         self.notes: list[str] = []
-        target = parse_target(spec.target, options=dict(spec.options))
-        if spec.drop_device_id:
-            target = dataclasses.replace(target, device_id=None)
+        target = spec.target
         start = time.perf_counter()
         # No feeds of its own (rows come per unit): bind and convert once, and build the runner in the thread
         # that runs it (engines.pool), as serve's instances are built; CUDA graphs live per thread.
@@ -90,10 +93,9 @@ class BatchWorker:
         else:
             bound = BoundModel(ModelFromSource(spec.model), dict(spec.shapes) or None, batch=spec.batch)
             # On GPUs, a dynamic batch axis runs fixed-size padded batches of ``batch`` rows from reused
-            # page-locked buffers, bound once and replayed where the target captures graphs (the tuned
-            # configuration as is: engines/pool.py); a short last unit is padded, its extra outputs dropped.
-            # Two instances there: one copies its batch in while the other runs (the pipeline keeps a unit in
-            # flight on each; measured on the H200, issue 22: one instance left the GPU idle during every copy).
+            # page-locked buffers, bound once and replayed where the plan captures graphs (engines/pool.py); a
+            # short last unit is padded, its extra outputs dropped. Several instances there: one copies its batch
+            # in while another runs (the pipeline keeps a unit in flight on each).
             padded = (spec.batch,) if target.is_gpu and _fixed_batch(bound()) is None else ()
             count = max(1, instances) if padded else 1
             if count > 1 and weight_bytes(bound()) > INSTANCE_WEIGHTS_LIMIT:
@@ -101,7 +103,7 @@ class BatchWorker:
                 self.notes.append(f"one GPU session, not {instances}: the model's weights take "
                                   f"{weight_bytes(bound()) / 2**30:.1f} GiB, and each session holds its own copy")
             self.pool = RunnerPool.build(RunnerFromVariant(ConvertedModel(bound, target)), count, name="batch",
-                                         buckets=padded, graph=bool(padded) and target.graph_capture)
+                                         buckets=padded, graph=bool(padded) and spec.plan.graph_capture)
             if padded:
                 self.pool.warm_up()
         self.compile_s = time.perf_counter() - start

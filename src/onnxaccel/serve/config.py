@@ -16,27 +16,19 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 
 from onnxaccel.engines.buckets import ShapeBuckets
 from onnxaccel.errors import UsageError
 from onnxaccel.inputs_files import PRESETS
-from onnxaccel.target import GRAPH_OPTION, Target, gpu_session_threads, parse_target
+from onnxaccel.model import Model
+from onnxaccel.plan import ExecutionPlan, Host, PlanRequest, plan_execution
+from onnxaccel.target import Target, parse_target
 
 SCHEMA = "onnxaccel.serve.model-config/1"
 #: ModelConfig.embed_preprocess values.
 EMBED_MODES = ("auto", "none")
-
-#: Where each provider keeps its arena knobs (target.py PROVIDER_OPTIONS; ORT's CUDA/ROCm EP option names
-#: arena_extend_strategy and gpu_mem_limit, the MIGraphX EP's migraphx_arena_extend_strategy/migraphx_mem_limit).
-ARENA_KEYS = {
-    "cuda": ("arena_extend_strategy", "gpu_mem_limit"),
-    "tensorrt": (None, None),
-    "rocm": ("arena_extend_strategy", "gpu_mem_limit"),
-    "migraphx": ("migraphx_arena_extend_strategy", "migraphx_mem_limit"),
-    "cpu": (None, None),
-}
-
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -44,7 +36,8 @@ class ModelConfig:
 
     name: str
     source: str
-    target: str = "cpu"
+    #: Text (a config.json's, or a flag's) or a Target; parsed once into :attr:`target_value`.
+    target: str | Target = "cpu"
     precision: str | None = None
     #: Largest batch the dynamic batcher forms; 0 or 1 turns batching off.
     max_batch: int = 8
@@ -91,42 +84,39 @@ class ModelConfig:
         if self.preprocess is not None and self.preprocess not in PRESETS:
             raise UsageError(f"Model '{self.name}': preprocess is {self.preprocess!r}, not an image preset.",
                              f"Use one of {', '.join(PRESETS)} (the preset encoded-image requests get).")
+        # The one parse of this model's target (text from a config.json, or the server's Target as it is).
+        target = parse_target(self.target, precision=self.precision,
+                              options={k: str(v) for k, v in self.options.items()})
+        object.__setattr__(self, "_target", target)
 
-    def resolved_target(self, *, graph_ok: bool = False) -> tuple[Target, list[str]]:
-        """The Target with precision, options and arena settings applied, and notes about ignored settings.
-        ``graph_ok``: the model is served in padded batch sizes, one session each (serve/instance.py), so a
-        graph-capture option in the target is kept."""
-        base = parse_target(self.target, precision=self.precision)
-        extra = {k: str(v) for k, v in self.options.items()}
-        notes = []
-        strategy_key, limit_key = ARENA_KEYS.get(base.device, (None, None))
-        for value, key, what in ((self.arena_extend_strategy, strategy_key, "arena_extend_strategy"),
-                                 (self.gpu_mem_limit, limit_key, "gpu_mem_limit")):
-            if value is None:
-                continue
-            if key is None:
-                notes.append(f"{self.name}: {what} has no effect on {base.device} (its provider has no such option).")
-            else:
-                extra[key] = str(value)
-        if base.graph_capture and not graph_ok:
-            # A captured graph replays one shape at fixed device addresses. The server gives it that only with
-            # one session per padded batch size, each bound once (serve/instance.py); a model without a batch
-            # axis, or served with max_batch 1 or without session_per_batch_size, runs without it.
-            option = GRAPH_OPTION[base.device]
-            base = base.without_options(option)
-            notes.append(f"{self.name}: graph capture ({option}) is used when serving only for models with a batch "
-                         "axis and all other axes fixed, max_batch > 1 and session_per_batch_size (one fixed shape "
-                         "per session); this one is served without it, with the target's other options.")
-        elif base.graph_capture and self.arena_shrinkage:
-            notes.append(f"{self.name}: arena_shrinkage is not applied with graph capture (a captured graph keeps "
-                         "its memory).")
-        if "intra_op_num_threads" not in extra:  # `?intra_op_num_threads=N` in the target overrides this
-            extra.update(gpu_session_threads(base))
-        return parse_target(base, options=extra), notes
+    @property
+    def target_value(self) -> Target:
+        """The model's Target: parsed once, when the configuration was made (text from a config.json or a flag),
+        with ``precision`` and ``options`` applied."""
+        return self._target
+
+    def plan(self, model: Model | None = None, *, host: Host | None = None) -> ExecutionPlan:
+        """The ExecutionPlan serving this model (plan.py): target options (arena, session threads), padded batch
+        sizes, graph capture where the model allows it, embedded preprocessing. The server's layout (workers,
+        instances, automatic graph capture) was planned before the models loaded; this plan refines it for the
+        model's signature."""
+        request = PlanRequest(command="serve", max_batch=self.max_batch, max_padding=self.max_padding,
+                              instances=self.instances, session_per_batch_size=self.session_per_batch_size,
+                              shapes=self.shape_bindings(), shape_buckets=self.shape_buckets_text,
+                              preprocess=self.preprocess, embed_preprocess=self.embed_preprocess,
+                              arena_extend_strategy=self.arena_extend_strategy, gpu_mem_limit=self.gpu_mem_limit,
+                              arena_shrinkage=self.arena_shrinkage, auto_graph=False)
+        return plan_execution(self._target, request, model=model, host=host)
 
     def shape_bindings(self) -> dict[str, tuple[int, ...]]:
         """The configured shapes as tuples (a bare integer binds a one-dimensional shape)."""
         return {k: tuple(v) if isinstance(v, list) else (int(v),) for k, v in self.shapes.items()}
+
+    @property
+    def shape_buckets_text(self) -> str | None:
+        """``shape_buckets`` as canonical text (None without)."""
+        buckets = self.buckets()
+        return buckets.describe() if buckets is not None else None
 
     def buckets(self) -> ShapeBuckets | None:
         """The parsed ``shape_buckets`` (a ShapeError naming the text when it does not parse), or None."""
@@ -138,19 +128,36 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         """JSON-ready form of the model configuration (schema ``SCHEMA``)."""
-        return {"schema": SCHEMA, **dataclasses.asdict(self)}
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["target"] = str(self.target)
+        return {"schema": SCHEMA, **data}
 
 
 _FIELDS = {f.name for f in dataclasses.fields(ModelConfig)} - {"name"}
 
 
-def model_config_from(name: str, source: str, defaults: dict, file: Path | None) -> ModelConfig:
-    """Defaults from the command line, overridden by ``file`` (a config.json) when there is one."""
-    values = dict(defaults)
+def model_defaults(values: ModelConfig | Mapping | None = None) -> ModelConfig:
+    """The defaults every model of a server gets, as a ModelConfig whose name and source are unset: a
+    ModelConfig as it is, or made once from a mapping of its keys (the Python API's ``{"target": "cuda:0",
+    "max_batch": 32}``), its target parsed then."""
+    if isinstance(values, ModelConfig):
+        return values
+    values = dict(values or {})
+    unknown = sorted(set(values) - _FIELDS)
+    if unknown:
+        raise UsageError(f"Unknown model default(s): {', '.join(unknown)}.", f"Known keys: {', '.join(sorted(_FIELDS))}.")
+    values.setdefault("source", "")
+    return ModelConfig(name="", **values)
+
+
+def model_config_from(name: str, source: str, defaults: ModelConfig, file: Path | None) -> ModelConfig:
+    """The server's defaults for every model (a ModelConfig whose name and source are unset), overridden by
+    ``file`` (a config.json) when there is one."""
+    values = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(defaults)}
+    values.update(name=name, source=defaults.source or source)
     if file is not None and file.exists():
         values.update(read_config_file(file))
-    values.setdefault("source", source)
-    return ModelConfig(name=name, **values)
+    return ModelConfig(**values)
 
 
 def read_config_file(path: Path) -> dict:

@@ -30,40 +30,7 @@ from onnxaccel.serve.config import ModelConfig
 from onnxaccel.serve.images import image_input_of
 from onnxaccel.serve.protocol import InferRequest, bad_request
 from onnxaccel.serve.signature import ModelSignature
-from onnxaccel.target import Target
-
-
-def _variable(dim) -> bool:
-    return not isinstance(dim, int)
-
-
-def has_batch_axis(model: Model) -> bool:
-    """Whether every input and output has a variable first axis, so requests can be joined along it."""
-    specs = list(model.inputs) + list(model.outputs)
-    return bool(specs) and all(s.shape is not None and len(s.shape) >= 1 and _variable(s.shape[0]) for s in specs)
-
-
-def graph_capture_possible(model: Model) -> bool:
-    """A captured graph replays fixed shapes: served in padded batch sizes, that needs a batch axis and every
-    other axis of every input and output fixed (else a request of another shape would meet a graph bound to
-    the warm-up's shape)."""
-    specs = list(model.inputs) + list(model.outputs)
-    return has_batch_axis(model) and all(all(isinstance(d, int) for d in s.shape[1:]) for s in specs)
-
-
-def padded_sizes(max_batch: int) -> tuple[int, ...]:
-    """The batch sizes a GPU model runs at: powers of two up to ``max_batch``, and ``max_batch`` itself.
-
-    On GPUs every new input shape costs a fresh kernel search (cuDNN's algorithm search on CUDA, a recompile on
-    MIGraphX): measured on an H200, dynamic batches of every size 1..64 made ResNet-50 spend ~1.3 s per request
-    in search. So batches are padded to a few sizes, each warmed once at load, as Triton's preferred batch
-    sizes do. CPUs run batches as joined."""
-    sizes = {1, max_batch}
-    size = 2
-    while size < max_batch:
-        sizes.add(size)
-        size *= 2
-    return tuple(sorted(sizes))
+from onnxaccel.plan import ExecutionPlan, has_batch_axis
 
 
 @dataclass
@@ -85,40 +52,40 @@ class ModelInstance:
     shape_buckets: ShapeBuckets | None = None
     #: Per bucket label, the seconds its warm-up runs took (compile or kernel search included).
     bucket_warm_s: dict[str, float] = field(default_factory=dict)
+    #: What runs (plan.py): padded sizes and graph capture come from it. None: planned here from the config.
+    plan: ExecutionPlan | None = None
 
     def __post_init__(self) -> None:
         self.batching = has_batch_axis(self.model) and self.config.max_batch > 1
-        target = self.runners[0].target
+        if self.plan is None:
+            self.plan = self.config.plan(self.model)
         self.signature = ModelSignature(self.config, list(self.model.inputs), list(self.model.outputs),
-                                        self.batching, target.is_gpu,
+                                        self.batching, self.plan.target.is_gpu,
                                         image_input_of(self.model, self.config.preprocess))
         if self.pool is None:
-            self.pool = RunnerPool(self.runners, **self._pool_settings(self.config, self.model, target),
+            self.pool = RunnerPool(self.runners, **self._pool_settings(self.config, self.model, self.plan),
                                    sessions=self.size_runners)
 
     @staticmethod
-    def _pool_settings(config: ModelConfig, model: Model, target: Target) -> dict:
-        """Padded sizes on GPUs (see padded_sizes), graph capture where the target captures (kept only for models
-        run in padded sizes, one session each: repository.load_instance), arena shrinkage from the config."""
-        batching = has_batch_axis(model) and config.max_batch > 1
-        buckets = padded_sizes(config.max_batch) if batching and target.is_gpu else ()
-        return {"model": model, "buckets": buckets, "graph": bool(buckets) and target.graph_capture,
-                "arena_shrinkage": config.arena_shrinkage, "name": config.name}
+    def _pool_settings(config: ModelConfig, model: Model, plan: ExecutionPlan) -> dict:
+        """The plan's padded sizes and graph capture, and arena shrinkage (plan.py decides all three)."""
+        return {"model": model, "buckets": plan.batch_sizes, "graph": plan.graph_capture,
+                "arena_shrinkage": plan.arena_shrinkage, "name": config.name}
 
     @classmethod
-    def start(cls, config: ModelConfig, model: Model, target: Target, make: Callable[[], Runner],
+    def start(cls, config: ModelConfig, model: Model, plan: ExecutionPlan, make: Callable[[], Runner],
               warnings: Sequence[str] = ()) -> ModelInstance:
         """``config.instances`` instances, each runner made by ``make()`` in the thread that runs it (and, on
         GPUs with ``session_per_batch_size``, one runner per padded size). ONNX Runtime's CUDA convolutions keep
         the cuDNN plan of the last input shape only (MIGraphX likewise recompiles on a new shape): a session that
-        sees batches of 8 and 16 in turn rebuilds its plans on every run (~220 ms per ResNet-50 run on an H200,
-        benchmarks/serve_session_probe.py), so each padded size gets a session, at the cost of one copy of the
-        weights per size. Warm it up with :meth:`warm_up`."""
+        sees batches of 8 and 16 in turn rebuilds its plans on every run (docs/BENCHMARKS.md gives the cost), so
+        each padded size gets a session, at the cost of one copy of the weights per size. Warm it up with :meth:`warm_up`."""
         started = time.perf_counter()
-        settings = cls._pool_settings(config, model, target)
+        settings = cls._pool_settings(config, model, plan)
         pool = RunnerPool.build(make, max(1, config.instances), session_per_bucket=config.session_per_batch_size,
                                 **settings)
-        return cls(config, model, pool.runners, list(warnings), time.perf_counter() - started, pool.sessions, pool)
+        return cls(config, model, pool.runners, list(warnings), time.perf_counter() - started, pool.sessions, pool,
+                   plan=plan)
 
     # -- what the batcher and the protocol ask ------------------------------------------------------------
 

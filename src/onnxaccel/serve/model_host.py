@@ -34,7 +34,7 @@ import numpy as np
 
 from onnxaccel.engines.pool import pin_for_copies, unpin_for_copies
 from onnxaccel.errors import OnnxAccelError
-from onnxaccel.serve.config import ServerConfig
+from onnxaccel.serve.config import ModelConfig, ServerConfig
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.model_link import FRAME, HELLO, pack
 from onnxaccel.serve.processes import die_with_parent, name_process
@@ -112,7 +112,7 @@ class _Worker(asyncio.Protocol):
 class ModelHost:
     """Build it, ``await run(on_ready)``; SIGTERM/SIGINT or ``stop()`` drains it."""
 
-    def __init__(self, source: str, model_defaults: dict, config: ServerConfig, socket_path: str,
+    def __init__(self, source: str, model_defaults: ModelConfig, config: ServerConfig, socket_path: str,
                  multiprocess_dir: str | None):
         self.source, self.model_defaults, self.config = source, model_defaults, config
         self.socket_path = socket_path
@@ -137,7 +137,7 @@ class ModelHost:
         metrics = ServerMetrics(multiprocess_dir=self.multiprocess_dir)
         self.repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer)
         self.repository.require_models()
-        _set_gpu_wait(self.model_defaults.get("target"), self.config.gpu_wait)
+        _set_gpu_wait(self.repository.defaults.target_value, self.config.gpu_wait)
         await self.repository.load_all()
         require_a_model(self.repository, self.config.allow_unavailable)
         self._release_gil_in_joins()
@@ -344,7 +344,7 @@ def _receive_hello(connection: socket.socket) -> tuple[bytes, list[int]]:
     return data, fds
 
 
-def host_main(source: str, model_defaults: dict, config: ServerConfig, socket_path: str, multiprocess_dir: str,
+def host_main(source: str, model_defaults: ModelConfig, config: ServerConfig, socket_path: str, multiprocess_dir: str,
               events, supervisor: int) -> None:
     """The model process (spawned by the supervisor). Reports ("models-ready", -1, described) or
     ("error", -1, (message, hint)) on ``events``."""

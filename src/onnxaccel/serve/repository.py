@@ -24,10 +24,9 @@ from onnxaccel.errors import ModelError, OnnxAccelError, ShapeError, UsageError
 from onnxaccel.model import ZOO_PREFIX, load_model
 from onnxaccel.engines import Runner
 from onnxaccel.pipeline import BoundModel, ConvertedModel, RunnerFromVariant
-from onnxaccel.target import GRAPH_OPTION, parse_target
 from onnxaccel.serve.batcher import DynamicBatcher
-from onnxaccel.serve.config import ModelConfig, model_config_from
-from onnxaccel.serve.instance import ModelInstance, graph_capture_possible
+from onnxaccel.serve.config import ModelConfig, model_config_from, model_defaults
+from onnxaccel.serve.instance import ModelInstance
 from onnxaccel.serve.protocol import ProtocolError
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
@@ -57,15 +56,17 @@ class ModelEntry:
 
 def load_instance(config: ModelConfig) -> ModelInstance:
     """Compile ``config.instances`` runners of the model, each in the thread that will run it, from one bound and
-    converted model (blocking; call it in a thread). With shape buckets, every bucket is warmed here."""
+    converted model (blocking; call it in a thread). With shape buckets, every bucket is warmed here. What runs
+    is the model's ExecutionPlan (config.plan), made once here and handed to the instance."""
     start = time.perf_counter()
-    model, embedding = _served_model(config)
+    source_model = load_model(config.source)
+    plan = config.plan(source_model)
+    model, embedding = _served_model(config, source_model, plan.embed_preprocess)
     buckets = config.buckets()
     if buckets is not None:
         buckets.validate(model)
-    target, notes = config.resolved_target(
-        graph_ok=graph_capture_possible(model) and config.max_batch > 1 and config.session_per_batch_size)
-    warnings = list(notes) + ([embedding] if embedding else [])
+    target = plan.target
+    warnings = [f"{config.name}: {n}" for n in plan.notes] + ([embedding] if embedding else [])
     bound = BoundModel(model, _compile_shapes(model, config.shape_bindings(), buckets) or None, batch=1)
     compile_runner = RunnerFromVariant(ConvertedModel(bound, target))
     if buckets is not None and compiles_per_shape(target):
@@ -76,16 +77,15 @@ def load_instance(config: ModelConfig) -> ModelInstance:
         warnings.extend(w for w in runner.warnings if w not in warnings)
         return runner
 
-    instance = ModelInstance.start(config, bound(), target, make, warnings)
+    instance = ModelInstance.start(config, bound(), plan, make, warnings)
     instance.shape_buckets = buckets
     try:
         instance.warm_up()
     except Exception as exc:  # noqa: BLE001 - a model that cannot run at a padded size serves unpadded
         if instance.graph:  # its sessions capture graphs: they cannot serve unpadded shapes
             instance.close()
-            option = GRAPH_OPTION.get(target.device, "graph capture")
             raise UsageError(f"Model '{config.name}': graph capture failed at warm-up: {exc}",
-                             f"Serve it without {option} in the target.") from None
+                             f"Serve it without {plan.graph_option} in the target.") from None
         instance.buckets = ()
         instance.warnings.append(f"batch padding disabled: warm-up failed ({exc})")
     if buckets is not None:
@@ -94,17 +94,17 @@ def load_instance(config: ModelConfig) -> ModelInstance:
     return instance
 
 
-def _served_model(config: ModelConfig):
-    """The model to serve and a note when its preprocessing was embedded (or could not be): on a GPU target with
-    an embeddable preset and embed_preprocess auto, the cached embedded copy (transform/embed_preprocess.py
-    embedded_copy, checked against host preprocessing when made), so clients' pixels travel as uint8 and the
-    arithmetic runs in the graph. A model that cannot take it (no float NCHW image input) is served as it is."""
-    model = load_model(config.source)
-    if config.embed_preprocess != "auto":
-        return model, None
-    from onnxaccel.transform.embed_preprocess import auto_embed_preset, embedded_copy, embedded_of
+def _served_model(config: ModelConfig, model=None, preset: str | None = None):
+    """The model to serve and a note when its preprocessing was embedded (or could not be): when the plan embeds
+    a preset (a GPU target, an embeddable preset, embed_preprocess auto), the cached embedded copy
+    (transform/embed_preprocess.py embedded_copy, checked against host preprocessing when made), so clients'
+    pixels travel as uint8 and the arithmetic runs in the graph. A model that cannot take it (no float NCHW image
+    input) is served as it is."""
+    if model is None:
+        model = load_model(config.source)
+        preset = config.plan(model).embed_preprocess
+    from onnxaccel.transform.embed_preprocess import embedded_copy, embedded_of
 
-    preset = auto_embed_preset(parse_target(config.target, precision=config.precision), config.preprocess)
     if preset is None or embedded_of(model.proto) is not None:
         return model, None
     try:
@@ -198,11 +198,11 @@ class ModelIndex:
 class ModelRepository(ModelIndex):
     """Models by name, each with its state; ``load``/``unload`` run compiles off the event loop."""
 
-    def __init__(self, source: str, defaults: dict, *,
+    def __init__(self, source: str, defaults: ModelConfig | dict, *,
                  on_batch: Callable[[str], Callable[[int, float], None]] | None = None):
         super().__init__()
         self.source = source
-        self.defaults = dict(defaults)
+        self.defaults = model_defaults(defaults)
         self._on_batch = on_batch
         self._locks: dict[str, asyncio.Lock] = {}
         self.scan()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from onnxaccel.engines.pool import set_gpu_wait
 from onnxaccel.errors import MissingDependencyError, UsageError
-from onnxaccel.serve.config import ServerConfig
+from onnxaccel.serve.config import ModelConfig, ServerConfig
 from onnxaccel.serve.core import InferenceService
 from onnxaccel.serve.grpc_service import create_grpc_server
 from onnxaccel.serve.http_app import server_app
@@ -30,7 +30,7 @@ from onnxaccel.serve.model_link import RemoteRepository
 from onnxaccel.serve.repository import READY, ModelRepository
 from onnxaccel.serve.security import BodyIntake, InflightBudget, http_protocol_class, uvicorn_tls
 from onnxaccel.serve.telemetry_bridge import gpu_source
-from onnxaccel.target import parse_target
+from onnxaccel.target import Target
 
 logger = logging.getLogger(__name__)
 
@@ -59,14 +59,10 @@ class ServeResult:
 BODY_HIGH_WATER = 8 * 2**20
 
 
-def _set_gpu_wait(target_text: str | None, mode: str) -> str:
+def _set_gpu_wait(target: Target, mode: str) -> str:
     """Apply --gpu-wait for the default target's GPU before any model is loaded (the setting is per process
     and device, and takes effect only before the device's context is first used). '' or why not."""
-    if not target_text or mode == "auto":
-        return ""
-    try:
-        target = parse_target(target_text)
-    except Exception:  # noqa: BLE001 - the model load reports a bad target properly
+    if mode == "auto":
         return ""
     note = set_gpu_wait(target, mode)  # '' for a CPU target
     if note:
@@ -113,7 +109,7 @@ def _gpu_source(interval_s: float) -> tuple[Callable[[], list[dict]] | None, Cal
 class InferenceServer:
     """One server: build it, ``await run()``; ``request_drain()`` (or SIGTERM) stops it gracefully."""
 
-    def __init__(self, source: str, model_defaults: dict, config: ServerConfig,
+    def __init__(self, source: str, model_defaults: ModelConfig, config: ServerConfig,
                  on_ready: Callable[[InferenceServer], None] | None = None, *, http_socket=None,
                  multiprocess_dir: str | None = None, peers_ready: Callable[[], bool] | None = None):
         """``http_socket``, ``multiprocess_dir`` and ``peers_ready`` make this one worker of several
@@ -145,7 +141,7 @@ class InferenceServer:
         else:
             repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer)
             repository.require_models()
-            self.gpu_wait_note = _set_gpu_wait(self.model_defaults.get("target"), self.config.gpu_wait)
+            self.gpu_wait_note = _set_gpu_wait(repository.defaults.target_value, self.config.gpu_wait)
         self.service = service = InferenceService(repository, metrics, self.config)
         if self.peers_ready is not None:
             service.peers_ready = self.peers_ready

@@ -36,7 +36,7 @@ from dataclasses import replace
 from multiprocessing.connection import wait
 
 from onnxaccel.errors import OnnxAccelError, UsageError
-from onnxaccel.serve.config import ServerConfig
+from onnxaccel.serve.config import ModelConfig, ServerConfig
 from onnxaccel.serve.model_host import host_main
 from onnxaccel.serve.processes import die_with_parent, name_process
 from onnxaccel.serve.server import InferenceServer, ServeResult, run_server
@@ -129,7 +129,7 @@ def _reserve_grpc(host: str, port: int) -> tuple[socket.socket, int]:
     return sock, port
 
 
-def _worker_main(index: int, source: str, model_defaults: dict, config: ServerConfig, http_socket: socket.socket,
+def _worker_main(index: int, source: str, model_defaults: ModelConfig, config: ServerConfig, http_socket: socket.socket,
                  metrics_dir: str, events, all_ready, supervisor: int) -> None:
     """One worker process: a whole server on the shared sockets. Reports ("ready", index, result) or
     ("error", index, message) on ``events``."""
@@ -168,7 +168,7 @@ def _latch(event) -> Callable[[], bool]:
 class WorkerPool:
     """The supervisor's view: its workers, and a ServeResult for the command's output."""
 
-    def __init__(self, source: str, model_defaults: dict, config: ServerConfig, log: Callable[[str], None]):
+    def __init__(self, source: str, model_defaults: ModelConfig, config: ServerConfig, log: Callable[[str], None]):
         self.source, self.model_defaults, self.config, self.log = source, model_defaults, config, log
         self.ctx = multiprocessing.get_context("spawn")
         self.events = self.ctx.Queue()
@@ -393,7 +393,7 @@ def _warn(message: str) -> None:
     sys.stderr.flush()
 
 
-def serve_workers(source: str, model_defaults: dict, config: ServerConfig, on_ready=None,
+def serve_workers(source: str, model_defaults: ModelConfig, config: ServerConfig, on_ready=None,
                   log: Callable[[str], None] | None = None) -> ServeResult:
     """Run ``config.workers`` server processes until SIGTERM/SIGINT; blocking."""
     if config.workers < 1:

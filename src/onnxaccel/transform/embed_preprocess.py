@@ -23,13 +23,12 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxaccel.errors import ModelError, UsageError
+from onnxaccel.plan import EMBEDDABLE  # the plan decides what is embedded; this module embeds it
 from onnxaccel.precision.checkpoint import save_model
 from onnxaccel.prepost.presets import preset_values
 
 #: Metadata key recording what was embedded (read by run/serve/batch to feed uint8 pixels).
 META_EMBEDDED = "onnxaccel.embedded_preprocess"
-
-EMBEDDABLE = ("imagenet", "yolo", "scale01")
 
 
 @dataclass(frozen=True)
@@ -207,7 +206,7 @@ def embedded_copy(model: str, preset: str) -> str:
     """The model with ``preset`` preprocessing embedded: ``<cache>/embedded/<model key>-<preset>.onnx``, made
     once (atomically) and checked against host preprocessing by embed_into_file. A model that has this preset
     embedded already is returned as is; another preset is an error. What `batch --embed-preprocess` runs, and
-    `batch`/`serve` on a GPU target given an image preset (auto_embed_preset)."""
+    `batch`/`serve` on a GPU target given an image preset (plan.py embed_preset)."""
     import os
     import tempfile
 
@@ -237,13 +236,3 @@ def embedded_copy(model: str, preset: str) -> str:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return str(path)
-
-
-def auto_embed_preset(target, preset: str | None) -> str | None:
-    """The preset `batch` and `serve` embed without being asked: on a GPU target, when the user chose an
-    embeddable image preset (``--preprocess imagenet|yolo|scale01``). Decoded pixels then travel as uint8 (a
-    quarter of the bytes of FP32) and the arithmetic runs on the device; CPU targets keep host preprocessing
-    (no copy to save, and the same arithmetic either side)."""
-    if preset is None or preset.lower() not in EMBEDDABLE or not getattr(target, "is_gpu", False):
-        return None
-    return preset.lower()

@@ -1,0 +1,117 @@
+"""The ExecutionPlan (plan.py): each decision made once, with its reason, from the model, the target, the host
+and what the user asked. Real models (the zoo's SqueezeNet, an MLP, a sequence model) and real targets parsed
+from their strings; no GPU needed, since a plan only decides."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnxaccel.model import load_model
+from onnxaccel.plan import Host, PlanRequest, padded_sizes, plan_execution
+from onnxaccel.target import parse_target
+
+H16 = Host(cores=16)
+
+
+def _sequence_model(tmp_path) -> str:
+    graph = helper.make_graph([helper.make_node("Identity", ["tokens"], ["same"])], "seq",
+                              [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, ["N", "L"])],
+                              [helper.make_tensor_value_info("same", TensorProto.FLOAT, ["N", "L"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "seq.onnx"))
+    return str(tmp_path / "seq.onnx")
+
+
+def test_serve_on_a_gpu_chooses_the_layout_and_graph_capture_from_the_cores():
+    plan = plan_execution(parse_target("cuda/fp16"), PlanRequest(command="serve", max_batch=64), host=H16)
+    assert (plan.workers, plan.shared_models, plan.instances) == (8, True, 4)
+    assert plan.graph_capture and plan.target.option_dict["enable_cuda_graph"] == "1"
+    assert plan.batch_sizes == padded_sizes(64) == (1, 2, 4, 8, 16, 32, 64)
+    assert "captures by default" in plan.choice("graph_capture").reason
+    small = plan_execution(parse_target("cuda"), PlanRequest(command="serve", max_batch=8), host=Host(cores=4))
+    assert (small.workers, small.instances) == (2, 2)
+
+
+def test_serve_keeps_the_users_layout_and_the_cpu_one_process():
+    given = plan_execution(parse_target("cuda"), PlanRequest(command="serve", max_batch=8, workers=2), host=H16)
+    assert (given.workers, given.shared_models, given.instances) == (2, False, 1)
+    assert not given.graph_capture and "enable_cuda_graph" not in given.target.option_dict
+    cpu = plan_execution(parse_target("cpu"), PlanRequest(command="serve", max_batch=8), host=H16)
+    assert (cpu.workers, cpu.instances, cpu.batch_sizes, cpu.graph_capture) == (1, 1, (), False)
+    off = plan_execution(parse_target("cuda?enable_cuda_graph=0"), PlanRequest(command="serve", max_batch=8), host=H16)
+    assert not off.graph_capture and off.target.option_dict["enable_cuda_graph"] == "0"
+
+
+@pytest.mark.parametrize("target,key", [("cuda:0?enable_cuda_graph=1&prefer_nhwc=1", "enable_cuda_graph"),
+                                        ("rocm?enable_hip_graph=1", "enable_hip_graph"),
+                                        ("tensorrt?trt_cuda_graph_enable=True", "trt_cuda_graph_enable")])
+def test_graph_capture_is_dropped_with_the_reason_for_a_model_whose_other_axes_vary(tmp_path, target, key):
+    model = load_model(_sequence_model(tmp_path))
+    plan = plan_execution(parse_target(target).with_precision("fp16"),
+                          PlanRequest(command="serve", max_batch=8, auto_graph=False), model=model, host=H16)
+    assert not plan.graph_capture and key not in plan.target.option_dict
+    assert plan.precision == "fp16"
+    if "prefer_nhwc" in target:
+        assert plan.target.option_dict["prefer_nhwc"] == "1"  # the other tuned options stay
+    assert any(key in n and "replays one shape" in n for n in plan.notes)
+
+
+def test_graph_capture_is_kept_for_a_model_served_in_padded_sizes(mlp_path):
+    plan = plan_execution(parse_target("cuda:0?enable_cuda_graph=1"), PlanRequest(command="serve", max_batch=8),
+                          model=load_model(str(mlp_path)), host=H16)
+    assert plan.graph_capture and not plan.notes
+    one = plan_execution(parse_target("cuda:0?enable_cuda_graph=1"), PlanRequest(command="serve", max_batch=1),
+                         model=load_model(str(mlp_path)), host=H16)
+    assert not one.graph_capture and any("max_batch 1" in n for n in one.notes)
+
+
+@pytest.mark.parametrize("target,threads", [("cuda:0", "1"), ("cuda:0?intra_op_num_threads=3", "3"), ("cpu", None)])
+def test_gpu_sessions_get_one_cpu_thread_unless_the_target_sets_it(target, threads):
+    plan = plan_execution(parse_target(target), PlanRequest(command="serve", max_batch=8, workers=1), host=H16)
+    assert plan.target.option_dict.get("intra_op_num_threads") == threads
+
+
+def test_arena_settings_go_to_the_providers_own_keys_or_say_they_do_nothing():
+    request = PlanRequest(command="serve", max_batch=8, workers=1, arena_extend_strategy="kSameAsRequested",
+                          gpu_mem_limit=1 << 30)
+    cuda = plan_execution(parse_target("cuda"), request, host=H16).target.option_dict
+    assert (cuda["arena_extend_strategy"], cuda["gpu_mem_limit"]) == ("kSameAsRequested", str(1 << 30))
+    migraphx = plan_execution(parse_target("migraphx"), request, host=H16).target.option_dict
+    assert migraphx["migraphx_arena_extend_strategy"] == "kSameAsRequested"
+    cpu = plan_execution(parse_target("cpu"), request, host=H16)
+    assert sum("no effect on cpu" in n for n in cpu.notes) == 2
+
+
+def test_batch_plans_its_batch_size_instances_waits_and_embedding():
+    gpu = plan_execution(parse_target("cuda/fp16"), PlanRequest(command="batch", preprocess="imagenet",
+                                                                input_kind="images"), host=H16)
+    assert gpu.batch_sizes == (32,) and gpu.instances == 2
+    assert (gpu.gpu_wait, gpu.gil_switch_ms, gpu.decoder) == ("block", 0.5, "auto")
+    assert gpu.embed_preprocess == "imagenet"
+    arrays = plan_execution(parse_target("cuda"), PlanRequest(command="batch", preprocess="imagenet",
+                                                              input_kind="arrays"), host=H16)
+    assert arrays.embed_preprocess is None
+    cpu = plan_execution(parse_target("cpu"), PlanRequest(command="batch", preprocess="imagenet",
+                                                          input_kind="images"), host=H16)
+    assert (cpu.batch_sizes, cpu.instances, cpu.gpu_wait, cpu.embed_preprocess) == ((8,), 1, None, None)
+    forced = plan_execution(parse_target("cpu"), PlanRequest(command="batch", embed_preprocess="yolo"), host=H16)
+    assert forced.embed_preprocess == "yolo"
+
+
+def test_the_plan_travels_and_prints_the_same_block_everywhere(mlp_path):
+    plan = plan_execution(parse_target("cuda/fp16?prefer_nhwc=1"), PlanRequest(command="serve", max_batch=8),
+                          model=load_model(str(mlp_path)), host=H16)
+    assert pickle.loads(pickle.dumps(plan)) == plan  # to worker processes and Ray actors as a value
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["schema"] == "onnxaccel.plan/1" and data["target"] == str(plan.target)
+    assert data["requested"] == "cuda/fp16?prefer_nhwc=1" and data["graph_capture"] is True
+    names = [c["name"] for c in data["choices"]]
+    assert names[0] == "target" and {"precision", "layout", "batch_sizes", "graph_capture", "session_threads"} <= set(names)
+    lines = plan.lines()
+    assert len(lines) == len(names) and lines[0].startswith("target: cuda/fp16?")
