@@ -32,6 +32,7 @@ from onnxaccel.engines import Runner, compile_model
 from onnxaccel.errors import InferenceError
 from onnxaccel.inputs import FeedOrigin, FeedSet, ImagePreprocess, prepare_feeds
 from onnxaccel.model import Model, load_model
+from onnxaccel.plan import ExecutionPlan, PlanRequest, plan_execution
 from onnxaccel.precision import PrecisionVariant, convert_for_target
 from onnxaccel.target import Target
 
@@ -176,6 +177,8 @@ class Compiled:
     warnings: list[str] = field(default_factory=list)
     #: Compiles another runner of the same converted model (see :meth:`new_runner`).
     compiler: Callable[[], Runner] | None = field(default=None, repr=False)
+    #: What runs (plan.py): the target the runner was compiled for and why, as every command reports it.
+    plan: ExecutionPlan | None = field(default=None, repr=False)
 
     def new_runner(self) -> Runner:
         """Another runner of the same variant (same bound, converted model and target), e.g. a further
@@ -216,9 +219,10 @@ class Prepared(Compiled):
     def for_target(self, target: Target, *, strict: bool = False) -> Prepared:
         """The same bound model and feeds compiled for another ``target`` (a comparison's reference): nothing is
         loaded, bound or drawn again, so both sides run the very same inputs."""
-        compiler = RunnerFromVariant(ConvertedModel(self.model, target), strict=strict)
+        plan = plan_execution(target, PlanRequest(command=self.plan.command if self.plan else "run"), model=self.model)
+        compiler = RunnerFromVariant(ConvertedModel(self.model, plan.target), strict=strict)
         runner = compiler()
-        return Prepared(self.model, target, runner, _warnings(runner), compiler, self.feeds, self.origins)
+        return Prepared(self.model, target, runner, _warnings(runner), compiler, plan, self.feeds, self.origins)
 
 
 def explain_failure(exc: InferenceError, origins: Sequence[FeedOrigin]) -> InferenceError:
@@ -250,16 +254,21 @@ def prepare(
     seed: int = 0,
     check: bool = True,
     value_ranges: Mapping[str, tuple[float, float]] | None = None,
+    command: str = "run",
 ) -> Prepared:
-    """Load (unless given a Model), bind shapes from --shape/--batch/input files, convert precision when
-    the provider cannot, and compile. Feeds not given (files, literals) are synthesized, within
-    ``value_ranges`` where given (input name, or "" for all -> (LOW, HIGH))."""
+    """Load (unless given a Model), bind shapes from --shape/--batch/input files, plan (plan.py), convert
+    precision when the provider cannot, and compile. Feeds not given (files, literals) are synthesized, within
+    ``value_ranges`` where given (input name, or "" for all -> (LOW, HIGH)). ``command`` names who asks (run,
+    bench, compare...), for the plan."""
     feeds = FeedsForModel(ModelFromSource(source, check=check), inputs, shapes=shapes, batch=batch,
                           preprocess=preprocess, seed=seed, value_ranges=value_ranges)
-    compiler = RunnerFromVariant(ConvertedModel(feeds.bound_model, target), strict=strict)
     feed_set = feeds()
+    plan = plan_execution(target, PlanRequest(command=command, batch=batch, shapes=dict(shapes or {})),
+                          model=feed_set.model)
+    compiler = RunnerFromVariant(ConvertedModel(feeds.bound_model, plan.target), strict=strict)
     runner = compiler()
-    return Prepared(feed_set.model, target, runner, _warnings(runner), compiler, feed_set.feeds, feed_set.origins)
+    return Prepared(feed_set.model, target, runner, _warnings(runner), compiler, plan, feed_set.feeds,
+                    feed_set.origins)
 
 
 def compile_only(
@@ -275,9 +284,10 @@ def compile_only(
     compile, without feeds: for a caller whose data comes later (a server). Inputs no feed could be drawn for
     (strings) do not stop it."""
     bound = BoundModel(ModelFromSource(source, check=check), shapes, batch=batch)
-    compiler = RunnerFromVariant(ConvertedModel(bound, target), strict=strict)
+    plan = plan_execution(target, PlanRequest(command="run", batch=batch, shapes=dict(shapes or {})), model=bound())
+    compiler = RunnerFromVariant(ConvertedModel(bound, plan.target), strict=strict)
     runner = compiler()
-    return Compiled(bound(), target, runner, _warnings(runner), compiler)
+    return Compiled(bound(), target, runner, _warnings(runner), compiler, plan)
 
 
 def _warnings(runner: Runner) -> list[str]:

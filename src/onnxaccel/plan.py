@@ -210,7 +210,7 @@ def plan_execution(target: Target, request: PlanRequest | None = None, *, model:
     batch_sizes = _batch_sizes(target, request, model, choices)
     effective, graph, graph_option = _graph_capture(target, request, model, batch_sizes, spec, choices)
     effective = _arena(effective, request, spec, graph, choices)
-    threads = gpu_session_threads(effective)
+    threads = gpu_session_threads(effective) if request.command in ("serve", "batch") else {}
     if threads:
         effective = effective.with_options(threads)
         choices.append(Choice("session_threads", 1, "a GPU session's CPU pool runs only the few CPU-placed nodes; "
@@ -308,6 +308,11 @@ def _batch_sizes(target: Target, request: PlanRequest, model: Model | None, choi
                               f"(at most {request.max_padding if request.max_padding is not None else 0.25:g} of a "
                               "batch padding)" + ("; a session per size" if request.session_per_batch_size else "")))
         return sizes
+    if request.command != "batch":  # run, bench...: the feeds bound the model; the plan records the size
+        fixed = _fixed_batch(model) if model is not None else None
+        batch = request.batch or fixed or 1
+        choices.append(Choice("batch", batch, "given" if request.batch is not None else "the bound model's"))
+        return (batch,)
     batch = batch_size(target, request, model)
     choices.append(Choice("batch", batch, "given" if request.batch is not None else
                           "the model's fixed batch axis" if model is not None and _fixed_batch(model) is not None
@@ -336,8 +341,6 @@ def batch_size(target: Target, request: PlanRequest, model: Model | None) -> int
         if batch < 1:
             raise UsageError(f"--batch must be at least 1, got {batch}.", "e.g. --batch 32")
         return batch
-    if request.command != "batch":
-        return 1
     return DEFAULT_BATCH.get(target.device, DEFAULT_GPU_BATCH)
 
 
