@@ -28,7 +28,7 @@ LAYERS: dict[str, int] = {
     "target": 2, "providers": 2, "protobuf_values": 2, "zoo": 2,
     "model": 3, "model_shapes": 3, "model_data": 3, "synthesis": 4, "inputs": 5, "inputs_files": 5, "feeds_check": 4, "prepost": 5, "calibration": 5,
     "engines": 6, "precision": 6,
-    "compare": 7, "pipeline": 7,
+    "compare": 7, "pipeline": 7, "plan": 7,
     "bench": 8, "serve": 8, "loadtest": 8, "analysis": 8, "transform": 8, "system": 8, "scale": 8,
     "conformance": 8,
     "cli": 9, "__main__": 9,
@@ -43,7 +43,7 @@ FEATURES = {"bench", "serve", "loadtest", "analysis", "transform", "system", "sc
 ALLOWED: dict[str, set[str]] = {
     "bench": {"analysis", "transform", "system"},
     "serve": {"system", "transform"},  # serve embeds an image preset into a model on GPU targets
-    "scale": {"serve", "system"},
+    "scale": {"serve", "system", "transform"},  # transform: batch embeds the preprocessing its plan chose, as serve does
     "loadtest": {"bench", "serve"},  # bench's statistics; serve's protocol (the wire format it speaks)
     "conformance": set(),
 }
