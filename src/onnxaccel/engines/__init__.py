@@ -4,6 +4,7 @@ Several runners of one model run side by side through a :class:`RunnerPool` (eng
 
 from __future__ import annotations
 
+from onnxaccel import providers
 from onnxaccel.engines.base import BoundRun, Engine, PlacedNode, Placement, ProbeResult, Runner
 from onnxaccel.engines.migraphx import MigraphxEngine
 from onnxaccel.engines.ort import OrtEngine, import_ort, probe_provider
@@ -18,9 +19,6 @@ __all__ = ["REGISTRY", "BoundRun", "Engine", "PlacedNode", "Placement", "ProbeRe
 #: ``Target.engine`` -> the engine that compiles it; its keys are target.ENGINES (a test holds them equal).
 REGISTRY: dict[str, Engine] = {engine.name: engine for engine in (OrtEngine(), MigraphxEngine())}
 
-#: Devices tried by ``best_target``, fastest first.
-_PREFERENCE = ("migraphx", "cuda", "cpu")
-
 
 def compile_model(model: Model, target: Target, *, strict: bool = False) -> Runner:
     """Build a Runner for the target's engine. The model should be bound (``Model.bind``)."""
@@ -33,18 +31,21 @@ def compile_model(model: Model, target: Target, *, strict: bool = False) -> Runn
 def best_target() -> tuple[Target, list[str]]:
     """The fastest target that really loads here, and why each faster one was skipped.
 
-    A provider counts only if a session built with it keeps it first in ``get_providers()``; being listed
-    by ``get_available_providers()`` says only how the wheel was built.
+    Providers are tried in their registered preference order (onnxaccel.providers.by_preference). A provider
+    counts only if a session built with it keeps it first in ``get_providers()``; being listed by
+    ``get_available_providers()`` says only how the wheel was built.
     """
     ort = import_ort()
     skipped = []
     available = ort.get_available_providers()
-    for device in _PREFERENCE:
-        target = parse_target(device)
-        if target.provider not in available:
+    for spec in providers.by_preference():
+        target = parse_target(spec.device)
+        if spec.provider not in available:
+            skipped.append(f"{spec.device}: {spec.provider} is not part of the installed ONNX Runtime "
+                           f"(it comes with {spec.package[0]})")
             continue
         problem = probe_provider(target)
         if problem is None:
             return target, skipped
-        skipped.append(f"{device}: {problem}")
+        skipped.append(f"{spec.device}: {problem}")
     return parse_target("cpu"), skipped

@@ -3,7 +3,7 @@ compiles (and warms) each bucket once instead of every shape a user sends.
 
 Compiling targets pay for every new input shape: MIGraphX compiles a program per input shape (seconds to
 minutes), TensorRT builds an engine per optimization profile, and the CUDA EP searches cuDNN algorithms per
-new shape (measured in serve on an H200: ~220 ms a run for each new batch size). ``--shape-buckets
+new shape. Which providers do is their ``compiles_per_shape`` (onnxaccel.providers). ``--shape-buckets
 sequence=32,64,128,256`` pads a request of length 50 to 64 (at the end of the axis, with 0: the attention
 mask's "no token", BERT's [PAD] id), runs the bucket's program, and crops the outputs that carry the same dim
 back to 50. Image dims work the same way (``height,width=320,480,640``): padding at the bottom and right, with
@@ -229,20 +229,15 @@ def bucket_models(model: Model, buckets: ShapeBuckets, *, batch: int | None = No
             for b in buckets.sizes}
 
 
-#: Targets whose runtime compiles per input shape, so a bucket gets a session of its own. The MIGraphX EP
-#: re-parses and recompiles its program when an input's lengths differ from the compiled program's
-#: (ROCm/onnxruntime onnxruntime/core/providers/migraphx/migraphx_execution_provider.cc at 6ac4f7666aa4:
-#: "if (mgx_lens != ort_lens) ... input_shape_match = false" then "Input shape mismatch detected. Recompiling";
-#: vendored in tests/engines/migraphx/upstream/buckets_ep_recompile_ROCm_6ac4f76.txt); the native engine compiles a
-#: program per shape itself (engines/migraphx.py program_for); TensorRT builds an engine per optimization profile;
-#: the CUDA EP searches cuDNN algorithms per new shape (measured on the H200: ~220 ms a new batch size).
-PER_SHAPE_DEVICES = ("migraphx", "tensorrt", "cuda")
-
-
 def compiles_per_shape(target: Target) -> bool:
     """Whether ``target`` pays a compile (or an algorithm search) for every new input shape: then each bucket
-    gets a session of its own, compiled at its bound shapes."""
-    return target.engine == "migraphx" or target.device in PER_SHAPE_DEVICES
+    gets a session of its own, compiled at its bound shapes. The native MIGraphX engine compiles a program per
+    shape itself (engines/migraphx.py program_for); through ONNX Runtime it is the provider's
+    ``compiles_per_shape`` (onnxaccel.providers, with the upstream source for each)."""
+    # e.g. the MIGraphX EP: "Input shape mismatch detected. Recompiling" (ROCm/onnxruntime
+    # migraphx_execution_provider.cc @6ac4f7666aa4, vendored in
+    # tests/engines/migraphx/upstream/buckets_ep_recompile_ROCm_6ac4f76.txt; cited in providers/migraphx.py).
+    return target.engine == "migraphx" or target.spec.compiles_per_shape
 
 
 @dataclass

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from onnxaccel import providers
 from onnxaccel.engines.ort_flavour import ENV_OF, PARSERS, MigraphxParser, OrtBuild
 from onnxaccel.errors import ProviderOptionError, TargetError
-from onnxaccel.target import PROVIDER_OPTIONS, Target
+from onnxaccel.target import Target
 
 #: Ops that carry quantized computation in a graph MIGraphX parses (QDQ pairs, QOperator and integer ops).
 QUANTIZED_OPS = frozenset({
@@ -40,7 +41,8 @@ QUANTIZED_OPS = frozenset({
 #: Options whose absence changes start-up time only: dropped with a note on a build that lacks them.
 DROPPABLE = {"migraphx_model_cache_dir": "the compiled program is not cached: every start compiles again"}
 _TABLE_KEY = "migraphx_int8_calibration_table_name"
-_BOOL_KEYS = frozenset(k for k, kind in PROVIDER_OPTIONS["migraphx"].items() if kind == "bool")
+_SPEC = providers.get("migraphx")
+_BOOL_KEYS = frozenset(k for k, kind in _SPEC.all_options().items() if kind == "bool")
 _env_lock = threading.Lock()
 
 
@@ -150,8 +152,7 @@ def _undeclared(key: str, build: OrtBuild) -> ProviderOptionError:
     parser = build.migraphx
     assert parser is not None
     later = (" The key exists in microsoft/onnxruntime source after 1.27.1 (03c1250, migraphx_execution_provider_"
-             "info.h L37-38) but not in this build." if key in ("migraphx_max_dynamic_batch",
-                                                                 "migraphx_max_compiled_models") else "")
+             "info.h L37-38) but not in this build." if key in _SPEC.newer_options else "")
     return ProviderOptionError(
         f"{build.label} does not declare the MIGraphX option '{key}' (read from {build.evidence}; it parses "
         f"options as {parser.title}), so ONNX Runtime would fail with '{parser.unknown_key_error}'.{later}",

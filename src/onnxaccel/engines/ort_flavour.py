@@ -1,23 +1,11 @@
-"""Which ONNX Runtime build is installed, and how its MIGraphX EP reads provider options.
+"""Which ONNX Runtime build is installed, and which of the MIGraphX EP's option parsers it has.
 
-The same ``migraphx_fp16_enable=1`` works on one AMD ONNX Runtime build and breaks session creation on
-another, because three different parsers have read MIGraphX options (each held below as one table, with the
-upstream code it was read from):
-
-* **ONNX Runtime >= 1.23** (PyPI ``onnxruntime-migraphx`` 1.23.x-1.27.x, microsoft/onnxruntime main): the
-  Python binding hands the options to the provider library, whose ``ProviderOptionsParser`` reads booleans as
-  0/1/true/false and rejects other keys with ``Unknown provider option``.
-* **AMD's per-ROCm-release builds** (ROCm/onnxruntime branches ``rel-1.22.1``, ``rocm7.0_internal_testing``,
-  ``rocm6.4_internal_testing``): the Python binding parses the options itself, accepts only
-  "True"/"true"/"False"/"false" and throws ``Invalid MIGraphX EP option`` for the keys it does not list.
-* **Microsoft's v1.20.0-v1.22.1 tags**: the same hand-written binding parser with other keys, and a provider
-  whose constructor takes FP16, INT8 and exhaustive tuning only from ``ORT_MIGRAPHX_*`` environment variables.
-
-The build is recognised from the bytes of its own libraries (``onnxruntime/capi``; no GPU needed): the
-binding's error text tells the parsers apart, and the option names a build declares are the ones its
-library holds. Without readable libraries the package metadata (distribution and version) decides, more
-cautiously. NOT EXECUTED ON AMD HARDWARE: the tables come from source and from the bytes of the PyPI wheels
-onnxruntime-migraphx 1.23.2 and 1.27.1; no session with the MIGraphX EP was ever built here.
+How each flavour parses MIGraphX options (keys, boolean spelling, settings read only from ``ORT_MIGRAPHX_*``
+variables) is held in providers/migraphx.py, one table per flavour with the upstream code it was read from.
+This module recognises the installed build from the bytes of its own libraries (``onnxruntime/capi``; no GPU
+needed): the binding's error text tells the parsers apart, and the option names a build declares are the ones
+its library holds. Without readable libraries the package metadata (distribution and version) decides, more
+cautiously. NOT EXECUTED ON AMD HARDWARE: no session with the MIGraphX EP was ever built here.
 """
 
 from __future__ import annotations
@@ -26,168 +14,37 @@ import functools
 import importlib.util
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from onnxaccel import providers
+from onnxaccel.providers.base import Flavour, Source
+from onnxaccel.providers.migraphx import AMD_REL_1_22, LEGACY_UNKNOWN, MICROSOFT_1_20, ORT_1_23
+from onnxaccel.providers.rocm import ROCM_EP_SOURCE
 
-@dataclass(frozen=True)
-class Source:
-    """Where a fact about another program was read: repository, path, commit (or wheel), lines."""
+#: How one family of builds parses MIGraphX provider options (the name this module gave it first).
+MigraphxParser = Flavour
 
-    repo: str
-    path: str
-    commit: str
-    lines: str = ""
-
-    def __str__(self) -> str:
-        where = f" L{self.lines}" if self.lines else ""
-        return f"{self.repo} {self.path}{where} @ {self.commit[:10]}"
+__all__ = ["AMD_REL_1_22", "ENV_OF", "LEGACY_UNKNOWN", "MICROSOFT_1_20", "MIGRAPHX_KEYS_AFTER_1_27", "ORT_1_23",
+           "PARSERS", "ROCM_EP_SOURCE", "MigraphxParser", "OrtBuild", "Source", "declared_keys", "detect",
+           "holds_string", "installed_build", "legacy_parser", "library_bytes"]
 
 
-@dataclass(frozen=True)
-class MigraphxParser:
-    """How one family of builds parses MIGraphX provider options."""
-
-    name: str
-    title: str
-    #: Option keys the parser accepts; any other key fails session creation with ``unknown_key_error``.
-    keys: frozenset[str]
-    true: str
-    false: str
-    #: Settings the provider reads only from the environment (option key -> variable, values "1"/"0").
-    env_only: Mapping[str, str]
-    unknown_key_error: str
-    #: Whether the EP fills the ranges it hands migraphx::quantize_int8 from migraphx_int8_calibration_table_name.
-    uses_calibration_table: bool
-    sources: tuple[Source, ...]
-    #: How the table was checked: against a binary here, or against source only.
-    checked: str
-
-    def spell(self, value: bool) -> str:
-        """A boolean in the spelling this EP build parses ("1"/"0" or "True"/"False")."""
-        return self.true if value else self.false
-
-    def to_dict(self) -> dict:
-        """The parser's facts as JSON-ready values, for ``doctor`` and the target's description."""
-        return {"name": self.name, "title": self.title, "keys": sorted(self.keys), "true": self.true,
-                "false": self.false, "env_only": dict(self.env_only), "unknown_key_error": self.unknown_key_error,
-                "uses_calibration_table": self.uses_calibration_table, "checked": self.checked,
-                "sources": [str(s) for s in self.sources]}
-
-
-_MS = "microsoft/onnxruntime"
-_AMD = "ROCm/onnxruntime"
-_PYBIND = "onnxruntime/python/onnxruntime_pybind_state.cc"
-_EP_CC = "onnxruntime/core/providers/migraphx/migraphx_execution_provider.cc"
-_NEVER_FILLED = ("The table is read into a local map and the member dynamic_range_map_ that quantize_int8 "
-                 "receives is never assigned")
-
-#: ORT >= 1.23: the provider's own parser. Keys: the option-name strings of libonnxruntime_providers_migraphx.so
-#: in the PyPI wheels onnxruntime-migraphx 1.23.2 and 1.27.1 (tests/engines/migraphx/upstream/ort_wheel_*.txt),
-#: equal to migraphx_execution_provider_info.h at 03c1250 less the two keys added after 1.27.1. Booleans:
-#: TryParseStringWithClassicLocale(bool) takes "0"/"1"/"False"/"false"/"True"/"true" (parse_string.h L80-92).
-#: INT8 table: at 03c1250 the constructor still reads the table into a local `dynamic_range_map` inside
-#: `if (int8_calibration_cache_available_)` and never fills the member it quantizes with.
-ORT_1_23 = MigraphxParser(
-    name="ort-1.23+", title="ONNX Runtime >= 1.23 (PyPI onnxruntime-migraphx, microsoft/onnxruntime main)",
-    keys=frozenset({
-        "device_id", "migraphx_fp16_enable", "migraphx_bf16_enable", "migraphx_fp8_enable", "migraphx_int8_enable",
-        "migraphx_int8_calibration_table_name", "migraphx_int8_use_native_calibration_table",
-        "migraphx_exhaustive_tune", "migraphx_mem_limit", "migraphx_arena_extend_strategy",
-        "migraphx_external_alloc", "migraphx_external_free", "migraphx_external_empty_cache",
-        "migraphx_model_cache_dir"}),
-    true="1", false="0", env_only={}, unknown_key_error='Unknown provider option: "<key>"',
-    uses_calibration_table=False,
-    sources=(Source("PyPI onnxruntime-migraphx 1.23.2 / 1.27.1 wheels",
-                    "onnxruntime/capi/libonnxruntime_providers_migraphx.so", "sha256 6e0914c8b490 / 4a178713a67d"),
-             Source(_MS, "onnxruntime/core/providers/migraphx/migraphx_execution_provider_info.h",
-                    "03c125006fc8276159753be0cc577fc0e6b4551d", "22-39"),
-             Source(_MS, "include/onnxruntime/core/common/parse_string.h",
-                    "89746dc19a0a1ae59ebf4b16df9acab8f99f3925", "80-92")),
-    checked="binary here (1.23.2, 1.27.1 wheels) and source")
-
-#: AMD's per-release branches: the Python binding's MIGraphX branch compares option.first with
-#: migraphx_provider_option::k* (migraphx_execution_provider_info.h L17-32 there) and option.second with
-#: "True"/"true"/"False"/"false" (onnxruntime_pybind_state.cc L909-1012). The provider constructor takes every
-#: setting from the session info, then lets ORT_MIGRAPHX_* override it (get_flags_from_env). The table is read
-#: into a local (migraphx_execution_provider.cc L162-167); quantize_int8 runs only for
-#: `(int8_enable xor fp8_enable) && int8_calibration_cache_available` (L1291) on dynamic_range_map_ (L1445).
-AMD_REL_1_22 = MigraphxParser(
-    name="amd-rel-1.22", title="AMD ROCm/onnxruntime per-release build (rel-1.22.1, rocm7.0, rocm6.4 branches)",
-    keys=frozenset({
-        "device_id", "migraphx_fp16_enable", "migraphx_bf16_enable", "migraphx_fp8_enable", "migraphx_int8_enable",
-        "migraphx_int8_calibration_table_name", "migraphx_int8_use_native_calibration_table",
-        "migraphx_model_cache_dir", "migraphx_exhaustive_tune"}),
-    true="True", false="False", env_only={}, unknown_key_error="Invalid MIGraphX EP option: <key>",
-    uses_calibration_table=False,
-    sources=(Source(_AMD, _PYBIND, "84181618603f4691b7118c8b8a5f5f03c920220b", "909-1012"),
-             Source(_AMD, _PYBIND, "3998378a4e429832b2a0a863bdf36bcafa1bcd4d", "909-1012"),
-             Source(_AMD, "onnxruntime/core/providers/migraphx/migraphx_execution_provider_info.h",
-                    "84181618603f4691b7118c8b8a5f5f03c920220b", "17-32"),
-             Source(_AMD, _EP_CC, "84181618603f4691b7118c8b8a5f5f03c920220b", "161-167, 1281-1299, 1444-1445")),
-    checked="source only")
-
-#: Microsoft's v1.20.0-v1.22.1 tags (the key set is the same at every tag in between): the binding parses
-#: "True"/"true"/"False"/"false" and these keys (L909-1022 at v1.22.1), but the provider constructor sets
-#: fp16_enable_, int8_enable_ and exhaustive_tune_ only from ORT_MIGRAPHX_FP16_ENABLE, ORT_MIGRAPHX_INT8_ENABLE
-#: and ORT_MIGRAPHX_EXHAUSTIVE_TUNE (std::stoi, migraphx_execution_provider.cc L107-124, L187-191): the
-#: options are parsed and ignored. The INT8 table goes to a local map (L150-157) and quantize_int8 iterates
-#: the member dynamic_range_map_ (L1166-1178), which nothing assigns.
-MICROSOFT_1_20 = MigraphxParser(
-    name="microsoft-1.20-1.22", title="ONNX Runtime v1.20.0-v1.22.1 built from Microsoft's tags",
-    keys=frozenset({
-        "device_id", "migraphx_fp16_enable", "migraphx_int8_enable", "migraphx_int8_calibration_table_name",
-        "migraphx_use_native_calibration_table", "migraphx_save_compiled_model", "migraphx_save_model_path",
-        "migraphx_load_compiled_model", "migraphx_load_model_path", "migraphx_exhaustive_tune"}),
-    true="True", false="False",
-    env_only={"migraphx_fp16_enable": "ORT_MIGRAPHX_FP16_ENABLE", "migraphx_int8_enable": "ORT_MIGRAPHX_INT8_ENABLE",
-              "migraphx_exhaustive_tune": "ORT_MIGRAPHX_EXHAUSTIVE_TUNE",
-              "migraphx_int8_calibration_table_name": "ORT_MIGRAPHX_INT8_CALIBRATION_TABLE_NAME",
-              "migraphx_int8_use_native_calibration_table": "ORT_MIGRAPHX_INT8_USE_NATIVE_CALIBRATION_TABLE"},
-    unknown_key_error="Invalid MIGraphX EP option: <key>", uses_calibration_table=False,
-    sources=(Source(_MS, _PYBIND, "89746dc19a0a1ae59ebf4b16df9acab8f99f3925", "909-1022"),
-             Source(_MS, _PYBIND, "c4fb724e810bb496165b9015c77f402727392933", "848-961"),
-             Source(_MS, _EP_CC, "89746dc19a0a1ae59ebf4b16df9acab8f99f3925", "107-124, 150-157, 1166-1178, 187-191")),
-    checked="source only")
-
-#: A build older than 1.23 whose libraries could not tell the two parsers above apart: only what both accept.
-#: Both providers read ORT_MIGRAPHX_FP16_ENABLE / _INT8_ENABLE / _EXHAUSTIVE_TUNE (AMD's lets them override the
-#: options), so those settings travel as environment variables.
-LEGACY_UNKNOWN = MigraphxParser(
-    name="legacy-unknown", title="ONNX Runtime < 1.23 with a MIGraphX EP whose parser could not be identified",
-    keys=AMD_REL_1_22.keys & MICROSOFT_1_20.keys, true="True", false="False",
-    env_only={k: v for k, v in MICROSOFT_1_20.env_only.items() if k in ("migraphx_fp16_enable", "migraphx_int8_enable",
-                                                                          "migraphx_exhaustive_tune")},
-    unknown_key_error="Invalid MIGraphX EP option: <key>", uses_calibration_table=False,
-    sources=AMD_REL_1_22.sources[:1] + MICROSOFT_1_20.sources[:1], checked="source only")
-
-PARSERS = (ORT_1_23, AMD_REL_1_22, MICROSOFT_1_20, LEGACY_UNKNOWN)
-
-#: ROCm EP (onnxruntime-rocm <= 1.22): ROCMExecutionProviderInfo::FromProviderOptions with the same
-#: ProviderOptionsParser, so booleans are 0/1 there too (rocm_execution_provider_info.cc L13-30 at v1.22.1;
-#: the 1.22.2.post3 binary holds each name as 16-byte fragments, inlined by the compiler).
-ROCM_EP_SOURCE = Source(_MS, "onnxruntime/core/providers/rocm/rocm_execution_provider_info.cc",
-                        "89746dc19a0a1ae59ebf4b16df9acab8f99f3925", "14-30")
-
+_SPEC = providers.get("migraphx")
+#: The MIGraphX option parsers, one per ORT flavour (providers/migraphx.py holds them with their sources).
+PARSERS = _SPEC.flavours
 #: Keys added to the provider's parser after 1.27.1 (03c1250): passed only where a build's library declares them.
-MIGRAPHX_KEYS_AFTER_1_27 = frozenset({"migraphx_max_dynamic_batch", "migraphx_max_compiled_models"})
+MIGRAPHX_KEYS_AFTER_1_27 = frozenset(_SPEC.newer_options)
+#: ORT_MIGRAPHX_* variables each flavour's provider reads (after the options, so they win where both exist).
+ENV_OF = _SPEC.env_options
 _ALL_KEYS = frozenset().union(*(p.keys for p in PARSERS)) | MIGRAPHX_KEYS_AFTER_1_27
 #: Present in every readable MIGraphX parser; a library that lacks them as whole strings was not read right
 #: (names inlined as fragments, as in the ROCm EP binary), and the table for its parser is used instead.
 _CORE_KEYS = ("device_id", "migraphx_fp16_enable", "migraphx_int8_enable")
 _LEGACY_THROW = b"Invalid MIGraphX EP option"
-#: ORT_MIGRAPHX_* variables each flavour's provider reads (after the options, so they win where both exist).
-ENV_OF = {
-    "migraphx_fp16_enable": "ORT_MIGRAPHX_FP16_ENABLE", "migraphx_bf16_enable": "ORT_MIGRAPHX_BF16_ENABLE",
-    "migraphx_fp8_enable": "ORT_MIGRAPHX_FP8_ENABLE", "migraphx_int8_enable": "ORT_MIGRAPHX_INT8_ENABLE",
-    "migraphx_int8_calibration_table_name": "ORT_MIGRAPHX_INT8_CALIBRATION_TABLE_NAME",
-    "migraphx_int8_use_native_calibration_table": "ORT_MIGRAPHX_INT8_USE_NATIVE_CALIBRATION_TABLE",
-    "migraphx_exhaustive_tune": "ORT_MIGRAPHX_EXHAUSTIVE_TUNE", "migraphx_model_cache_dir": "ORT_MIGRAPHX_MODEL_CACHE_PATH",
-}
 _AMD_DISTRIBUTIONS = ("onnxruntime-migraphx", "onnxruntime-rocm")
 
 

@@ -115,9 +115,11 @@ class ProviderSpec:
     doctor_default: bool = False
     #: Named checks the doctor runs for it (DOCTOR_CHECKS).
     doctor_checks: tuple[str, ...] = ()
-    #: ONNX Runtime version that removed the provider, and where that is recorded ("" when it is current).
+    #: ONNX Runtime version that removed the provider (None while it is current), where that is recorded, and
+    #: the device to use instead.
     removed_in: str | None = None
     removed_note: str = ""
+    replaced_by: str | None = None
     #: Upstream text the facts above were read from ("repo path @commit/release", or a Source).
     sources: tuple[Source | str, ...] = ()
 

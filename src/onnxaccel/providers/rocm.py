@@ -53,6 +53,7 @@ SPEC = ProviderSpec(
     doctor_checks=("gpu", "gfx"),
     removed_in="1.23",
     removed_note="microsoft/onnxruntime#25181",
+    replaced_by="migraphx",
     sources=(ROCM_EP_SOURCE,
              "microsoft/onnxruntime onnxruntime/core/providers/rocm/rocm_execution_provider_info.cc (1.17-1.22)"),
 )

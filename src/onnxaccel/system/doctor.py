@@ -12,9 +12,10 @@ import platform
 import sys
 from dataclasses import dataclass, field
 
+from onnxaccel import providers
 from onnxaccel.install import describe as describe_install
 from onnxaccel.install import install_command, swap_command
-from onnxaccel.engines.ort import ROCM_EP_REMOVED, import_ort
+from onnxaccel.engines.ort import import_ort
 from onnxaccel.errors import OnnxAccelError
 from onnxaccel.system.environment import EnvSetting, environment_findings, relevant_environment
 from onnxaccel.system.findings import ERROR, INFO, OK, WARN, Finding
@@ -24,12 +25,10 @@ from onnxaccel.system.gpus_nvidia import NvidiaInventory, cuda_findings, cuda_pi
 from onnxaccel.system.packages import OrtInstall, inspect_ort_install, package_findings
 from onnxaccel.engines.ort import probe as probe_target
 from onnxaccel.system.rocm import RocmInstall, inspect_rocm, rocm_findings
-from onnxaccel.target import PROVIDER, PROVIDER_PACKAGE, parse_target
+from onnxaccel.providers import ProviderSpec
+from onnxaccel.target import parse_target
 
 SCHEMA = "onnxaccel.doctor/1"
-#: Order in which targets are listed (and the GPU targets checked for each vendor).
-_ORDER = ("migraphx", "rocm", "cuda", "tensorrt", "cpu")
-_VENDOR_TARGETS = {"nvidia": ("cuda",), "amd": ("migraphx",)}
 #: Below this much free device memory a GPU is flagged (a ResNet-50 session needs a few hundred MiB).
 LOW_FREE_MEMORY = 1 << 30
 
@@ -67,6 +66,8 @@ class DoctorReport:
     environment: list[EnvSetting]
     findings: list[Finding]
     requested: str | None = None
+    #: Every registered provider (onnxaccel.providers), with whether the installed ONNX Runtime has it.
+    providers: list[dict] = field(default_factory=list)
 
     def verdict(self, target: str) -> TargetVerdict | None:
         """The verdict for ``target`` (as text, e.g. "cuda"), or None when it was not probed."""
@@ -85,7 +86,7 @@ class DoctorReport:
         return {
             "schema": SCHEMA, "requested": self.requested, "ok": self.ok, "system": self.system,
             "runtime": self.runtime, "packages": self.install.to_dict(),
-            "targets": [v.to_dict() for v in self.targets],
+            "targets": [v.to_dict() for v in self.targets], "providers": self.providers,
             "gpus": {"nvidia": self.nvidia.to_dict(), "amd": self.amd.to_dict()},
             "rocm": self.rocm.to_dict() if self.rocm else None,
             "environment": [e.to_dict() for e in self.environment],
@@ -110,18 +111,31 @@ def run_doctor(target: str | None = None) -> DoctorReport:
     findings += _amd_driver_findings(amd, install, requested.device if requested else None)
     findings += cuda_findings(nvidia, install.cuda_version, cuda_pip_packages())
     rocm = None
-    if amd.gpus or {"onnxruntime-migraphx", "onnxruntime-rocm"} & set(install.distributions):
+    if amd.gpus or set(_vendor_packages("amd")) & set(install.distributions):
         rocm = inspect_rocm()
         findings += rocm_findings(rocm, install.distributions, amd_gpu=bool(amd.gpus))
     findings += environment_findings()
+    built = set(runtime.get("providers", []))
     if requested is not None:
         devices = [requested.device]
     else:
-        built = {d for d, p in PROVIDER.items() if p in runtime.get("providers", [])}
-        devices = [d for d in _ORDER if d in built | set(_VENDOR_TARGETS.get(vendor or "", ())) | {"cpu"}]
+        devices = [s.device for s in _listed_order() if s.provider in built
+                   or s.doctor_default and s.vendor in (None, vendor)]
     targets = [_verdict(str(requested) if requested else d, d, runtime, install, nvidia, amd) for d in devices]
+    listed = [{**s.to_dict(), "built": s.provider in built} for s in providers.all_specs()]
     return DoctorReport(_system(), runtime, install, targets, nvidia, amd, rocm, relevant_environment(), findings,
-                        str(requested) if requested else None)
+                        str(requested) if requested else None, listed)
+
+
+def _listed_order() -> list[ProviderSpec]:
+    """Registered providers in the order targets are listed: GPU providers first (registration order), then
+    the rest."""
+    return sorted(providers.all_specs(), key=lambda s: not s.is_gpu)
+
+
+def _vendor_packages(vendor: str) -> tuple[str, ...]:
+    """The onnxruntime distributions that bring a provider for ``vendor``'s GPUs."""
+    return tuple(dict.fromkeys(s.package[0] for s in providers.all_specs() if s.vendor == vendor))
 
 
 def _system() -> dict:
@@ -170,8 +184,8 @@ def _amd_driver_findings(amd: AmdInventory, install: OrtInstall, requested: str 
     target was asked for or an AMD onnxruntime is installed; a warning where only the tools are present."""
     if amd.gpus or amd.problem is None:
         return []
-    wanted = requested in ("migraphx", "rocm") or bool({"onnxruntime-migraphx", "onnxruntime-rocm"}
-                                                       & set(install.distributions))
+    wanted = (requested is not None and providers.get(requested).vendor == "amd"
+              or bool(set(_vendor_packages("amd")) & set(install.distributions)))
     problem = amd.problem
     return [Finding(ERROR if wanted else WARN, problem.code, f"No AMD GPU visible: {problem.cause}",
                     problem.said, problem.fix)]
@@ -179,19 +193,24 @@ def _amd_driver_findings(amd: AmdInventory, install: OrtInstall, requested: str 
 
 def _verdict(label: str, device: str, runtime: dict, install: OrtInstall, nvidia: NvidiaInventory,
              amd: AmdInventory) -> TargetVerdict:
-    provider = PROVIDER[device]
+    spec = providers.get(device)
+    provider = spec.provider
     built = provider in runtime.get("providers", [])
     verdict = TargetVerdict(label, provider, ready=False, built=built)
-    package, extra = PROVIDER_PACKAGE[device]
+    package, extra = spec.package
     dists = install.distributions
     swap = swap_command(list(dists), extra)
     if not runtime:
         verdict.cause, verdict.fix = "ONNX Runtime cannot be imported", install_command(extra)
-    elif device == "rocm" and _version(runtime) >= ROCM_EP_REMOVED:
-        verdict.cause = (f"the ROCm EP was removed in ONNX Runtime 1.23 (microsoft/onnxruntime#25181); "
-                         f"this is {runtime['version']}")
-        verdict.fix = (f"Use --target migraphx ({install_command('migraphx')}); the ROCm EP exists only in "
-                       f"onnxruntime-rocm <= 1.22 ({install_command('rocm')}).")
+    elif spec.removed_in and _version(runtime) >= _parse_version(spec.removed_in):
+        verdict.cause = (f"the {provider} was removed in ONNX Runtime {spec.removed_in}"
+                         f"{f' ({spec.removed_note})' if spec.removed_note else ''}; this is {runtime['version']}")
+        instead = ""
+        if spec.replaced_by:
+            other = providers.get(spec.replaced_by)
+            instead = f"Use --target {other.device} ({install_command(other.package[1])}); "
+        verdict.fix = (f"{instead}the {provider} exists only in {package} < {spec.removed_in} "
+                       f"({install_command(extra)}).")
     elif not built:
         have = ", ".join(f"{k} {v}" for k, v in dists.items()) or "no onnxruntime"
         verdict.cause = f"{provider} is not part of the installed ONNX Runtime ({have})"
@@ -202,18 +221,21 @@ def _verdict(label: str, device: str, runtime: dict, install: OrtInstall, nvidia
         if not probe.loaded:
             verdict.cause = probe.cause
             verdict.fix = probe.fix or f"Run with --debug to see the runtime's log; reinstall {package}."
-    _hardware_checks(verdict, device, nvidia, amd)
+    _hardware_checks(verdict, spec, nvidia, amd)
     return verdict
 
 
-def _hardware_checks(verdict: TargetVerdict, device: str, nvidia: NvidiaInventory, amd: AmdInventory) -> None:
-    if device in ("cuda", "tensorrt") and not nvidia.gpus:
+def _hardware_checks(verdict: TargetVerdict, spec: ProviderSpec, nvidia: NvidiaInventory, amd: AmdInventory) -> None:
+    """The provider's doctor checks (ProviderSpec.doctor_checks): its vendor's GPUs, their architectures."""
+    device = spec.device
+    if "gpu" in spec.doctor_checks and spec.vendor == "nvidia" and not nvidia.gpus:
         verdict.warnings.append("no NVIDIA GPU found: " + ("; ".join(nvidia.notes) or "none listed"))
-    if device in ("migraphx", "rocm"):
+    if "gpu" in spec.doctor_checks and spec.vendor == "amd":
         if not amd.gpus and amd.problem is not None:
             verdict.warnings.append(f"{amd.problem.summary}; fix: see finding {amd.problem.code}")
         elif not amd.gpus:
             verdict.warnings.append("no AMD GPU found: " + ("; ".join(amd.notes) or "none listed"))
+    if "gfx" in spec.doctor_checks:
         override = os.environ.get("HSA_OVERRIDE_GFX_VERSION")
         for gpu in amd.gpus:
             if not gpu.gfx:
@@ -226,6 +248,10 @@ def _hardware_checks(verdict: TargetVerdict, device: str, nvidia: NvidiaInventor
 
 
 def _version(runtime: dict):
+    return _parse_version(str(runtime.get("version", "0")).split("+")[0])
+
+
+def _parse_version(text: str):
     from packaging.version import Version
 
-    return Version(str(runtime.get("version", "0")).split("+")[0])
+    return Version(text)
