@@ -7,7 +7,7 @@
 # On the GPU machine: the call carrying .raypart1 copies it to /tmp/raypart (mkdir -p /tmp/raypart && cp
 # .raypart1/part.* /tmp/raypart/), the next carrying .raypart2 does the same and then
 # `source .raypart2/install.sh` (installs into /tmp/ray-site and puts it on PYTHONPATH).
-# Used on 2026-12-02 for `benchmarks/gpu_session.sh ray-batch` (docs/BENCHMARKS.md, issue 9).
+# Used on 2026-12-02 for `benchmarks/history/gpu_session.sh ray-batch` (docs/BENCHMARKS.md, issue 9).
 set -euo pipefail
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
            --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64)

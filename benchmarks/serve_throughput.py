@@ -21,6 +21,10 @@
    target, serve/layout.py); the ratio is also given against in-process IO binding (issue 22's reference).
 8. ``--images DIR``: after the first server run, the same spec serving --images-model (or --model with --preprocess
    imagenet) is sent the folder's JPEG/PNG files, one per row: images/s, p50 and p99 beside the tensor run's.
+9. ``--concurrency 64,256``: each server run is loaded at every level in turn (the first is the run's main figure:
+   CPU, phases, round trip; the others give infer/s, p50, p99 and errors under ``levels``).
+   ``--inprocess-duration 0`` skips the in-process reference (no ratios; an A/B of servers behind one load
+   generator, benchmarks/ab_regression.sh) and ``--skip-concurrency-1`` the added-latency run at concurrency 1.
 
 Usage:
   python benchmarks/serve_throughput.py --model zoo:resnet50 --target cuda:0 --precision fp16 --batch 64 \
@@ -61,7 +65,9 @@ def free_port() -> int:
 
 def in_process(args) -> dict:
     target = parse_target(args.target, precision=args.precision)
-    out = {}
+    out: dict = {}
+    if args.inprocess_duration <= 0:
+        return out
     for batch in sorted({args.batch, args.request_batch}):
         prepared = prepare(args.model, target, batch=batch)
         for iobinding in (False, True):
@@ -107,7 +113,7 @@ def start_server(args, log: Path, spec: str = "1", extra: str = "", model: str |
            "--http-port", str(http), "--grpc-port", str(grpc), "--max-batch", str(args.batch),
            "--max-queue-delay-ms", str(args.delay_ms)]
     if spec != DEFAULT:
-        cmd += ["--instances", str(instances or args.instances), "--max-queue", str(max(256, 4 * args.concurrency)),
+        cmd += ["--instances", str(instances or args.instances), "--max-queue", str(max(256, 4 * max(args.levels))),
                 "--max-request-mb", "512", "--workers", str(workers)]
     if args.precision:
         cmd += ["--precision", args.precision]
@@ -118,6 +124,7 @@ def start_server(args, log: Path, spec: str = "1", extra: str = "", model: str |
     cmd += args.serve_args.split() + extra.split()  # last: a repeated option takes its last value
     # SERVE_PYTHONPATH: run the server from another tree than the load generator (A/B of the server alone).
     env = {**os.environ, "PYTHONPATH": os.environ["SERVE_PYTHONPATH"]} if os.environ.get("SERVE_PYTHONPATH") else None
+    began = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{http}"
     deadline = time.monotonic() + args.load_timeout
@@ -126,6 +133,7 @@ def start_server(args, log: Path, spec: str = "1", extra: str = "", model: str |
             raise SystemExit(f"server exited: {log.read_text()}")
         try:
             if httpx.get(f"{url}/v2/health/ready", timeout=1).status_code == 200:
+                proc.ready_s = time.monotonic() - began  # start-up: the command to its first ready answer
                 return proc, url, f"127.0.0.1:{grpc}"
         except httpx.HTTPError:
             pass
@@ -337,7 +345,7 @@ def write_result(args, reference: dict, runs: list[dict]) -> None:
     """The JSON report so far (rewritten after every run, so a run cut short keeps the finished ones)."""
     if not args.json or not runs:
         return
-    best = max(runs, key=lambda r: r["ratio_server_over_in_process"])
+    best = max(runs, key=lambda r: r["ratio_server_over_in_process"] or r["server"]["inferences_per_s"])
     result = {
         "schema": "onnxaccel.bench.serve-throughput/2", "date": datetime.now(timezone.utc).isoformat(),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
@@ -350,14 +358,15 @@ def write_result(args, reference: dict, runs: list[dict]) -> None:
 
 
 def print_header(args, reference: dict) -> None:
-    base = reference[f"b{args.batch}_numpy"]
+    base = reference.get(f"b{args.batch}_numpy")
     sys.stdout.write(
         f"{args.model} on {args.target}{'/' + args.precision if args.precision else ''}"
         f"{' (server: ' + args.server_target + ')' if args.server_target else ''}, batch {args.batch}, "
         f"{args.protocol}{'' if args.json_tensors or args.protocol == 'grpc' else ' binary'}, "
-        f"concurrency {args.concurrency}, requests of {args.request_batch} row(s)\n"
-        f"  in-process (numpy in/out) b{args.batch}: {base['items_per_s']:,.1f} items/s, "
-        f"p99 {base['p99_ms']:.2f} ms; IO binding: {reference[f'b{args.batch}_iobinding']['items_per_s']:,.1f}\n")
+        f"concurrency {','.join(map(str, args.levels))}, requests of {args.request_batch} row(s)\n"
+        + (f"  in-process (numpy in/out) b{args.batch}: {base['items_per_s']:,.1f} items/s, "
+           f"p99 {base['p99_ms']:.2f} ms; IO binding: {reference[f'b{args.batch}_iobinding']['items_per_s']:,.1f}\n"
+           if base else "  in-process reference skipped (--inprocess-duration 0)\n"))
 
 
 def round_trip(server: dict, batches: dict, concurrency: int, bound: float) -> dict | None:
@@ -376,15 +385,25 @@ def round_trip(server: dict, batches: dict, concurrency: int, bound: float) -> d
 
 def print_run(args, run: dict) -> None:
     server, lat = run["server"], run["server"]["latency"] or {}
+    ratio = run["ratio_server_over_in_process"]
     sys.stdout.write(
-        f"  server {run['server_spec']}: {server['inferences_per_s']:,.1f} infer/s "
-        f"({run['ratio_server_over_in_process']:.1%} of in-process), p50 {lat.get('p50_ms', float('nan')):.2f} ms, "
+        f"  server {run['server_spec']} (ready after {run.get('server_ready_s') or float('nan'):.1f} s): "
+        f"{server['inferences_per_s']:,.1f} infer/s at c={args.concurrency} "
+        + (f"({ratio:.1%} of in-process), " if ratio is not None else "")
+        + f"p50 {lat.get('p50_ms', float('nan')):.2f} ms, "
         f"p99 {lat.get('p99_ms', float('nan')):.2f} ms, errors {server['error_count']}; mean batch "
         f"{run['server_batches']['mean_batch'] or 0:.1f}, run {run['server_batches']['compute_ms_per_request']:.2f} ms "
         f"per request, queue {server.get('server_queue_ms') or 0:.2f} ms\n")
     for code, text in (server.get("error_samples") or {}).items():
         sys.stdout.write(f"    first {code} error: {text[:300]}\n")
-    sys.stdout.write(f"    = {run['ratio_server_over_in_process_iobinding']:.1%} of in-process with IO binding\n")
+    if run["ratio_server_over_in_process_iobinding"] is not None:
+        sys.stdout.write(f"    = {run['ratio_server_over_in_process_iobinding']:.1%} of in-process with IO binding\n")
+    for level in run.get("levels", [])[1:]:
+        share = level["ratio_over_in_process_iobinding"]
+        sys.stdout.write(f"    c={level['concurrency']}: {level['inferences_per_s']:,.1f} infer/s"
+                         + (f" = {share:.1%} of in-process with IO binding" if share is not None else "")
+                         + f", p50 {level['p50_ms'] or float('nan'):.2f} ms, p99 {level['p99_ms'] or float('nan'):.2f} ms, "
+                         f"errors {level['errors']}\n")
     trip = run.get("round_trip")
     if trip:
         needed = trip["needed_for_85pct_ms"]
@@ -451,14 +470,16 @@ def main() -> None:
     parser.add_argument("--precision", default=None)
     parser.add_argument("--batch", type=int, default=64, help="server --max-batch = in-process batch")
     parser.add_argument("--request-batch", type=int, default=1, help="rows per client request")
-    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--concurrency", type=lambda v: [int(x) for x in v.split(",")], default=[64],
+                        help="client connections; comma-separated for several levels per server run (64,256)")
     parser.add_argument("--delay-ms", type=float, default=2.0, help="server --max-queue-delay-ms")
     parser.add_argument("--instances", type=int, default=1)
     parser.add_argument("--protocol", default="http", choices=["http", "grpc"])
     parser.add_argument("--json-tensors", action="store_true", help="JSON instead of binary tensors (HTTP)")
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=5.0)
-    parser.add_argument("--inprocess-duration", type=float, default=10.0)
+    parser.add_argument("--inprocess-duration", type=float, default=10.0, help="0: no in-process reference")
+    parser.add_argument("--skip-concurrency-1", action="store_true", help="no added-latency run at concurrency 1")
     parser.add_argument("--workers", type=int, default=0, help="load generator processes (0: automatic)")
     parser.add_argument("--server-workers", type=lambda v: [server_spec(x) for x in v.split(",")], default=["1"],
                         help="comma-separated serve --workers values, one server run each")
@@ -477,9 +498,10 @@ def main() -> None:
     parser.add_argument("--images-preprocess", default="imagenet", help="serve --preprocess for the image server")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    args.levels, args.concurrency = args.concurrency, args.concurrency[0]
 
     reference = in_process(args)
-    base = reference[f"b{args.batch}_numpy"]
+    base = reference.get(f"b{args.batch}_numpy")
     print_header(args, reference)
     runs = []
     for index, variant in enumerate(args.server_workers):
@@ -498,6 +520,7 @@ def main() -> None:
                 spy.start()
             ticks, machine, client, metrics = cpu_ticks(proc.pid), machine_cpu(), client_cpu_s(), scrape(url)
             server = load(args, url, grpc, args.concurrency, args.duration, args.request_batch)
+            more = {c: load(args, url, grpc, c, args.duration, args.request_batch) for c in args.levels[1:]}
             sent = server["requests"] + int(server["inferences_per_s"] * args.warmup / max(1, args.request_batch))
             cpu = cpu_per_request(ticks, cpu_ticks(proc.pid), sent)
             busy, total = (b - a for a, b in zip(machine, machine_cpu()))
@@ -509,24 +532,32 @@ def main() -> None:
                 profile = holder.get("top")
             batches = server_batches(url, model_name(args.model))
             single = load(args, url, grpc, 1, min(args.duration, 10.0), args.request_batch) \
-                if index == 0 else None
+                if index == 0 and not args.skip_concurrency_1 else None
             soaked = soak(args, url, grpc, proc.pid) if args.soak > 0 and index == len(args.server_workers) - 1 else None
         finally:
             proc.send_signal(signal.SIGTERM)
             exit_code = proc.wait(90)
         images = image_run(args, spec, extra, index) if args.images and index == 0 else None
-        ratio = server["inferences_per_s"] / base["items_per_s"] if base["items_per_s"] else 0.0
-        bound = reference[f"b{args.batch}_iobinding"]["items_per_s"]
+        ratio = server["inferences_per_s"] / base["items_per_s"] if base and base["items_per_s"] else None
+        bound = (reference.get(f"b{args.batch}_iobinding") or {}).get("items_per_s")
         added = single["latency"]["p50_ms"] - reference[f"b{args.request_batch}_numpy"]["p50_ms"] \
-            if single and single["latency"] else None
+            if single and single["latency"] and reference else None
+        levels = [{"concurrency": c, "inferences_per_s": level["inferences_per_s"],
+                   "p50_ms": (level["latency"] or {}).get("p50_ms"), "p99_ms": (level["latency"] or {}).get("p99_ms"),
+                   "errors": level["error_count"],
+                   "ratio_over_in_process": level["inferences_per_s"] / base["items_per_s"] if ratio is not None else None,
+                   "ratio_over_in_process_iobinding": level["inferences_per_s"] / bound if bound else None}
+                  for c, level in [(args.concurrency, server), *more.items()]]
         runs.append({"server_workers": workers, "server_spec": variant, "shared_models": parse_spec(spec)[1],
                      "model_instances": parse_spec(spec)[2] or args.instances, "server": server, "server_batches": batches,
                      "server_concurrency_1": single, "ratio_server_over_in_process": ratio,
                      "added_latency_p50_ms_at_concurrency_1": added, "server_exit_code": exit_code,
                      "soak": soaked, "py_spy_top": profile, "server_cpu_ms_per_request": cpu,
                      "batch_phases": phases, "extra_serve_args": extra, "images": images,
-                     "ratio_server_over_in_process_iobinding": server["inferences_per_s"] / bound if bound else 0.0,
+                     "ratio_server_over_in_process_iobinding": server["inferences_per_s"] / bound if bound else None,
+                     "levels": levels,
                      "round_trip": round_trip(server, batches, args.concurrency, bound)})
+        runs[-1]["server_ready_s"] = getattr(proc, "ready_s", None)
         print_run(args, runs[-1])
         write_result(args, reference, runs)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wheels the GPU machine's image lacks for serve/tune/bench sessions (benchmarks/gpu_session.sh `setup` installs
+# Wheels the GPU machine's image lacks for serve/tune/bench sessions (benchmarks/history/gpu_session.sh `setup` installs
 # them into /tmp/serve-site). Run here, in the repo root: fills .servewheels/ (git-ignored, ~20 MB).
 set -euo pipefail
 DEST=.servewheels

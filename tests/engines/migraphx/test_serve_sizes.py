@@ -2,7 +2,7 @@
 
 Why: ONNX Runtime's CUDA convolutions keep the cuDNN plan of the last input shape only, and MIGraphX compiles
 a program per shape; on an H200 a ResNet-50 session fed batches of 8 and 16 in turn took ~220 ms per run
-instead of ~3.5 ms (benchmarks/serve_session_probe.py). The padded sizes make a GPU target, so this runs on
+instead of ~3.5 ms (benchmarks/history/serve_session_probe.py). The padded sizes make a GPU target, so this runs on
 the native MIGraphX engine's stand-in (NOT EXECUTED ON AMD HARDWARE: it computes on the CPU), whose call log
 shows which shape each compiled program was built for.
 """

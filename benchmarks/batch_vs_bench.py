@@ -1,13 +1,16 @@
-"""Issue 22 items 1-3 measured in one run: bench's tuned model-only throughput, `batch` from uint8 .npy shards and
-from a folder of real-photo JPEGs (embedded preprocessing, pipelined, stage breakdown), and image decode rates
-(CPU process pool vs nvJPEG through torchvision where installed). Driven by benchmarks/gpu_issue22.sh (stage batch).
+"""How close does `batch` come to the model alone? One run: bench's tuned model-only throughput at each batch, then
+`batch` from uint8 .npy shards and from a folder of real-photo JPEGs (embedded preprocessing, pipelined, stage
+breakdown), and image decode rates (CPU process pool vs the GPU decoder alone). Driven by benchmarks/batch_gpu.sh.
 
-    python benchmarks/gpu_issue22_batch.py --model zoo:resnet50 --target 'cuda/fp16?prefer_nhwc=1&enable_cuda_graph=1' \
-        --batches 64,256 --jpegs 10000 --npy-rows 20480 --work /tmp/i22 --out results.json
-    python benchmarks/gpu_issue22_batch.py --tiny   # CPU: squeezenet, 200 JPEGs, proves the script end to end
+    python3 benchmarks/batch_vs_bench.py --model zoo:resnet50 \
+        --target 'cuda/fp16?prefer_nhwc=1&fuse_conv_bias=1&enable_cuda_graph=1' \
+        --batches 64,256 --jpegs 10000 --npy-rows 20480 --check 200 --work /tmp/oa-batch --out results.json
+    python3 benchmarks/batch_vs_bench.py --tiny   # CPU: squeezenet, 200 JPEGs, proves the script end to end
 
 The JPEGs are scikit-image's sample photographs (skimage/data) re-encoded at ImageNet-like sizes (longer side
-400-500 px) and qualities (75-90); the goals are the issue's: .npy >= 85% and JPEG >= 60% of bench at the same batch.
+400-500 px) and qualities (75-90); the goals are issue 22's: .npy >= 85% and JPEG >= 60% of bench at the same batch.
+--variants names A/B switches of the pipeline's settings used by issue 22's sessions (docs/benchmarks-history/
+issue-22.md); "new" is the code as it is.
 """
 
 from __future__ import annotations
@@ -172,13 +175,13 @@ VARIANTS = {
     "nic_t2": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.CPU_THREADS = 2",
     "nic_t4": "import onnxaccel.scale.pipeline as p; p.GPU_DECODE_THREADS = 4",
     "nic_t1": "import onnxaccel.scale.pipeline as p; p.GPU_DECODE_THREADS = 1",
-    "trace": "import sys; sys.path.insert(0, 'benchmarks'); import i22_trace; i22_trace.start('nic')",
-    "trace_tv": ("import sys; sys.path.insert(0, 'benchmarks'); import i22_trace, onnxaccel.prepost.decode as d; "
+    "trace": "import sys; sys.path.insert(0, 'benchmarks/history'); import i22_trace; i22_trace.start('nic')",
+    "trace_tv": ("import sys; sys.path.insert(0, 'benchmarks/history'); import i22_trace, onnxaccel.prepost.decode as d; "
                  "d.NvjpegDecoder.LIBRARY = 'torchvision'; i22_trace.start('tv')"),
-    "trace_dali3": ("import sys; sys.path.insert(0, 'benchmarks'); import i22_trace, onnxaccel.prepost.decode as d, "
+    "trace_dali3": ("import sys; sys.path.insert(0, 'benchmarks/history'); import i22_trace, onnxaccel.prepost.decode as d, "
                     "onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'dali'; p.GPU_DECODE_THREADS = 3; "
                     "i22_trace.start('dali3')"),
-    "trace_tv3": ("import sys; sys.path.insert(0, 'benchmarks'); import i22_trace, onnxaccel.prepost.decode as d, "
+    "trace_tv3": ("import sys; sys.path.insert(0, 'benchmarks/history'); import i22_trace, onnxaccel.prepost.decode as d, "
                   "onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'torchvision'; p.GPU_DECODE_THREADS = 3; "
                   "i22_trace.start('tv3')"),
     "i1": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 1",
@@ -267,11 +270,11 @@ def decode_rates(folder: Path, count: int, batch: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="zoo:resnet50")
-    p.add_argument("--target", default="cuda/fp16?prefer_nhwc=1&enable_cuda_graph=1")
+    p.add_argument("--target", default="cuda/fp16?prefer_nhwc=1&fuse_conv_bias=1&enable_cuda_graph=1")
     p.add_argument("--batches", default="64,256")
     p.add_argument("--jpegs", type=int, default=10000)
     p.add_argument("--npy-rows", type=int, default=20480)
-    p.add_argument("--work", default="/tmp/issue22")
+    p.add_argument("--work", default="/tmp/oa-batch")
     p.add_argument("--out", default=None)
     p.add_argument("--bench-args", default="--iobinding on --graph on", help="extra bench flags")
     p.add_argument("--timeout", type=int, default=240)

@@ -2,7 +2,7 @@
 read back, and a HostMemory buffer is page-locked (PyTorch, present on the lent GPU machine, reports it pinned and
 times the host-to-device copy from it against ordinary memory).
 
-Usage (repo root, NVIDIA GPU, PyTorch installed): python benchmarks/gpu_host_check.py
+Usage (repo root, NVIDIA GPU, PyTorch installed): python benchmarks/history/gpu_host_check.py
 """
 import sys, time
 sys.path.insert(0, "src")

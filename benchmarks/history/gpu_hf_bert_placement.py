@@ -3,7 +3,7 @@ node on the CPU, inserts a Memcpy and makes ONNX Runtime refuse CUDA graphs. Doe
 exactly that, and name the node?
 
 Needs torch + transformers (the GPU image has them) and onnxruntime-gpu. Prints one JSON document.
-Usage: python benchmarks/gpu_hf_bert_placement.py OUT_DIR
+Usage: python benchmarks/history/gpu_hf_bert_placement.py OUT_DIR
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU figures of issues 4-7 in few device calls (docs/BENCHMARKS.md). Run from the repo root on the GPU
 # machine after onnxruntime-gpu is installed (../shared/device/ort-gpu-prepare); wheels the image lacks
-# travel in .servewheels and .whl. Usage: benchmarks/gpu_session.sh STAGE... ; results go to $OUT.
+# travel in .servewheels and .whl. Usage: benchmarks/history/gpu_session.sh STAGE... ; results go to $OUT.
 set -uo pipefail
 PACK=${OUT:-/tmp}/results-$(date +%H%M%S).tgz
 OUT=/tmp/gpu-out
@@ -21,10 +21,10 @@ for stage in "$@"; do
       python3 -m onnxaccel.cli.main cache warm zoo:resnet50 -t cuda --json > "$OUT/cache_warm2.json" 2>&1
       tail -c 600 "$OUT/cache_warm2.json" ;;
     hfbert)
-      timeout 200 python3 benchmarks/gpu_hf_bert_placement.py /tmp/hf-bert > "$OUT/hf_bert.json" 2> "$OUT/hf_bert.err"
+      timeout 200 python3 benchmarks/history/gpu_hf_bert_placement.py /tmp/hf-bert > "$OUT/hf_bert.json" 2> "$OUT/hf_bert.err"
       echo "rc=$?"; head -c 2500 "$OUT/hf_bert.json" ;;
     tune)
-      python3 benchmarks/tune_h200.py "$OUT/tune" > "$OUT/tune.md" 2> "$OUT/tune.err"
+      python3 benchmarks/tune_vs_plain.py "$OUT/tune" > "$OUT/tune.md" 2> "$OUT/tune.err"
       echo "rc=$?"; tail -15 "$OUT/tune.md" ;;
     serve)
       timeout 280 python3 benchmarks/serve_throughput.py --model zoo:resnet50 --target cuda:0 --precision fp16 \
@@ -34,12 +34,12 @@ for stage in "$@"; do
         --batch 64 --request-batch 8 --concurrency 64 --duration 30 --json "$OUT/serve_b8.json" > "$OUT/serve_b8.log" 2>&1
       echo "rc=$?"; tail -12 "$OUT/serve_b8.log" ;;
     tune-b1)  # issue 6, session 2: ResNet-50 batch 1 with the new stages (fusion, TunableOp, instances)
-      timeout ${TUNE_TIMEOUT:-470} python3 benchmarks/tune_h200.py "$OUT/tune_b1" --cases resnet50-b1 \
+      timeout ${TUNE_TIMEOUT:-470} python3 benchmarks/tune_vs_plain.py "$OUT/tune_b1" --cases resnet50-b1 \
         --tune-budget ${TUNE_BUDGET:-120} --rounds ${TUNE_ROUNDS:-3} --duration 2 --deadline ${TUNE_DEADLINE:-330} \
         > "$OUT/tune_b1.md" 2> "$OUT/tune_b1.err"
       echo "rc=$?"; tail -8 "$OUT/tune_b1.md"; grep -E "instances|fusion|TunableOp|tuned" "$OUT/tune_b1.err" | tail -12 ;;
     tune-rest)
-      timeout 560 python3 benchmarks/tune_h200.py "$OUT/tune_rest" --cases resnet50-b256,bert-base-s128-b32 \
+      timeout 560 python3 benchmarks/tune_vs_plain.py "$OUT/tune_rest" --cases resnet50-b256,bert-base-s128-b32 \
         --tune-budget 100 --rounds 2 --duration 1.5 --deadline 400 > "$OUT/tune_rest.md" 2> "$OUT/tune_rest.err"
       echo "rc=$?"; tail -6 "$OUT/tune_rest.md" ;;
     serve-workers)  # issue 7: serve --workers N against in-process at batch 64 (SERVE_PROTOCOL http|grpc)
@@ -62,8 +62,8 @@ for stage in "$@"; do
       timeout ${BATCH_TIMEOUT:-420} python3 benchmarks/batch_throughput.py --target cuda/fp16 --model zoo:resnet50 \
         --gpus 1 --seconds ${BATCH_SECONDS:-40} --workdir /tmp/bt --json "$OUT/batch_h200.json" > "$OUT/batch_h200.log" 2>&1
       echo "rc=$?"; tail -15 "$OUT/batch_h200.log" ;;
-    probe)  # why served runs are slower than in-process ones (benchmarks/serve_session_probe.py)
-      timeout 200 python3 benchmarks/serve_session_probe.py > "$OUT/serve_probe.json" 2> "$OUT/serve_probe.err"
+    probe)  # why served runs are slower than in-process ones (benchmarks/history/serve_session_probe.py)
+      timeout 200 python3 benchmarks/history/serve_session_probe.py > "$OUT/serve_probe.json" 2> "$OUT/serve_probe.err"
       echo "rc=$?"; cat "$OUT/serve_probe.json"; tail -3 "$OUT/serve_probe.err" ;;
     pack)
       tar czf "$PACK" -C "$OUT" --exclude='*.tgz' . && ls -la "$PACK" ;;

@@ -4,7 +4,7 @@ Run on the H200 machine from the repository root:
 
     python -m venv /tmp/venv && . /tmp/venv/bin/activate
     pip install -e '.[cuda]' 'onnxruntime-gpu[cuda,cudnn]==1.31.1' nvidia-ml-py
-    python benchmarks/gpu_doctor_monitor.py --duration 10 > gpu_doctor_monitor.json
+    python benchmarks/history/gpu_doctor_monitor.py --duration 10 > gpu_doctor_monitor.json
 
 It prints one JSON document to stdout (progress goes to stderr):
 

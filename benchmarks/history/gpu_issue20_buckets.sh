@@ -12,7 +12,7 @@ source .ortgpu5/install.sh >/dev/null 2>&1
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
 [ -d /tmp/serve-site/fastapi ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/serve-site .servewheels/*.whl
 RES=${OUT:-/tmp}
-bash benchmarks/gpu_session.sh setup > "$RES/setup.log" 2>&1
+bash benchmarks/history/gpu_session.sh setup > "$RES/setup.log" 2>&1
 export PATH=/tmp/serve-site/bin:$PATH ONNXACCEL_CACHE_DIR=/tmp/oa-cache PYTHONUNBUFFERED=1
 export PYTHONPATH=${SRC:-$PWD/src}:/tmp/serve-site:/tmp/ortgpu-site:/tmp/site
 OA="python3 -m onnxaccel.cli.main"

@@ -1,5 +1,5 @@
 """A CUPTI timeline of one `batch` process (issue 22, seventh session): where the GPU JPEG path's time goes inside
-the job. Imported by a gpu_issue22_batch.py variant before the CLI runs (``trace_*``): torch.profiler records the
+the job. Imported by a batch_vs_bench.py variant before the CLI runs (``trace_*``): torch.profiler records the
 process's CUDA activity (every library's kernels, copies and runtime calls: ONNX Runtime's graph launches,
 nvImageCodec's and torch's work), the decoding and run threads are labelled by wrapping their entry points, and at
 exit a summary of the steady middle of the job is written to $OUT/trace_<tag>.json:

@@ -13,7 +13,7 @@ size, against 14 ms in process, and py-spy showed the run thread inside cuDNN's 
    copies against numpy's copies into a fresh array, quiet and with a thread running Python meanwhile (as
    the event loop does), at the server's GIL switch interval; and the run alone from pinned vs pageable input.
 
-Usage: python benchmarks/serve_session_probe.py [--model zoo:resnet50] [--target cuda:0] [--precision fp16]
+Usage: python benchmarks/history/serve_session_probe.py [--model zoo:resnet50] [--target cuda:0] [--precision fp16]
 """
 
 from __future__ import annotations

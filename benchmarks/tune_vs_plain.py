@@ -18,8 +18,8 @@ Prints JSON and a Markdown table on stdout (progress on stderr); writes OUT_DIR/
 per-case reports (json, html) and configurations. Exit status 0 when every case met its goal, else 1.
 Expected duration on an H200 host: about 5-6 minutes (model builds and FP16 conversions included).
 
-Usage:  python benchmarks/tune_h200.py OUT_DIR [--tune-budget 60] [--rounds 2] [--duration 1.5] [--deadline 420]
-        python benchmarks/tune_h200.py OUT_DIR --cpu-dry-run     # the same flow on small models on the CPU
+Usage:  python benchmarks/tune_vs_plain.py OUT_DIR [--tune-budget 60] [--rounds 2] [--duration 1.5] [--deadline 420]
+        python benchmarks/tune_vs_plain.py OUT_DIR --cpu-dry-run     # the same flow on small models on the CPU
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def main() -> None:
             confirm_duration=0.3 if args.cpu_dry_run else 2.0, time_budget_s=args.tune_budget, warmup=10,
             gpu_name=summary["gpu"]),
             report_paths=[args.out / f"{case.name}.tune.json", args.out / f"{case.name}.tune.html"],
-            command=f"benchmarks/tune_h200.py ({case.name})")
+            command=f"benchmarks/tune_vs_plain.py ({case.name})")
         save_config(result.config, args.out / f"{case.name}.config.json")
         tuned[case.name] = result
         log(f"{case.name}: {result.summary()[0]} ({result.seconds:.0f} s)")

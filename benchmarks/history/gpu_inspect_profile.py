@@ -2,7 +2,7 @@
 
 Run on the GPU machine (onnxruntime-gpu 1.31.1, onnxaccel installed editable):
 
-    python benchmarks/gpu_inspect_profile.py [OUT_DIR] > gpu_inspect_profile.json
+    python benchmarks/history/gpu_inspect_profile.py [OUT_DIR] > gpu_inspect_profile.json
 
 Prints one JSON document. OUT_DIR (default: a temporary folder) receives the Chrome traces. Each section
 records its own error instead of stopping the script. What it checks:

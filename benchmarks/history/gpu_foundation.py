@@ -1,7 +1,7 @@
 """Issue 2 on a GPU: `onnxaccel run zoo:resnet50 --target cuda` through both paths, the CUDA provider's own
 list of option keys against ours, and the real error texts of failure cases.
 
-Run on the GPU machine (onnxruntime-gpu installed):  python benchmarks/gpu_foundation.py OUT_DIR
+Run on the GPU machine (onnxruntime-gpu installed):  python benchmarks/history/gpu_foundation.py OUT_DIR
 Writes OUT_DIR/gpu_foundation.json and prints a summary.
 """
 

@@ -3,7 +3,9 @@ photographs: the whole decoded image (the decoder alone) and the preset's 224x22
 geometry, as `batch` feeds the model). Issue 22: the default GPU decoder was chosen by top-1 agreement on the zoo's
 ResNet-50, whose weights are random (its top-1 is a near tie on most photographs), so this compares pixels.
 
-    python benchmarks/i22_pixels.py --jpegs /tmp/i22/jpegs --count 200 --out pixels.json
+    python3 benchmarks/decode_pixels.py --count 200 --out pixels.json   # on the GPU machine, after gpu_setup.sh
+
+The photographs are batch_vs_bench.py's (made in --jpegs if that folder holds none).
 
 Decoders: nvImageCodec (every backend, its default), torchvision.io.decode_jpeg on CUDA, DALI's mixed decoder (the
 hardware decoder for 90 % of a batch) with and without jpeg_fancy_upsampling, and DALI's CUDA decoder only
@@ -95,13 +97,20 @@ def pipeline_224(paths, library: str, dali: dict | None = None):
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--jpegs", default="/tmp/i22/jpegs")
+    p.add_argument("--jpegs", default="/tmp/oa-batch/jpegs")
     p.add_argument("--count", type=int, default=200)
     p.add_argument("--out", default=None)
     a = p.parse_args()
     from onnxaccel.inputs_files import ImagePreprocess
     from onnxaccel.prepost.decode import decode_pixels
 
+    if not any(Path(a.jpegs).glob("*.jpg")):
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).parent))
+        from batch_vs_bench import make_jpegs
+
+        make_jpegs(Path(a.jpegs), max(a.count, 1000))
     paths = sorted(str(x) for x in Path(a.jpegs).glob("*.jpg"))[: a.count]
     report: dict = {"images": len(paths), "full": {}, "imagenet_224": {}}
     ref_full = pillow_full(paths)
