@@ -53,8 +53,12 @@ from onnxaccel.pipeline import prepare
 from onnxaccel.loadtest import LoadtestConfig, run_loadtest
 from onnxaccel.target import parse_target
 
-SERVE = ("import typer\nfrom onnxaccel.cli import serve\napp = typer.Typer()\n"
-         "app.callback()(lambda: None)\nserve.register(app)\napp()")
+#: The server's command: `serve` alone on a Typer app (the CLI's other commands not imported); a tree whose CLI has no
+#: onnxaccel.cli.serve.register runs its whole CLI instead (sys.argv is ["-c", "serve", ...] either way).
+SERVE = ("try:\n    import typer\n    from onnxaccel.cli.serve import register\n"
+         "except (ImportError, AttributeError):\n    import runpy\n"
+         "    runpy.run_module('onnxaccel.cli.main', run_name='__main__')\n"
+         "else:\n    app = typer.Typer()\n    app.callback()(lambda: None)\n    register(app)\n    app()")
 
 
 def free_port() -> int:
