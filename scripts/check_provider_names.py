@@ -28,7 +28,6 @@ _PROVIDER_NAME = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z0-9]+ExecutionProvider(?![
 
 #: Module (relative to src/onnxaccel) -> why it may still name provider options or names. Only shrinks.
 ALLOWED: dict[str, str] = {
-    "analysis/placement.py": "to move: coordinator (graph capture per provider name: the spec's graph_option)",
     "bench/gpu_specs.py": "to move: coordinator (use_tf32)",
     "bench/tune_space.py": "to move: coordinator (tuning knobs per provider)",
     "cli/args_model.py": "to move: coordinator (an example option in help text)",
