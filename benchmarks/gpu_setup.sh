@@ -7,8 +7,9 @@
 #   .servewheels/  fastapi, uvicorn, py-spy ... for `serve` (benchmarks/serve_wheels.sh), under /tmp/serve-site
 #   .nvimg/     nvImageCodec + nvJPEG wheels, into the image's site-packages
 #   /tmp/daliparts + .dalideps/   DALI (benchmarks/dali_wheels.sh)
-# Then: PYTHONPATH = ${SRC:-$PWD/src} and the site folders above (OA_SITE holds the site folders alone, for scripts
-# that put another tree's src first), PATH gets /tmp/serve-site/bin, ONNXACCEL_CACHE_DIR defaults to /tmp/oa-cache.
+# Then: PYTHONPATH = ${SRC:-$PWD/src} and the site folders above, then the caller's PYTHONPATH entries (OA_SITE holds
+# all but a src, for scripts that put another tree's src first), PATH gets /tmp/serve-site/bin, ONNXACCEL_CACHE_DIR defaults to /tmp/oa-cache.
+_oa_prev=${PYTHONPATH:-}  # the caller's entries (an onnxruntime-gpu installed elsewhere) stay in OA_SITE
 for _oa_install in .ortgpu*/install.sh; do
   [ -f "$_oa_install" ] || continue
   if [ ! -d /tmp/ortgpu-site/onnxruntime ]; then mkdir -p /tmp/ortgpu && { cp -n .ortgpu*/part.* /tmp/ortgpu/ 2>/dev/null || true; }; fi
@@ -30,7 +31,12 @@ OA_SITE=
 for _oa_dir in /tmp/serve-site /tmp/ortgpu-site /tmp/site; do
   if [ -d "$_oa_dir" ]; then OA_SITE=${OA_SITE:+$OA_SITE:}$_oa_dir; fi
 done
+IFS=: read -r -a _oa_entries <<< "$_oa_prev"
+for _oa_dir in "${_oa_entries[@]}"; do  # a tree's src does not count as a site folder
+  case ":$OA_SITE:" in *":$_oa_dir:"*) continue ;; esac
+  if [ -n "$_oa_dir" ] && [[ $_oa_dir != */src ]]; then OA_SITE=${OA_SITE:+$OA_SITE:}$_oa_dir; fi
+done
 export OA_SITE
 export PYTHONPATH=${SRC:-$PWD/src}${OA_SITE:+:$OA_SITE}
 export PATH=/tmp/serve-site/bin:$PATH ONNXACCEL_CACHE_DIR=${ONNXACCEL_CACHE_DIR:-/tmp/oa-cache} PYTHONUNBUFFERED=1
-unset _oa_install _oa_dir
+unset _oa_install _oa_dir _oa_prev _oa_entries
