@@ -64,7 +64,7 @@ assert onnxaccel.__file__.startswith(tree + "/src/"), f"onnxaccel comes from {on
 assert cpu_test or "CUDAExecutionProvider" in ort.get_available_providers(), f"onnxruntime {ort.__version__}: no CUDA EP"
 print(f"{side}: onnxaccel {onnxaccel.__file__}, onnxruntime {ort.__version__} from {ort.__file__}")
 PY
-  git -C "$tree" rev-parse --short HEAD 2>/dev/null | sed "s/^/$side commit: /" || true
+  if [ -e "$tree/.git" ]; then git -C "$tree" rev-parse --short HEAD | sed "s/^/$side commit: /" || true; fi
 done
 if [[ $PARTS == *serve* ]]; then
   PYTHONPATH=$NEW/src${OA_SITE:+:$OA_SITE} python3 -c "import fastapi, uvicorn, httpx" \
