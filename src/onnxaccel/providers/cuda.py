@@ -8,7 +8,7 @@ ARENA = ("kNextPowerOfTwo", "kSameAsRequested")
 
 # Provider-option keys and value kinds. Source: microsoft/onnxruntime
 # onnxruntime/core/providers/cuda/cuda_execution_provider_info.cc (1.20-1.31), equal to the keys
-# get_provider_options() reports on onnxruntime-gpu 1.31.1 (benchmarks/gpu_foundation.py checks it).
+# get_provider_options() reports on onnxruntime-gpu 1.31.1 (benchmarks/history/gpu_foundation.py checks it).
 OPTIONS: dict[str, object] = {
     "device_id": "int",
     "gpu_mem_limit": "int",
