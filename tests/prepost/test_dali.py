@@ -155,12 +155,12 @@ def test_dali_without_a_gpu_fallback_library_decodes_refused_files_on_the_cpu(mo
     the job failing at the first such file with "No module named 'torchvision'"."""
     import sys
 
-    from onnxaccel.prepost import dali, decode
+    from onnxaccel.prepost import cpu_decode, dali, nvjpeg
 
     def no_library(*args, **kwargs):
         raise ImportError("No module named 'torchvision'", name="torchvision")
 
-    monkeypatch.setattr(decode, "NvjpegDecoder", no_library)
+    monkeypatch.setattr(nvjpeg, "NvjpegDecoder", no_library)
     monkeypatch.setitem(sys.modules, "torch", _HostTorch)
     dec = object.__new__(dali.DaliDecoder)
     dec.height, dec.width, dec.pre, dec.device_id, dec.device = 64, 64, ImagePreprocess(preset="imagenet"), 0, "cuda:0"
@@ -173,7 +173,7 @@ def test_dali_without_a_gpu_fallback_library_decodes_refused_files_on_the_cpu(mo
     pixels, errors = dec.decode_device([str(good), str(bad)])
     assert isinstance(dec._fallback, dali.CpuFallback) and dec.fallback_images == 2
     assert pixels.shape == (2, 64, 64, 3) and not pixels[1].any() and list(errors) == [1]
-    assert np.array_equal(pixels[0], decode.decode_pixels(good, 64, 64, dec.pre)) and pixels[0].std() > 10
+    assert np.array_equal(pixels[0], cpu_decode.decode_pixels(good, 64, 64, dec.pre)) and pixels[0].std() > 10
     assert "Cannot read image" in errors[1] and dec.phases["images"] == 2
 
 

@@ -13,7 +13,9 @@ from PIL import Image
 
 from onnxaccel.errors import InputError
 from onnxaccel.inputs_files import ImagePreprocess, read_pixels
-from onnxaccel.prepost.decode import DecodePool, choose_decoder, decode_pixels, draft_size
+from onnxaccel.prepost.cpu_decode import decode_pixels, draft_size
+from onnxaccel.prepost.decode import choose_decoder
+from onnxaccel.prepost.decode_pool import DecodePool
 
 PHOTOS = ("astronaut.png", "coffee.png", "chelsea.png", "motorcycle_left.png", "rocket.jpg")
 GEOMETRY = {"imagenet": (224, 224), "yolo": (320, 320), "scale01": (128, 160)}
@@ -102,9 +104,9 @@ def test_native_stderr_inside_the_block_goes_to_the_log_not_the_terminal(capfd, 
     import logging
     import os
 
-    from onnxaccel.prepost.decode import _native_stderr_to_log
+    from onnxaccel.prepost.nvjpeg import _native_stderr_to_log
 
-    with caplog.at_level(logging.DEBUG, logger="onnxaccel.prepost.decode"):
+    with caplog.at_level(logging.DEBUG, logger="onnxaccel.prepost.nvjpeg"):
         with _native_stderr_to_log("nvImageCodec"):
             os.write(2, b"Failed to load nvjpeg2k library!\n")
         os.write(2, b"after the block\n")
@@ -193,7 +195,7 @@ def test_stderr_redirection_from_two_threads_leaves_stderr_as_it_was():
     import os
     import threading
 
-    from onnxaccel.prepost.decode import _native_stderr_to_log
+    from onnxaccel.prepost.nvjpeg import _native_stderr_to_log
 
     before = os.readlink("/proc/self/fd/2")
     a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()

@@ -285,7 +285,7 @@ class _CpuAsGpu:
 
     def decode(self, paths, out=None):
         from onnxaccel.errors import InputError
-        from onnxaccel.prepost.decode import decode_pixels
+        from onnxaccel.prepost.cpu_decode import decode_pixels
 
         bad = {}
         self.phases["images"] += len(paths)
@@ -637,7 +637,7 @@ def test_a_fallback_decoding_process_that_cannot_start_is_closed(tmp_path, squee
     # made instead; when its decoder cannot start, the job says why (not "a process terminated abruptly") and that
     # pool is closed (its processes and shared memory gone), not left behind.
     from onnxaccel.errors import ProviderUnavailableError
-    from onnxaccel.prepost.decode import DecodePool
+    from onnxaccel.prepost.decode_pool import DecodePool
     from onnxaccel.scale import decode_sources
 
     closed, made = [], []

@@ -131,14 +131,14 @@ class DaliDecoder:
         self._fallback = None
         self.fallback_images = 0  # images the fallback decoder took (the job's report says how many)
         self.phases = {"images": 0, "read_s": 0.0, "decode_s": 0.0, "resize_s": 0.0, "copy_s": 0.0}
-        from onnxaccel.prepost.decode import NvjpegDecoder
+        from onnxaccel.prepost.nvjpeg import NvjpegDecoder
 
         if NvjpegDecoder.WARM_UP:
             self.warm_up(max(NvjpegDecoder.WARM_UP, self.min_batch))
 
     def warm_up(self, count: int) -> None:
         """Build the pipeline and run it on ``count`` JPEGs of WARM_SIZES (prepost/decode.py NvjpegDecoder.warm_up)."""
-        from onnxaccel.prepost.decode import NvjpegDecoder
+        from onnxaccel.prepost.nvjpeg import NvjpegDecoder
 
         NvjpegDecoder.warm_up(self, count)
 
@@ -209,7 +209,7 @@ class DaliDecoder:
 
     def _fallback_decoder(self):
         if self._fallback is None:
-            from onnxaccel.prepost.decode import NvjpegDecoder
+            from onnxaccel.prepost.nvjpeg import NvjpegDecoder
 
             try:  # No warm-up: made mid-job, in a decoding thread, for a batch that is waiting.
                 self._fallback = NvjpegDecoder(self.height, self.width, self.pre, self.device_id, warm=False)
@@ -233,7 +233,7 @@ class CpuFallback:
         """A torch uint8 tensor [len(paths), H, W, 3] on the device and per bad row its message (a zero row)."""
         import torch
 
-        from onnxaccel.prepost.decode import decode_files_into
+        from onnxaccel.prepost.cpu_decode import decode_files_into
 
         began = time.perf_counter()
         pixels = np.empty((len(paths), self.height, self.width, 3), np.uint8)

@@ -14,8 +14,8 @@ import numpy as np
 
 from onnxaccel.engines.pool import CAPTURE_GATE
 from onnxaccel.pipeline import BoundModel, ModelFromSource
-from onnxaccel.prepost.decode import (GPU_DECODER, LIBRARY_NAMES, DecodePool, choose_decoder, dali_failed,
-                                      gpu_decode_threads, pool_size)
+from onnxaccel.prepost.decode import LIBRARY_NAMES, choose_decoder, dali_failed, gpu_decode_threads
+from onnxaccel.prepost.decode_pool import GPU_DECODER, DecodePool, pool_size
 from onnxaccel.scale.datasets import Unit
 from onnxaccel.scale.host_sources import (_bad_rows, _direct_copies, _PinnedSlots, _PoolSource, _ReaderSource,
                                           _unit_files)

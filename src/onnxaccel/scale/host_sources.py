@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from onnxaccel.engines.pool import pin_for_copies, unpin_for_copies
-from onnxaccel.prepost.decode import DecodePool
+from onnxaccel.prepost.decode_pool import DecodePool
 from onnxaccel.scale.datasets import BadInput, Unit, row_shape_of
 from onnxaccel.scale.stages import StageTimes
 from onnxaccel.scale.worker import BatchWorker, stopped_at

@@ -19,7 +19,7 @@ import numpy as np
 from onnxaccel.errors import InputError
 from onnxaccel.inputs import load_image
 from onnxaccel.model import Model, TensorSpec
-from onnxaccel.prepost.decode import decode_pixels
+from onnxaccel.prepost.cpu_decode import decode_pixels
 from onnxaccel.scale.datasets import BadInput, Dataset, Shard, Unit, parquet_modules, row_shape_of
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from onnxaccel.inputs_files import ImagePreprocess
 from onnxaccel.model import Model, TensorSpec
-from onnxaccel.prepost.decode import decode_pixels
+from onnxaccel.prepost.cpu_decode import decode_pixels
 from onnxaccel.prepost.presets import PreprocessRequest, resolve_preprocess
 from onnxaccel.serve.protocol import InferRequest, bad_request, datatype_of
 
