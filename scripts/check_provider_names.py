@@ -36,7 +36,6 @@ ALLOWED: dict[str, str] = {
     "cli/bench.py": "to move: coordinator (graph options: the spec's graph_option)",
     "cli/inspect.py": "to move: coordinator (the CPU provider's name)",
     "cli/serve.py": "to move: coordinator (arena knobs: the spec's arena_keys)",
-    "plan.py": "to move: coordinator (arena knobs: the spec's arena_keys)",
     "precision/fp16_rules.py": "to move: coordinator (per-provider FP16 kernel rules)",
     "precision/variant.py": "to move: coordinator (reference provider names)",
     "system/environment.py": "to move: coordinator (MIGraphX options named in environment findings)",

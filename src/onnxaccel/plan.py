@@ -395,8 +395,8 @@ def _capture_possible(request: PlanRequest, model: Model | None, batch_sizes: tu
 def _arena(target: Target, request: PlanRequest, spec, graph: bool, choices: list[Choice]) -> Target:
     strategy_key, limit_key = spec.arena_keys
     extra = {}
-    for value, key, what in ((request.arena_extend_strategy, strategy_key, "arena_extend_strategy"),
-                             (request.gpu_mem_limit, limit_key, "gpu_mem_limit")):
+    for value, key, what in ((request.arena_extend_strategy, strategy_key, "arena_strategy"),
+                             (request.gpu_mem_limit, limit_key, "arena_limit")):
         if value is None:
             continue
         if key is None:

@@ -86,6 +86,8 @@ def test_arena_settings_go_to_the_providers_own_keys_or_say_they_do_nothing():
     assert migraphx["migraphx_arena_extend_strategy"] == "kSameAsRequested"
     cpu = plan_execution(parse_target("cpu"), request, host=H16)
     assert sum("no effect on cpu" in n for n in cpu.notes) == 2
+    assert {c.name for c in plan_execution(parse_target("cuda"), request, host=H16).choices} >= {"arena_strategy",
+                                                                                               "arena_limit"}
 
 
 def test_batch_plans_its_batch_size_instances_waits_and_embedding():
