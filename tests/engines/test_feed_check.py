@@ -1,5 +1,6 @@
-"""Feeds are checked once, in the runner (engines/feed_check.py): names, element types and ranks, with an error
-that says what does not fit, once per signature; the checks passed are not repeated on the timed path."""
+"""Feeds are checked once, in the runner (feeds_check.FeedCheck, called by the Runner template): names, element
+types and ranks, with an error that says what does not fit, once per signature; the checks passed are not
+repeated on the timed path."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxaccel.engines import compile_model
-from onnxaccel.engines.feed_check import FeedCheck, FeedProblem
+from onnxaccel.feeds_check import FeedCheck, FeedProblem
 from onnxaccel.errors import InputError
 from onnxaccel.model import load_model
 from onnxaccel.target import parse_target
@@ -38,26 +39,27 @@ def test_a_runner_refuses_feeds_that_do_not_fit_and_says_what(runner, feeds, mes
     assert err.value.message == message
 
 
-def test_runs_that_the_runtime_takes_pay_no_check_and_a_signature_passes_once(runner, monkeypatch):
-    """OrtRunner.run words the runtime's refusals with the check, and checks nothing on runs that succeed (the
-    timed path); check_feeds (a binding, other callers) remembers a signature that passed."""
+def test_a_signature_is_checked_once_and_unchecked_runs_pay_no_check(runner, monkeypatch):
+    """run() checks every call, but a signature that passed costs a lookup (the batch size is not part of it);
+    run_unchecked (serve, the pool) checks nothing on runs the runtime takes and words the ones it refuses."""
     calls = []
     real = FeedCheck.problem
     monkeypatch.setattr(FeedCheck, "problem", lambda self, feeds, **kw: (calls.append(1), real(self, feeds, **kw))[1])
+    runner.feed_check._passed.clear()
     for batch in (1, 1, 3, 7):
         assert runner.run({"x": np.ones((batch, 4), np.float32)})["probs"].shape == (batch, 3)
+    assert len(calls) == 1
+    for _ in range(2):  # a refused signature is not remembered
+        with pytest.raises(InputError, match="expects float32; the value given is int64"):
+            runner.run({"x": np.ones((1, 4), np.int64)})
+    assert len(calls) == 3
+    calls.clear()
+    for batch in (1, 5):
+        assert runner.run_unchecked({"x": np.ones((batch, 4), np.float32)})["probs"].shape == (batch, 3)
     assert calls == []
     with pytest.raises(InputError, match="expects float32; the value given is int64"):
-        runner.run({"x": np.ones((1, 4), np.int64)})
+        runner.run_unchecked({"x": np.ones((1, 4), np.int64)})
     assert len(calls) == 1
-    runner._check._passed.clear()
-    for batch in (1, 1, 3, 7):  # one signature: name, dtype, rank (the batch size is not part of it)
-        runner.check_feeds({"x": np.ones((batch, 4), np.float32)})
-    assert len(calls) == 2
-    for _ in range(2):  # a refused signature is not remembered
-        with pytest.raises(InputError):
-            runner.check_feeds({"x": np.ones((1, 4), np.int64)})
-    assert len(calls) == 4
 
 
 def test_a_fixed_axis_the_runtime_refuses_is_worded_by_the_check(runner):

@@ -4,20 +4,22 @@ which nodes each provider got.
 
 A Runner is a model compiled for a target. ``run(feeds)`` takes and returns numpy arrays;
 ``bind()`` returns a :class:`BoundRun` that keeps inputs and outputs on the target's device (IO binding),
-so a timing loop measures the model, not host copies.
+so a timing loop measures the model, not host copies. Both check the feeds once (the template in
+:class:`Runner`) and call the engine's ``_run``/``_bind``.
 """
 
 from __future__ import annotations
 
 import abc
+import functools
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from onnxaccel.engines.feed_check import FeedCheck
+from onnxaccel.feeds_check import FeedCheck
 from onnxaccel.model import Model
 from onnxaccel.target import Target
 
@@ -134,13 +136,46 @@ class BoundRun(abc.ABC):
         return None
 
 
-class Runner(abc.ABC):
-    """A model compiled for a target.
+class HostBoundRun(BoundRun):
+    """The binding of a runner that has no device-resident one: the feeds stay on the host and every
+    ``run()`` is a plain run of them (unchecked: they were checked when bound)."""
 
-    Feeds are checked here, so callers need not repeat the check (:meth:`check_feeds`: names, element types
-    and ranks against the model's inputs, remembered per signature; an engine may check only when its runtime
-    refuses a run, as ONNX Runtime checks every feed itself). Several runners of one model run side by side
-    through :class:`onnxaccel.engines.pool.RunnerPool`.
+    def __init__(self, runner: Runner, feeds: Mapping[str, np.ndarray]) -> None:
+        self.runner = runner
+        self.feeds = dict(feeds)
+        self._outputs: dict[str, np.ndarray] | None = None
+
+    def update(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Replace the values of the inputs given."""
+        self.feeds.update(feeds)
+
+    def run(self) -> None:
+        """Run once on the feeds held."""
+        self._outputs = self.runner.run_unchecked(self.feeds)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        """The last run's outputs (running once first if nothing ran yet)."""
+        if self._outputs is None:
+            self.run()
+        return dict(self._outputs)
+
+
+class Runner(abc.ABC):
+    """A model compiled for a target: a template, after Polygraphy's ``BaseRunner`` (``infer`` checks the feeds
+    against the input metadata, then calls the runner's ``infer_impl``; NVIDIA/TensorRT
+    tools/Polygraphy/polygraphy/backend/base/runner.py).
+
+    :meth:`run` and :meth:`bind` check the feeds once, with the runner's :attr:`feed_check` (feeds_check.py:
+    names, element types and ranks, remembered per signature), then call the engine's :meth:`_run` or
+    :meth:`_bind`. Engines implement those two and never check feeds themselves. Two class attributes set the
+    check's rules per engine: :attr:`casts_feeds` and :attr:`checks_axes`. A caller that checked the feeds
+    already (serve, at the protocol edge: serve/signature.py; RunnerPool's runs) calls :meth:`run_unchecked`.
+    Whichever entry ran, a run the engine refused is worded by the check where the feeds do not fit (fixed axes
+    included), so a runtime that checks feeds itself (ONNX Runtime) costs nothing more on the runs it takes.
+
+    A runner that replaces :meth:`run` whole (``buckets.BucketedRunner``, which checks in its own way) needs no
+    ``_run``: its ``_run`` is then its ``run``. Several runners of one model
+    run side by side through :class:`onnxaccel.engines.pool.RunnerPool`.
     """
 
     model: Model
@@ -150,27 +185,68 @@ class Runner(abc.ABC):
     placement: Placement
     #: Messages the user should see (fallbacks, fixes applied); never printed by the library.
     warnings: list[str]
+    #: The engine casts a feed to its input's dtype where no value changes (feeds_check.conform), so the check
+    #: lets such dtypes through; else only the input's own dtype passes.
+    casts_feeds: ClassVar[bool] = False
+    #: The check covers fixed axes too; False where the runtime checks them itself (ONNX Runtime), whose
+    #: refusal the check then words.
+    checks_axes: ClassVar[bool] = False
 
-    @abc.abstractmethod
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        # Set before ABCMeta collects the abstract methods, so such a runner can be instantiated.
+        if "run" in cls.__dict__ and getattr(cls._run, "__isabstractmethod__", False):
+            cls._run = _run_replaced
+
+    # -- the template --------------------------------------------------------------------------------------
+
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run with host (numpy) inputs; return host outputs by name."""
+        """Run with host (numpy) inputs; return host outputs by name. InputError where ``feeds`` do not fit."""
+        self.feed_check(feeds)
+        return self.run_unchecked(feeds)
+
+    def run_unchecked(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """:meth:`run` for feeds the caller has checked: nothing is added to the engine's run; a run the engine
+        refuses is still worded by the check where the feeds do not fit."""
+        try:
+            return self._run(feeds)
+        except Exception as exc:
+            found = self.feed_check.problem(feeds, axes=True)
+            if found is None:
+                raise
+            raise self.feed_check.error(found) from exc
+
+    def bind(self, feeds: Mapping[str, np.ndarray], **options) -> BoundRun:
+        """Put ``feeds`` on the device and return a device-resident run (IO binding); the feeds are checked
+        here, once, not by the bound run's ``update()``/``run()`` (what a timing loop calls). ``options`` go to
+        the engine's :meth:`_bind`."""
+        self.feed_check(feeds)
+        return self._bind(feeds, **options)
+
+    def check_feeds(self, feeds: Mapping[str, object]) -> None:
+        """Raise InputError where ``feeds`` do not fit the model's inputs (what :meth:`run` checks)."""
+        self.feed_check(feeds)
+
+    @functools.cached_property
+    def feed_check(self) -> FeedCheck:
+        """The runner's one feed check (made at first use, then an attribute of the runner)."""
+        return FeedCheck(self.model.inputs, casts=self.casts_feeds, axes=self.checks_axes)
+
+    # -- what each engine implements -------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def bind(self, feeds: Mapping[str, np.ndarray]) -> BoundRun:
-        """Put ``feeds`` on the device and return a device-resident run (IO binding)."""
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run on feeds that were checked (or that the caller vouches for); host outputs by name. Raise the
+        engine's error where the runtime fails: the template words it where the feeds were at fault."""
+
+    def _bind(self, feeds: Mapping[str, np.ndarray], **options) -> BoundRun:
+        """A device-resident run of checked ``feeds``; by default a :class:`HostBoundRun` (no device binding)."""
+        return HostBoundRun(self, feeds)
 
     @property
     @abc.abstractmethod
     def providers(self) -> list[str]:
         """The providers the session actually has, in priority order."""
-
-    def check_feeds(self, feeds: Mapping[str, object]) -> None:
-        """Raise InputError where ``feeds`` do not fit the model's inputs (names, element types, ranks); a
-        signature that passed once costs one lookup afterwards (engines/feed_check.py)."""
-        check = self.__dict__.get("_feed_check")
-        if check is None:
-            check = self._feed_check = FeedCheck(self.model.inputs)
-        check(feeds)
 
     def shrink_arenas(self) -> bool:
         """Return the unused chunks of the runtime's memory arenas after every run, where the engine can (a
@@ -195,6 +271,11 @@ class Runner(abc.ABC):
             "placement": self.placement.to_dict(),
             "warnings": list(self.warnings),
         }
+
+
+def _run_replaced(self: Runner, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``_run`` of a runner that replaces ``run`` whole: its own ``run``."""
+    return type(self).run(self, feeds)
 
 
 @dataclass

@@ -23,7 +23,6 @@ migraphx_probe (doctor), migraphx_setup (import, options), migraphx_cache (.mxr)
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -44,7 +43,7 @@ from onnxaccel.engines.migraphx_setup import (
     NATIVE, NativeOptions, check_device, import_migraphx, migraphx_target_name, migraphx_version, module_origin,
 )
 from onnxaccel.errors import PlacementError, TargetError
-from onnxaccel.inputs import validate_feeds
+from onnxaccel.feeds_check import conform
 from onnxaccel.model import Model
 from onnxaccel.target import Target
 
@@ -94,7 +93,13 @@ class MigraphxRunner(Runner):
     """One model on MIGraphX: a compiled program per set of input shapes, each through the .mxr cache.
 
     Programs are built lazily under a lock (the first, at the bound shapes, here); ``run_lock`` lets one run at
-    a time, as a MIGraphX program object is not known to be reentrant."""
+    a time, as a MIGraphX program object is not known to be reentrant. Feeds are checked by the Runner template
+    with fixed axes (a new shape would compile another program) and may come in any dtype that casts to the
+    input's without loss."""
+
+    casts_feeds = True
+    checks_axes = True
+
     def __init__(self, mgx, model: Model, target: Target, options: NativeOptions, *,
                  calibration: Sequence[Mapping[str, np.ndarray]] | None = None):
         self.mgx = mgx
@@ -127,7 +132,7 @@ class MigraphxRunner(Runner):
 
     # -- running -----------------------------------------------------------------------------------------
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once on host arrays (a new set of shapes builds another program first); outputs as numpy arrays."""
         arrays = self.host_inputs(feeds)
         program = self.program_for({k: v.shape for k, v in arrays.items()})
@@ -144,7 +149,7 @@ class MigraphxRunner(Runner):
                 raise inference_error(self.target, exc) from exc
         return self.to_numpy(results)
 
-    def bind(self, feeds: Mapping[str, np.ndarray]) -> MigraphxBoundRun:
+    def _bind(self, feeds: Mapping[str, np.ndarray]) -> MigraphxBoundRun:
         """Inputs placed once for repeated runs (on the GPU with ``offload_copy=0``); else notes the host copies."""
         bound = MigraphxBoundRun(self, feeds)
         if bound.program.offload and self.target_name == "gpu" and not self._noted_offload:
@@ -153,9 +158,10 @@ class MigraphxRunner(Runner):
         return bound
 
     def host_inputs(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Feeds checked against the signature (names, dtypes, rank, fixed dims); any size on symbolic
-        dims (a new size compiles another program)."""
-        return validate_feeds(dataclasses.replace(self.model, input_shapes={}), feeds)
+        """The feeds (checked by the Runner template) as C-contiguous arrays of their inputs' dtypes, in model
+        order; a cast only where no value changes (feeds_check.conform). Any size on symbolic dims (a new size
+        compiles another program)."""
+        return {s.name: conform(feeds[s.name], s.np_dtype, s.name) for s in self.model.inputs}
 
     def to_numpy(self, results) -> dict[str, np.ndarray]:
         """MIGraphX's result arguments as numpy arrays named like the model's outputs, in their declared float type."""

@@ -24,7 +24,6 @@ from packaging.version import Version
 
 from onnxaccel.install import install_command, swap_command
 from onnxaccel.engines.base import CPU, PlacedNode, Placement, Runner
-from onnxaccel.engines.feed_check import FeedCheck
 from onnxaccel.engines.ort_binding import OrtBoundRun, host_value, inference_error, is_raw_elem, raw_ortvalue
 from onnxaccel.engines.ort_ep_options import check_int8_source, ep_environment
 from onnxaccel.engines.ort_errors import diagnose, first_error_line
@@ -110,7 +109,6 @@ class OrtRunner(Runner):
     def __init__(self, model: Model, target: Target, *, strict: bool = False):
         self.ort = import_ort()
         self.model = model
-        self._check = self._feed_check = FeedCheck(model.inputs)
         #: RunOptions of every run (None: the session's defaults); see shrink_arenas.
         self._run_options = None
         self.target = target
@@ -124,7 +122,7 @@ class OrtRunner(Runner):
         #: run (profile, placement) is built inside ``ep_environment(runner.provider_env)`` too.
         self.provider_env: dict[str, str] = dict(self._ep.env)
         self.session, self.compile_seconds, log = self._create_session()
-        # Read once: get_outputs() builds new objects on every call (~1 µs each, measurable on tiny models).
+        # Read once: get_outputs() builds new objects on every call.
         self._output_names = [o.name for o in self.session.get_outputs()]
         actual = self.session.get_providers()
         if actual[0] != target.provider:
@@ -239,15 +237,12 @@ class OrtRunner(Runner):
         """Every option of the requested provider with its effective value, as the runtime reports it."""
         return dict(self.session.get_provider_options().get(self.target.provider, {}))
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Host in, host out. Tensors of types numpy lacks (bfloat16, float8, int4: ml_dtypes arrays) travel
-        as OrtValues built from their bits; sequences come back as lists, optionals as None or the value.
-
-        Feeds that do not fit the model (names, dtypes, ranks) raise InputError saying what is wrong. They are
-        checked when the runtime refuses them, not before every run: ONNX Runtime checks every feed itself
-        before it computes (names, element types, ranks and fixed dims of the same graph), and a check here on
-        each call cost ~1.5 us on a 2-core machine, a timed loop's overhead. Our check then words the refusal;
-        other failures stay InferenceErrors in the runtime's words."""
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Host in, host out (the feeds checked by ``Runner.run``). Tensors of types numpy lacks (bfloat16,
+        float8, int4: ml_dtypes arrays) travel as OrtValues built from their bits; sequences come back as lists,
+        optionals as None or the value. A failure is an InferenceError in the runtime's words; ONNX Runtime
+        checks every feed itself before it computes (fixed dims included), and the template words such a
+        refusal with the feed check."""
         names = self._output_names
         raw = self._raw_io()
         try:
@@ -256,15 +251,8 @@ class OrtRunner(Runner):
             else:
                 values = self._run_raw(feeds, *raw)
         except Exception as exc:  # noqa: BLE001
-            found = self._check.problem(feeds, axes=True)  # the runtime refused: say what does not fit
-            if found is not None:
-                raise self._check.error(found) from exc
             raise inference_error(self.target, exc) from exc
         return dict(zip(names, values))
-
-    def check_feeds(self, feeds: Mapping[str, object]) -> None:
-        """Raise InputError where ``feeds`` do not fit the model's inputs; once per signature (see Runner)."""
-        self._check(feeds)
 
     def shrink_arenas(self) -> bool:
         """Run with RunOptions that shrink the memory arenas after each run, where an arena is on.
@@ -302,12 +290,11 @@ class OrtRunner(Runner):
                   for k, v in values.items()}
         return [host_value(v) for v in self.session.run_with_ort_values(names, values)]
 
-    def bind(self, feeds: Mapping[str, np.ndarray], *,
-             fixed_outputs: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None) -> OrtBoundRun:
-        """IO binding for ``feeds``' shapes. ``fixed_outputs`` (shape and dtype by output name): outputs too are
-        bound once, at addresses that never change, as a captured CUDA graph replays into them. The feeds are
-        checked here, once: the bound run's update() and run() are what a timing loop calls."""
-        self._check(feeds)
+    def _bind(self, feeds: Mapping[str, np.ndarray], *,
+              fixed_outputs: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None) -> OrtBoundRun:
+        """IO binding for ``feeds``' shapes (``Runner.bind`` checked them). ``fixed_outputs`` (shape and dtype by
+        output name): outputs too are bound once, at addresses that never change, as a captured CUDA graph
+        replays into them."""
         return OrtBoundRun(self, feeds, fixed_outputs=fixed_outputs)
 
     def close(self) -> None:

@@ -90,7 +90,7 @@ class OrtBoundRun(BoundRun):
     def run(self) -> None:
         """One run on the bound values; outputs stay where they are bound."""
         if self._host_feeds is not None:
-            self._host_outputs = self.runner.run(self._host_feeds)
+            self._host_outputs = self.runner.run_unchecked(self._host_feeds)  # checked when bound
             return
         try:
             self.runner.session.run_with_iobinding(self.binding)

@@ -12,8 +12,12 @@ thread) apart from activation (``warm_up``). ``run(index, feeds)`` and ``run_row
 in instance ``index``'s thread (``submit`` puts work there): serve's batcher runs batches through them, and
 bench's ``--instances``/``--concurrency`` loops take ``call(index, feeds)`` for their timed calls.
 
-GPU parts (pinning, direct copies, graph replay) were measured on an H200 with CUDA (benchmarks/
-serve_session_probe.py); the HIP paths are written to the HIP runtime API and never ran on AMD hardware.
+Feeds reach the pool checked (serve checks each request at the protocol edge, serve/signature.py; ``call``
+checks once, before the timed calls): its runs call ``Runner.run_unchecked``, which adds nothing to a run the
+runtime takes and still words one it refuses.
+
+For what the GPU parts (pinning, direct copies, graph replay) gain, see docs/BENCHMARKS.md; the HIP paths are
+written to the HIP runtime API and never ran on AMD hardware.
 """
 
 from __future__ import annotations
@@ -149,12 +153,13 @@ class RunnerPool:
     def call(self, index: int, feeds: Mapping[str, np.ndarray], *, iobinding: bool = True) -> Callable[[], object]:
         """The plain call a timing loop repeats on instance ``index`` (call it in that thread): its bound run
         (inputs bound on the device, in this thread) or its runner's ``run`` on ``feeds``. Nothing else is
-        added to the call: the loop measures the model."""
+        added to the call: the loop measures the model (the feeds are checked here, once)."""
         runner = self.runners[index]
         if iobinding:
             bound = self.bound[(index, -1)] = runner.bind(feeds)
             return bound.run
-        return functools.partial(runner.run, dict(feeds))
+        runner.check_feeds(feeds)
+        return functools.partial(runner.run_unchecked, dict(feeds))
 
     def bound_outputs(self, index: int) -> Callable[[], dict] | None:
         """The ``outputs`` of instance ``index``'s bound run made by :meth:`call`, if any."""
@@ -274,7 +279,7 @@ class RunnerPool:
                     bound.run()
             bound.update(feeds)
             return self._replay(index, bound, start)
-        outputs = runner.run(feeds)
+        outputs = runner.run_unchecked(feeds)  # checked by the pool's caller
         seconds = time.perf_counter() - start
         self.phases[index] = {"run": seconds}
         return outputs, seconds

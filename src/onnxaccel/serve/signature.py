@@ -1,5 +1,5 @@
 """A served model's signature: what serving it needs to know without running it. Request validation (the
-runner's feed check, engines/feed_check.py, worded for the protocol), the protocol's model metadata and
+runner's feed check, feeds_check.py, worded for the protocol), the protocol's model metadata and
 Triton's model config. The decoding workers of ``--shared-models`` get only this from the model process.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxaccel.engines.feed_check import FeedCheck, FeedProblem
+from onnxaccel.feeds_check import FeedCheck, FeedProblem
 from onnxaccel.model import TensorSpec
 from onnxaccel.serve.config import ModelConfig
 from onnxaccel.serve.images import PARAMETER, ImageInput
@@ -41,7 +41,7 @@ class ModelSignature:
     image: ImageInput | None = None
 
     def __post_init__(self) -> None:
-        #: The runner's own check (engines/feed_check.py), here with fixed axes, per request.
+        #: The runner's own check (feeds_check.py), here with fixed axes, per request.
         self.check = FeedCheck(self.inputs)
 
     @property
