@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from onnxaccel.bench.config import load_config
 from onnxaccel.cli.groups import (
-    InputArgs, ModelArgs, ReportArgs, TimingArgs, batches, build_target, build_targets, instance_count, iobinding,
+    Inputs, ModelArgs, Reports, Timing, batches, build_target, build_targets, instance_count, iobinding,
     iobinding_modes, ints, modes, pick,
 )
 from onnxaccel.cli.main import app
@@ -100,12 +100,12 @@ def test_iobinding_instances_and_timing_follow_the_same_rule(tuned):
     assert iobinding_modes(None, True, None) == [False]  # the hidden --no-iobinding
     assert (instance_count(3, config), instance_count(None, config), instance_count(None, None)) == (3, 2, 1)
     timing = dict(warmup=1, runs=None, duration=None, calls_per_sample=None, concurrency="1,2")
-    assert TimingArgs.resolve(**timing, instances="4", tuned=config).instances == (4,)
-    assert TimingArgs.resolve(**timing, instances=None, tuned=config).instances == (2,)
-    plain = TimingArgs.resolve(**timing, instances=None, tuned=None)
+    assert Timing.resolve(**timing, instances="4", tuned=config).instances == (4,)
+    assert Timing.resolve(**timing, instances=None, tuned=config).instances == (2,)
+    plain = Timing.resolve(**timing, instances=None, tuned=None)
     assert (plain.instances, plain.concurrency, plain.runs) == ((1,), (1, 2), 100)
     with pytest.raises(UsageError, match="exclude each other"):
-        TimingArgs.resolve(**{**timing, "runs": 5, "duration": 1.0}, instances=None, tuned=None)
+        Timing.resolve(**{**timing, "runs": 5, "duration": 1.0}, instances=None, tuned=None)
 
 
 def test_parsing_helpers_name_the_option_in_their_errors(tmp_path):
@@ -116,10 +116,10 @@ def test_parsing_helpers_name_the_option_in_their_errors(tmp_path):
                           (lambda: modes("maybe", "--graph"), "--graph takes on, off or both")):
         with pytest.raises(UsageError, match=message):
             call()
-    assert InputArgs.resolve(["x=1"], ["0,1"], 3) == InputArgs(("x=1",), {"": (0.0, 1.0)}, 3)
+    assert Inputs.resolve(["x=1"], ["0,1"], 3) == Inputs(("x=1",), {"": (0.0, 1.0)}, 3)
     with pytest.raises(UsageError, match="--resume needs the JSON report"):
-        ReportArgs.resolve([str(tmp_path / "r.md")], resume=True)
-    tuned_reports = ReportArgs.resolve([str(tmp_path / "r.md")], resume=False, default_json=tmp_path / "o.json")
+        Reports.resolve([str(tmp_path / "r.md")], resume=True)
+    tuned_reports = Reports.resolve([str(tmp_path / "r.md")], resume=False, default_json=tmp_path / "o.json")
     assert tuned_reports.json_path == tmp_path / "o.json" and tuned_reports.previous() is None
 
 

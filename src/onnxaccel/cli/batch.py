@@ -8,25 +8,71 @@ input (``--on-error stop`` stopping at a bad file included); 1 any other failure
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from types import SimpleNamespace
 
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from onnxaccel.cli.common import (
-    PreprocessOpt,
-    EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, console, err_console, handle_errors, note, print_json, warn,
-)
-from onnxaccel.cli.groups import ModelArgs, TargetOpt, build_target, config_option, load_tuned
+from onnxaccel.cli.args_data import OutputArgs, PreprocessArgs
+from onnxaccel.cli.args_model import ConfigArgs, ShapeArgs, SourceArg, TargetArgs
+from onnxaccel.cli.common import console, err_console, handle_errors, note, print_json, warn
+from onnxaccel.cli.compose import REQUIRED, Built, Group, composed, option
 from onnxaccel.errors import ModelError, UsageError
-from onnxaccel.prepost.presets import PreprocessRequest
 
-ConfigOpt = config_option("target, batch, shapes and shape buckets")
 #: Exit status of a job that completed with bad inputs recorded as errors (distinct from 1 and 2, which mean
 #: the job itself failed).
 EXIT_WITH_ERRORS = 3
+#: The order of the options in --help.
+ORDER = ("model input output target precision ep_option config ray batch workers cpus_per_worker shape column "
+         "id_column images_per_shard overwrite shape_buckets on_error embed_preprocess preprocess decoder as_json")
+
+
+class DatasetArgs(Group):
+    """The dataset and where its results go: --input, --output, --column, --id-column, --images-per-shard,
+    --overwrite, --on-error, --decoder. Builds their values (--column as INPUT -> COLUMN)."""
+
+    PARAMS = (
+        option("input", str, REQUIRED, "--input", "-i", help="A folder of images, .npy/.npz files or .parquet files, "
+               "or one .parquet/.npy/.npz file. Each file (or each run of --images-per-shard images) is a shard."),
+        option("output", Path, REQUIRED, "--output", "-o", help="Output folder: NAME.parquet per input shard and "
+               "_manifest.json (finished shards, for resume)."),
+        option("column", list[str] | None, None, "--column", help="INPUT=COLUMN: the parquet column (or npz array) "
+               "feeding a model input; default: the input's own name. Repeatable."),
+        option("id_column", str | None, None, "--id-column", help="A parquet column whose values are the row ids "
+               "(default: FILE:ROW)."),
+        option("images_per_shard", int, 1024, "--images-per-shard", help="Images per output shard."),
+        option("overwrite", bool, False, "--overwrite", help="Discard results of a different job in --output "
+               "instead of refusing."),
+        option("on_error", str, "skip", "--on-error", help="skip: an input that cannot be read becomes an error row "
+               "(file, reason) in the report and the manifest, the job goes on and exits with status 3; a rerun "
+               "after fixing or removing it computes just its shard. stop: stop at the first bad input (finished "
+               "shards are kept; the rerun resumes)."),
+        option("decoder", str, "auto", "--decoder", help="Image decoder for models fed uint8 pixels: auto (on CUDA "
+               "targets nvJPEG through DALI, nvImageCodec or torchvision, the first installed; else a CPU process "
+               "pool), nvjpeg, dali, nvimgcodec, torchvision (nvJPEG through that library), hybrid (nvJPEG and the "
+               "CPU pool together, each unit split by their rates), cpu-pool, cpu."),
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        return SimpleNamespace(**{**vars(v), "column": _columns(v.column or [])})
+
+
+class RayDataArgs(Group):
+    """Running on Ray Data: --ray (None: in-process), --workers, --cpus-per-worker."""
+
+    PARAMS = (
+        option("ray", str | None, None, "--ray", help="Run on Ray Data: auto (RAY_ADDRESS, a cluster running here, "
+               "else a new local one), local, or the cluster's ADDRESS (HOST:PORT or ray://HOST:10001)."),
+        option("workers", int | None, None, "--workers", help="Ray actors (default: one per GPU of the cluster; on "
+               "a CPU target one per --cpus-per-worker CPUs)."),
+        option("cpus_per_worker", float, 1.0, "--cpus-per-worker", help="CPUs each CPU-target actor reserves (and "
+               "its ONNX Runtime threads)."),
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        return v
 
 
 def register(app: typer.Typer) -> None:
@@ -38,68 +84,25 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
-def batch_command(
-    model: Annotated[str, typer.Argument(help="An .onnx file or a built-in zoo:NAME.")],
-    input: Annotated[str, typer.Option("--input", "-i", help="A folder of images, .npy/.npz files or .parquet files, "
-                     "or one .parquet/.npy/.npz file. Each file (or each run of --images-per-shard images) is a "
-                     "shard.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Output folder: NAME.parquet per input shard and "
-                      "_manifest.json (finished shards, for resume).")],
-    target: TargetOpt = None,
-    precision: PrecisionOpt = None,
-    ep_option: EpOptionOpt = None,
-    config: ConfigOpt = None,
-    ray: Annotated[str | None, typer.Option("--ray", help="Run on Ray Data: auto (RAY_ADDRESS, a cluster running "
-                   "here, else a new local one), local, or the cluster's ADDRESS (HOST:PORT or "
-                   "ray://HOST:10001).")] = None,
-    batch: Annotated[int | None, typer.Option("--batch", "-b", help="Rows per model call (default: the --config's "
-                     "batch, else 8 on CPU, 32 on GPUs).")] = None,
-    workers: Annotated[int | None, typer.Option("--workers", help="Ray actors (default: one per GPU of the "
-                       "cluster; on a CPU target one per --cpus-per-worker CPUs).")] = None,
-    cpus_per_worker: Annotated[float, typer.Option("--cpus-per-worker", help="CPUs each CPU-target actor "
-                               "reserves (and its ONNX Runtime threads).")] = 1.0,
-    shape: ShapeOpt = None,
-    column: Annotated[list[str] | None, typer.Option("--column", help="INPUT=COLUMN: the parquet column (or npz "
-                      "array) feeding a model input; default: the input's own name. Repeatable.")] = None,
-    id_column: Annotated[str | None, typer.Option("--id-column", help="A parquet column whose values are the row "
-                         "ids (default: FILE:ROW).")] = None,
-    images_per_shard: Annotated[int, typer.Option("--images-per-shard", help="Images per output shard.")] = 1024,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Discard results of a different job in --output "
-                         "instead of refusing.")] = False,
-    shape_buckets: Annotated[str | None, typer.Option("--shape-buckets", help="Pad rows to the smallest of these "
-                             "sizes that fits, outputs cropped back (.npy/.npz shards, one length per shard): "
-                             "DIM=SIZES (sequence=32,64,128), DIM,DIM=SIZES, or INPUT:AXIS=SIZES.")] = None,
-    on_error: Annotated[str, typer.Option("--on-error", help="skip: an input that cannot be read becomes an error "
-                        "row (file, reason) in the report and the manifest, the job goes on and exits with status "
-                        "3; a rerun after fixing or removing it computes just its shard. stop: stop at the first "
-                        "bad input (finished shards are kept; the rerun resumes).")] = "skip",
-    embed_preprocess: Annotated[str | None, typer.Option("--embed-preprocess", help="imagenet, yolo or scale01: "
-                                "run a cached copy of the model with this preprocessing embedded (it takes uint8 "
-                                "NHWC pixels; cast, scale, mean/std and transpose run in the graph), images "
-                                "decoded at reduced size by a pool of processes. Default: on GPU targets, images "
-                                "given --preprocess imagenet|yolo|scale01 get it embedded; none: never. A model "
-                                "with preprocessing embedded already is fed pixels without this flag.")] = None,
-    preprocess: PreprocessOpt = None,
-    decoder: Annotated[str, typer.Option("--decoder", help="Image decoder for models fed uint8 pixels: auto "
-                       "(on CUDA targets nvJPEG through DALI, nvImageCodec or torchvision, the first installed; "
-                       "else a CPU process pool), nvjpeg, dali, nvimgcodec, torchvision (nvJPEG through that "
-                       "library), hybrid (nvJPEG and the CPU pool together, each unit split by their rates), "
-                       "cpu-pool, cpu.")] = "auto",
-    as_json: JsonOpt = False,
-) -> None:
+@composed(
+    SourceArg("An .onnx file or a built-in zoo:NAME."), DatasetArgs(), TargetArgs(config=True),
+    ConfigArgs("target, batch, shapes and shape buckets"), RayDataArgs(),
+    ShapeArgs(batch=option("batch", int | None, None, "--batch", "-b", help="Rows per model call (default: the "
+                           "--config's batch, else 8 on CPU, 32 on GPUs)."),
+              buckets="Pad rows to the smallest of these sizes that fits, outputs cropped back (.npy/.npz shards, "
+              "one length per shard): DIM=SIZES (sequence=32,64,128), DIM,DIM=SIZES, or INPUT:AXIS=SIZES."),
+    PreprocessArgs(embed=("imagenet, yolo or scale01: run a cached copy of the model with this preprocessing "
+                          "embedded (it takes uint8 NHWC pixels; cast, scale, mean/std and transpose run in the "
+                          "graph), images decoded at reduced size by a pool of processes. Default: on GPU targets, "
+                          "images given --preprocess imagenet|yolo|scale01 get it embedded; none: never. A model "
+                          "with preprocessing embedded already is fed pixels without this flag.", None)),
+    OutputArgs(), order=ORDER,
+)
+def batch_command(model, data, target, tuned, ray, shapes, preprocess, as_json) -> None:
     """Run MODEL over a dataset; options a --config can set resolve as flag > config > default (cli/groups.py)."""
-    from onnxaccel.scale import BatchJob, run_batch  # heavy: loaded per command (keeps --help fast)
+    from onnxaccel.scale import run_batch  # heavy: loaded per command (keeps --help fast)
 
-    tuned = load_tuned(config)
-    tgt = build_target(target, precision, ep_option, tuned)
-    bound = ModelArgs.resolve(model, shape=shape, batch=batch, tuned=tuned)
-    run_model, automatic = _model_to_run(model, tgt, embed_preprocess, preprocess, input)
-    job = BatchJob(model=run_model, label=model, input=input, output=str(output), target=tgt,
-                   batch=bound.batch, shapes=bound.shapes, columns=_columns(column or []),
-                   id_column=id_column, images_per_shard=images_per_shard, ray=ray, workers=workers,
-                   cpus_per_worker=cpus_per_worker, overwrite=overwrite, on_error=on_error,
-                   shape_buckets=_bucket_text(shape_buckets or (tuned.shape_buckets if tuned is not None else None)),
-                   decoder=decoder, preprocess=PreprocessRequest(preset=preprocess.lower()) if preprocess else None)
+    job, automatic = _job(model, data, target, ray, shapes, preprocess)
     with _Bar(disable=as_json) as bar:
         report = run_batch(job, progress=bar.update)
     if as_json:
@@ -108,6 +111,20 @@ def batch_command(
         _render(report)
     if report.errors:
         raise typer.Exit(EXIT_WITH_ERRORS)
+
+
+def _job(model: str, data, target, ray, shapes, preprocess):
+    """The BatchJob the command line asks for, and whether the model's preprocessing was embedded without
+    being asked."""
+    from onnxaccel.scale import BatchJob
+
+    run_model, automatic = _model_to_run(model, target, preprocess.embed, preprocess.preset, data.input)
+    job = BatchJob(model=run_model, label=model, input=data.input, output=str(data.output), target=target,
+                   batch=shapes.batch, shapes=shapes.shapes, columns=data.column, id_column=data.id_column,
+                   images_per_shard=data.images_per_shard, ray=ray.ray, workers=ray.workers,
+                   cpus_per_worker=ray.cpus_per_worker, overwrite=data.overwrite, on_error=data.on_error,
+                   shape_buckets=shapes.buckets, decoder=data.decoder, preprocess=preprocess.request)
+    return job, automatic
 
 
 def _model_to_run(model: str, target, embed: str | None, preset: str | None, input: str) -> tuple[str, bool]:
@@ -139,14 +156,6 @@ def _model_to_run(model: str, target, embed: str | None, preset: str | None, inp
     note(f"GPU target: {auto} preprocessing embedded in the model (uint8 pixels to the device, the arithmetic "
          "in the graph); --embed-preprocess none keeps it on the host")
     return path, True
-
-
-def _bucket_text(spec: str | None) -> str | None:
-    """--shape-buckets (or the --config's) checked and in canonical form."""
-    if not spec:
-        return None
-    from onnxaccel.engines.buckets import ShapeBuckets
-    return ShapeBuckets.parse(spec).describe()
 
 
 def _columns(items: list[str]) -> dict[str, str]:

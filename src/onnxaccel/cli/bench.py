@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from types import SimpleNamespace
 
 import typer
 from rich.markup import escape
@@ -16,53 +16,41 @@ from onnxaccel.bench.baseline import compare_reports
 from onnxaccel.bench.cells import grid
 from onnxaccel.bench.report import clean, load_report
 from onnxaccel.bench.report_text import accuracy_text, partial_flops_note
-from onnxaccel.cli.common import (
-    EpOptionOpt,
-    InputOpt,
-    JsonOpt,
-    ShapeOpt,
-    StrictOpt,
-    ValueRangeOpt,
-    console,
-    err_console,
-    handle_errors,
-    note,
-    warn,
-)
-from onnxaccel.cli.groups import (
-    AtolOpt,
-    BatchesOpt,
-    GpuOpt,
-    InputArgs,
-    InstancesOpt,
-    IobindingModesOpt,
-    MaxErrorOpt,
-    ModelArgs,
-    ReportArgs,
-    ReportOpt,
-    RtolOpt,
-    SeedOpt,
-    TargetsOpt,
-    TimingArgs,
-    build_targets,
-    config_option,
-    iobinding_modes,
-    load_tuned,
-    modes,
-    warn_if_not_tuned,
-)
+from onnxaccel.cli.args_data import GPU, AccuracyArgs, InputArgs, OutputArgs, ReportArgs, RunnerArgs, TimingArgs
+from onnxaccel.cli.args_model import BATCHES, ConfigArgs, PrecisionsArgs, ShapeArgs, SourceArg, TargetArgs
+from onnxaccel.cli.common import console, err_console, handle_errors, note, warn
+from onnxaccel.cli.compose import Built, Group, composed, option
+from onnxaccel.cli.groups import modes, warn_if_not_tuned
 from onnxaccel.cli.tables import columns, new_table, number_column, si, text_column
 
-PrecisionsOpt = Annotated[str | None, typer.Option(
-    "--precision", "-p", help="Comma-separated precisions to sweep, e.g. fp32,fp16,int8 (overrides the target's).")]
-ConfigOpt = config_option("model, target, batch, shapes, shape buckets, IO binding and instance count")
-ShapeBucketsOpt = Annotated[str | None, typer.Option(
-    "--shape-buckets", help="Pad inputs to the smallest of these sizes that fits, one session per bucket on targets "
-    "that compile per shape: DIM=SIZES (sequence=32,64,128,256), DIM,DIM=SIZES (height,width=320,480,640 or "
-    "320x480,...), dims by name or INPUT:AXIS (x:2,x:3=640,960). Times the --shape/--input size through its "
-    "bucket.")]
-ShapeSweepOpt = Annotated[bool, typer.Option(
-    "--shape-sweep", help="With --shape-buckets: compile, warm-up and latency of every bucket, each fed at its size.")]
+#: The order of the options in --help.
+ORDER = ("model target precision ep_option shape batch iobinding no_iobinding graph warmup runs duration "
+         "calls_per_sample concurrency instances report baseline noise fail_on_regression resume retry_failed "
+         "max_error atol rtol inputs seed value_range gpu telemetry config shape_buckets shape_sweep strict as_json")
+
+
+class SweepArgs(Group):
+    """What else a sweep varies and records: --graph (on|off|both, checked), --gpu, --telemetry, --shape-sweep,
+    and against an earlier report --baseline, --noise, --fail-on-regression, --retry-failed."""
+
+    PARAMS = (
+        option("graph", str, "off", "--graph", help="Graph capture (enable_cuda_graph / enable_hip_graph / "
+               "trt_cuda_graph_enable): on, off or both."),
+        option("baseline", str | None, None, help="Compare with an earlier JSON report: regressions and gains "
+               "beyond noise."),
+        option("noise", float, 0.05, help="Smallest relative change counted against --baseline."),
+        option("fail_on_regression", bool, False, "--fail-on-regression", help="Exit 1 when --baseline finds a "
+               "regression (for CI)."),
+        option("retry_failed", bool, False, "--retry-failed", help="With --resume, run failed cells again."),
+        GPU,
+        option("telemetry", bool, True, "--telemetry/--no-telemetry", help="Sample GPU utilization, memory and "
+               "power during GPU cells (every 0.1 s, in a background thread)."),
+        option("shape_sweep", bool, False, "--shape-sweep", help="With --shape-buckets: compile, warm-up and "
+               "latency of every bucket, each fed at its size."),
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        return SimpleNamespace(**{**vars(v), "graph": modes(v.graph, "--graph")})
 
 
 def register(app: typer.Typer) -> None:
@@ -75,132 +63,97 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
-def bench_command(
-    model: Annotated[str | None, typer.Argument(
-        help="An .onnx file or zoo:NAME (default: the --config's model).")] = None,
-    target: TargetsOpt = None,
-    precision: PrecisionsOpt = None,
-    ep_option: EpOptionOpt = None,
-    shape: ShapeOpt = None,
-    batch: BatchesOpt = None,
-    iobinding: IobindingModesOpt = None,
-    no_iobinding: Annotated[bool, typer.Option("--no-iobinding", hidden=True)] = False,
-    graph: Annotated[str, typer.Option("--graph", help="Graph capture (enable_cuda_graph / enable_hip_graph / "
-                     "trt_cuda_graph_enable): on, off or both.")] = "off",
-    warmup: Annotated[int, typer.Option(help="Untimed runs before measuring (the first is reported apart).")] = 10,
-    runs: Annotated[int | None, typer.Option(help="Timed samples per cell (default 100 unless --duration).")] = None,
-    duration: Annotated[float | None, typer.Option(help="Measure each cell for this many seconds instead.")] = None,
-    calls_per_sample: Annotated[int | None, typer.Option(
-        "--calls-per-sample", help="Calls per timed sample (default: 1, or enough calls for 100 us when one call is "
-        "faster, as trtexec --avgRuns).")] = None,
-    concurrency: Annotated[str, typer.Option(help="Concurrent requests on one session, comma-separated, "
-                                             "e.g. 1,4.")] = "1",
-    instances: InstancesOpt = None,
-    report: ReportOpt = None,
-    baseline: Annotated[str | None, typer.Option(help="Compare with an earlier JSON report: regressions and gains "
-                        "beyond noise.")] = None,
-    noise: Annotated[float, typer.Option(help="Smallest relative change counted against --baseline.")] = 0.05,
-    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 when --baseline finds a "
-                                  "regression (for CI).")] = False,
-    resume: Annotated[bool, typer.Option("--resume", help="Skip the cells already in the --report FILE.json.")] = False,
-    retry_failed: Annotated[bool, typer.Option("--retry-failed",
-                                               help="With --resume, run failed cells again.")] = False,
-    max_error: MaxErrorOpt = None,
-    atol: AtolOpt = None,
-    rtol: RtolOpt = None,
-    inputs: InputOpt = None,
-    seed: SeedOpt = 0,
-    value_range: ValueRangeOpt = None,
-    gpu: GpuOpt = None,
-    telemetry: Annotated[bool, typer.Option("--telemetry/--no-telemetry", help="Sample GPU utilization, memory and "
-                         "power during GPU cells (every 0.1 s, in a background thread).")] = True,
-    config: ConfigOpt = None,
-    shape_buckets: ShapeBucketsOpt = None,
-    shape_sweep: ShapeSweepOpt = False,
-    strict: StrictOpt = False,
-    as_json: JsonOpt = False,
-) -> None:
+@composed(
+    SourceArg("An .onnx file or zoo:NAME (default: the --config's model).", optional=True),
+    TargetArgs(kind="many", config=True, precision=None, help="Where to run (repeat for several): auto, cpu, "
+               "cuda[:ID], migraphx[:ID], rocm, tensorrt; optionally /PRECISION and ?KEY=VALUE options, e.g. "
+               "cuda:0/fp16?prefer_nhwc=1. Default: auto, or the --config's target."),
+    PrecisionsArgs("Comma-separated precisions to sweep, e.g. fp32,fp16,int8 (overrides the target's)."),
+    ShapeArgs(batch=BATCHES, buckets="Pad inputs to the smallest of these sizes that fits, one session per bucket "
+              "on targets that compile per shape: DIM=SIZES (sequence=32,64,128,256), DIM,DIM=SIZES "
+              "(height,width=320,480,640 or 320x480,...), dims by name or INPUT:AXIS (x:2,x:3=640,960). Times the "
+              "--shape/--input size through its bucket."),
+    RunnerArgs(iobinding="modes"), TimingArgs(), SweepArgs(),
+    ReportArgs(resume="Skip the cells already in the --report FILE.json."), AccuracyArgs(), InputArgs(),
+    ConfigArgs("model, target, batch, shapes, shape buckets, IO binding and instance count"), OutputArgs(),
+    order=ORDER,
+)
+def bench_command(model, targets, precisions, shapes, runner, timing, sweep, reports, gate, given, tuned,
+                  as_json) -> None:
     """Measure MODEL over the sweep's cells; options a --config can set resolve as flag > config > default."""
-    from onnxaccel.bench.accuracy import AccuracyGate  # heavy: loaded per command (keeps --help fast)
-    from onnxaccel.bench.sweep import Sweep, SweepSettings
-
-    tuned = load_tuned(config)
-    bound = ModelArgs.resolve(model, shape=shape, batch=batch, tuned=tuned)
-    targets = [str(t) for t in build_targets(target, ep_option, tuned)]
-    timing = TimingArgs.resolve(warmup=warmup, runs=runs, duration=duration, calls_per_sample=calls_per_sample,
-                                concurrency=concurrency, instances=instances, tuned=tuned)
-    spec = shape_buckets or (tuned.shape_buckets if tuned is not None else None)
-    if spec or shape_sweep:
-        _bench_buckets(spec, shape_sweep, bound, targets, precision, timing, inputs, value_range, seed, strict,
-                       as_json)
+    if shapes.buckets or sweep.shape_sweep:
+        _bench_buckets(model, targets, precisions, shapes, timing, given, runner.strict, sweep.shape_sweep, as_json)
         return
-    reports = ReportArgs.resolve(report, resume=resume)
-    given = InputArgs.resolve(inputs, value_range, seed)
-    precisions = [p.strip().lower() for p in precision.split(",") if p.strip()] if precision else [None]
-    cells, skipped = grid(targets, precisions=precisions, batches=list(bound.batches), shapes=bound.shapes,
-                          iobinding=iobinding_modes(iobinding, no_iobinding, tuned), graph=modes(graph, "--graph"),
-                          concurrency=list(timing.concurrency), instances=list(timing.instances))
-    settings = SweepSettings(warmup=timing.warmup, runs=timing.runs, duration=timing.duration,
-                             calls_per_sample=timing.calls_per_sample, gate=AccuracyGate(max_error, atol, rtol),
-                             seed=given.seed, inputs=given.items, value_ranges=tuple(given.value_ranges.items()),
-                             strict=strict, gpu_name=gpu, telemetry=telemetry)
-    previous = reports.previous()
-    if resume and previous is None:
-        note(f"{reports.json_path} does not exist yet: nothing to resume, starting a new sweep.")
-    old = load_report(baseline) if baseline else None
-    paths = list(reports.paths)
-    with SweepProgress(disable=as_json) as progress:
-        sweep = Sweep(bound.source, settings, paths, report=previous, on_event=progress.event)
-        warn_if_not_tuned(tuned, sweep.model.path)
-        sweep.report.skipped = [s.to_dict() for s in skipped]
-        sweep.run(cells, retry_failed=retry_failed)
-    report_obj = sweep.report
-    report_obj.complete = all(report_obj.cell(c.id) is not None for c in cells)
-    comparison = None
-    if old is not None:
-        comparison = compare_reports(report_obj, old, baseline_name=str(baseline), threshold=noise)
-        report_obj.baseline = comparison.to_dict()
-    sweep.write()
+    cells, skipped = grid([str(t) for t in targets], precisions=list(precisions.names) or [None],
+                          batches=list(shapes.batches), shapes=shapes.shapes, iobinding=runner.iobinding,
+                          graph=sweep.graph, concurrency=list(timing.concurrency), instances=list(timing.instances))
+    report, comparison = _sweep(model, cells, skipped, runner, timing, sweep, reports, gate, given, tuned, as_json)
     if as_json:
-        sys.stdout.write(json.dumps(clean(report_obj.to_dict()), indent=2) + "\n")
+        sys.stdout.write(json.dumps(clean(report.to_dict()), indent=2) + "\n")
     else:
-        render_report(report_obj)
-        if not paths and len(cells) > 1:
+        render_report(report)
+        if not reports.paths and len(cells) > 1:
             note("--report out.json keeps results as each cell finishes and lets --resume continue a sweep.")
-    if not report_obj.ok_cells and report_obj.cells:
-        first = report_obj.failed_cells[0].error or {}
+    if not report.ok_cells and report.cells:
+        first = report.failed_cells[0].error or {}
         if not as_json:
             err_console.print(f"[bold red]error:[/] every cell failed; the first: {escape(str(first.get('message')))}",
                               highlight=False)
             if first.get("hint"):
                 err_console.print(f"[bold cyan]hint:[/] {escape(str(first['hint']))}", highlight=False)
         raise typer.Exit(1)
-    if fail_on_regression and comparison is not None and comparison.regressions:
+    if sweep.fail_on_regression and comparison is not None and comparison.regressions:
         raise typer.Exit(1)
 
 
-def _bench_buckets(spec: str | None, sweep: bool, bound, targets: list[str], precision: str | None, timing,
-                   inputs, value_range, seed: int, strict: bool, as_json: bool) -> None:
+def _sweep(model, cells, skipped, runner, timing, sweep, reports, gate, given, tuned, as_json):
+    """Run the sweep's cells (resuming from the earlier report) and compare with --baseline: the report and
+    the comparison (None without a baseline)."""
+    from onnxaccel.bench.sweep import Sweep, SweepSettings  # heavy: loaded per command (keeps --help fast)
+
+    settings = SweepSettings(warmup=timing.warmup, runs=timing.runs, duration=timing.duration,
+                             calls_per_sample=timing.calls_per_sample, gate=gate, seed=given.seed,
+                             inputs=given.items, value_ranges=tuple(given.value_ranges.items()),
+                             strict=runner.strict, gpu_name=sweep.gpu, telemetry=sweep.telemetry)
+    previous = reports.previous()
+    if reports.resume and previous is None:
+        note(f"{reports.json_path} does not exist yet: nothing to resume, starting a new sweep.")
+    old = load_report(sweep.baseline) if sweep.baseline else None
+    with SweepProgress(disable=as_json) as progress:
+        run = Sweep(model, settings, list(reports.paths), report=previous, on_event=progress.event)
+        warn_if_not_tuned(tuned, run.model.path)
+        run.report.skipped = [s.to_dict() for s in skipped]
+        run.run(cells, retry_failed=sweep.retry_failed)
+    report = run.report
+    report.complete = all(report.cell(c.id) is not None for c in cells)
+    comparison = None
+    if old is not None:
+        comparison = compare_reports(report, old, baseline_name=str(sweep.baseline), threshold=sweep.noise)
+        report.baseline = comparison.to_dict()
+    run.write()
+    return report, comparison
+
+
+def _bench_buckets(model: str, targets, precisions, shapes, timing, given, strict: bool, sweep: bool,
+                   as_json: bool) -> None:
     """`bench --shape-buckets [--shape-sweep]`: one target, one batch, measured per bucket (bench/bucket_sweep.py)."""
     import dataclasses
 
     from onnxaccel.bench.bucket_sweep import bench_buckets, bucket_table_rows
     from onnxaccel.engines.buckets import ShapeBuckets
     from onnxaccel.errors import UsageError
-    from onnxaccel.target import parse_target
 
-    if not spec:
+    if not shapes.buckets:
         raise UsageError("--shape-sweep needs --shape-buckets.",
                          "e.g. --shape-buckets sequence=32,64,128,256 --shape-sweep")
-    if len(targets) != 1 or len(bound.batches) != 1 or (precision and "," in precision):
+    if len(targets) != 1 or len(shapes.batches) != 1 or (precisions.text and "," in precisions.text):
         raise UsageError("--shape-buckets measures one target at one batch size and precision.",
                          "Give one --target, one --batch and one --precision (run bench again for another).")
-    target = parse_target(targets[0])
-    if precision:
-        target = dataclasses.replace(target, precision=precision.strip().lower())
-    given = InputArgs.resolve(inputs, value_range, seed)
-    result = bench_buckets(bound.source, target, ShapeBuckets.parse(spec), sweep=sweep, shapes=bound.shapes or None,
-                           batch=bound.batch, inputs=given.items, seed=given.seed,
+    target = targets[0]
+    if precisions.text:
+        target = dataclasses.replace(target, precision=precisions.text.strip().lower())
+    result = bench_buckets(model, target, ShapeBuckets.parse(shapes.buckets), sweep=sweep,
+                           shapes=shapes.shapes or None, batch=shapes.batch, inputs=given.items, seed=given.seed,
                            value_ranges=given.value_ranges or None, warmup=timing.warmup, runs=timing.runs,
                            duration=timing.duration, strict=strict)
     if as_json:

@@ -6,18 +6,19 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from types import SimpleNamespace
 
 import typer
 from rich.markup import escape
 
-from onnxaccel.cli.common import (
-    BatchOpt, JsonOpt, ShapeOpt, TargetOpt, console, handle_errors, note, print_json, resolve_target,
-)
+from onnxaccel.cli.args_data import OutputArgs
+from onnxaccel.cli.args_model import ShapeArgs, SourceArg, TargetArgs
+from onnxaccel.cli.common import console, handle_errors, note, print_json
+from onnxaccel.cli.compose import Built, Group, composed, option
 from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.errors import UsageError
 from onnxaccel.inputs import synthesize
-from onnxaccel.model import load_model, parse_shape_bindings
+from onnxaccel.model import load_model
 from onnxaccel.paths import runtime_models_dir
 from onnxaccel.transform.compile_cache import compile_cache_dir, list_entries, remove_entries
 
@@ -25,6 +26,20 @@ SCHEMA = "onnxaccel.cache/1"
 
 cache_app = typer.Typer(help="Compile caches: what is cached, keyed by what, how big; clear them; time a cold "
                         "and a warm compile.", no_args_is_help=True)
+
+
+class ClearArgs(Group):
+    """Which entries `cache clear` deletes: --stale, --entry prefixes, --converted."""
+
+    PARAMS = (
+        option("stale", bool, False, "--stale", help="Only entries built by other runtime versions."),
+        option("entry", list[str] | None, None, "--entry", help="Only entries whose name starts with this; "
+               "repeatable."),
+        option("converted", bool, False, "--converted", help="Also delete converted models."),
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        return v
 
 
 def register(app: typer.Typer) -> None:
@@ -57,7 +72,8 @@ def listing() -> CacheListing:
 @cache_app.command("list", help="Every compile cache entry: kind, model, target, precision, shapes, runtime "
                    "versions, size, first-compile and warm-start times; stale = built by another runtime.")
 @handle_errors
-def list_command(as_json: JsonOpt = False) -> None:
+@composed(OutputArgs())
+def list_command(as_json: bool) -> None:
     """Print the compile cache entries as a table, or as JSON."""
     result = listing()
     if as_json:
@@ -67,7 +83,7 @@ def list_command(as_json: JsonOpt = False) -> None:
         console.print(f"no compile cache entries in {escape(result.root)}")
     else:
         # 9 columns fit 80: the runtime version is left to --json (a stale entry is marked, which is what it
-        # tells), and seconds and sizes carry their unit in the header (issue 23)
+        # tells), and seconds and sizes carry their unit in the header
         table = columns(new_table(f"compile caches in {escape(result.root)}"),
                         ("entry", "model", "target", "shapes", "size", "first s", "warm s", "hits", "used"),
                         numbers=("size", "first s", "warm s", "hits", "used"))
@@ -91,14 +107,10 @@ def list_command(as_json: JsonOpt = False) -> None:
 @cache_app.command("clear", help="Delete compile cache entries (all by default) and, with --converted, the "
                    "models converted for `run --precision`. The zoo is left alone.")
 @handle_errors
-def clear_command(
-    stale: Annotated[bool, typer.Option("--stale", help="Only entries built by other runtime versions.")] = False,
-    entry: Annotated[list[str] | None, typer.Option("--entry", help="Only entries whose name starts with this; "
-                     "repeatable.")] = None,
-    converted: Annotated[bool, typer.Option("--converted", help="Also delete converted models.")] = False,
-    as_json: JsonOpt = False,
-) -> None:
+@composed(ClearArgs(), OutputArgs())
+def clear_command(which, as_json: bool) -> None:
     """Delete compile cache entries (all, stale ones or by name) and optionally the converted models."""
+    stale, entry, converted = which.stale, which.entry, which.converted
     chosen = list_entries()
     if stale:
         chosen = [e for e in chosen if e.stale or e.problem]
@@ -125,18 +137,13 @@ def clear_command(
 @cache_app.command("warm", help="Compile a model for a target twice through its cache and report the first "
                    "compile and the warm start (session creation + first run): run it on the target machine.")
 @handle_errors
-def warm_command(
-    model: Annotated[str, typer.Argument(help="An .onnx file or zoo:NAME.")],
-    target: TargetOpt = "auto",
-    shape: ShapeOpt = None,
-    batch: BatchOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+@composed(SourceArg("An .onnx file or zoo:NAME."), TargetArgs(precision=None, ep_option=None), ShapeArgs(),
+          OutputArgs())
+def warm_command(model: str, tgt, shapes, as_json: bool) -> None:
     """Compile a model twice through its cache and report the cold and warm times."""
     from onnxaccel.transform.cached_compile import compile_cached  # heavy: loaded per command
 
-    tgt = resolve_target(target, None, None)
-    bound = load_model(model).bind(parse_shape_bindings(shape or []), batch=batch)
+    bound = load_model(model).bind(shapes.shapes, batch=shapes.batch)
     feeds = synthesize(bound)
     runner, first = compile_cached(bound, tgt, feeds=feeds)
     runner.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from types import SimpleNamespace
 
 import typer
 from rich import box
@@ -11,14 +11,63 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from onnxaccel.cli.common import (
-    EpOptionOpt, JsonOpt, PrecisionOpt, StrictOpt, TargetOpt, console, err_console, handle_errors, note,
-    print_json, resolve_target,
-)
+from onnxaccel.cli.args_data import OutputArgs, RunnerArgs
+from onnxaccel.cli.args_model import TargetArgs
+from onnxaccel.cli.common import console, err_console, handle_errors, note, print_json
+from onnxaccel.cli.compose import REQUIRED, Built, Group, argument, composed, option
 from onnxaccel.cli.tables import number_column, text_column
 from onnxaccel.errors import UsageError
 
 _STYLE = {"pass": "green", "fail": "bold red", "error": "red", "skipped": "yellow"}
+#: The order of the options in --help.
+ORDER = "paths target precision ep_option atol rtol tolerances filters keep_going strict as_json"
+
+
+class CasesArgs(Group):
+    """The test cases: PATHS, --filter globs, --keep-going/--fail-fast. Builds the cases found (UsageError when
+    the filters leave none) and ``keep_going``."""
+
+    PARAMS = (
+        argument("paths", list[Path], REQUIRED, help="Test case folders, or parent folders to search for them."),
+        option("filters", list[str] | None, None, "--filter", "-f", help="Run only cases whose name matches this "
+               "glob (e.g. '*conv*'); repeatable."),
+        option("keep_going", bool, True, "--keep-going/--fail-fast", " /-x", help="Run every case (default), or "
+               "stop at the first failure or error."),
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        from onnxaccel.conformance import discover  # heavy: loaded per command
+
+        ctx[TolerancesArgs]  # the options are checked before the cases are searched
+        cases = discover([str(p) for p in v.paths], patterns=v.filters or ())
+        if not cases:
+            raise UsageError(f"No test case matches --filter {' '.join(v.filters or [])}.",
+                             "Check the glob; case names are paths like node/test_abs.")
+        return SimpleNamespace(cases=cases, keep_going=v.keep_going)
+
+
+class TolerancesArgs(Group):
+    """--atol, --rtol and --tolerances (fp32|fp16: another precision's defaults). Builds the policy for the
+    target's precision."""
+
+    PARAMS = (
+        option("atol", float | None, None, "--atol", help="Absolute tolerance for every float output (default: the "
+               "case's data.json, else ONNX's 1e-7; 1e-3 at fp16)."),
+        option("rtol", float | None, None, "--rtol", help="Relative tolerance for every float output (default: the "
+               "case's data.json, else ONNX's 1e-3; 1e-2 at fp16)."),
+        option("tolerances", str | None, None, "--tolerances", help="Default tolerances of this precision (fp32 or "
+               "fp16) instead of the target's, e.g. fp16 for a model `optimize --fp16` wrote."),
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built):
+        from onnxaccel.conformance import TolerancePolicy  # heavy: loaded per command
+
+        for label, value in (("atol", v.atol), ("rtol", v.rtol)):
+            if value is not None and not (value >= 0 and value != float("inf")):
+                raise UsageError(f"--{label} must be a finite number >= 0, got {value}.", f"e.g. --{label} 1e-3")
+        if v.tolerances not in (None, "fp32", "fp16"):
+            raise UsageError(f"--tolerances must be fp32 or fp16, got '{v.tolerances}'.", "e.g. --tolerances fp16")
+        return TolerancePolicy(precision=v.tolerances or ctx[TargetArgs].precision, rtol=v.rtol, atol=v.atol)
 
 
 def register(app: typer.Typer) -> None:
@@ -29,41 +78,14 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
-def check_command(
-    paths: Annotated[list[Path], typer.Argument(help="Test case folders, or parent folders to search for them.")],
-    target: TargetOpt = "auto",
-    precision: PrecisionOpt = None,
-    ep_option: EpOptionOpt = None,
-    atol: Annotated[float | None, typer.Option("--atol", help="Absolute tolerance for every float output "
-                    "(default: the case's data.json, else ONNX's 1e-7; 1e-3 at fp16).")] = None,
-    rtol: Annotated[float | None, typer.Option("--rtol", help="Relative tolerance for every float output "
-                    "(default: the case's data.json, else ONNX's 1e-3; 1e-2 at fp16).")] = None,
-    tolerances: Annotated[str | None, typer.Option("--tolerances", help="Default tolerances of this precision "
-                          "(fp32 or fp16) instead of the target's, e.g. fp16 for a model `optimize --fp16` "
-                          "wrote.")] = None,
-    filters: Annotated[list[str] | None, typer.Option("--filter", "-f", help="Run only cases whose name matches "
-                       "this glob (e.g. '*conv*'); repeatable.")] = None,
-    keep_going: Annotated[bool, typer.Option("--keep-going/--fail-fast", " /-x", help="Run every case (default), "
-                          "or stop at the first failure or error.")] = True,
-    strict: StrictOpt = False,
-    as_json: JsonOpt = False,
-) -> None:
+@composed(CasesArgs(), TargetArgs(), TolerancesArgs(), RunnerArgs(), OutputArgs(), order=ORDER)
+def check_command(found, target, policy, runner, as_json) -> None:
     """Run ONNX test cases on a target and exit 1 on any failure or error."""
-    from onnxaccel.conformance import TolerancePolicy, discover, run_check  # heavy: loaded per command
+    from onnxaccel.conformance import run_check  # heavy: loaded per command
 
-    for label, value in (("atol", atol), ("rtol", rtol)):
-        if value is not None and not (value >= 0 and value != float("inf")):
-            raise UsageError(f"--{label} must be a finite number >= 0, got {value}.", f"e.g. --{label} 1e-3")
-    if tolerances not in (None, "fp32", "fp16"):
-        raise UsageError(f"--tolerances must be fp32 or fp16, got '{tolerances}'.", "e.g. --tolerances fp16")
-    tgt = resolve_target(target, precision, ep_option)
-    cases = discover([str(p) for p in paths], patterns=filters or ())
-    if not cases:
-        raise UsageError(f"No test case matches --filter {' '.join(filters or [])}.",
-                         "Check the glob; case names are paths like node/test_abs.")
-    policy = TolerancePolicy(precision=tolerances or tgt.precision, rtol=rtol, atol=atol)
+    cases, keep_going, strict = found.cases, found.keep_going, runner.strict
     if as_json:
-        report = run_check(cases, tgt, policy=policy, keep_going=keep_going, strict=strict)
+        report = run_check(cases, target, policy=policy, keep_going=keep_going, strict=strict)
         print_json(report.to_dict())
         raise typer.Exit(report.exit_code)
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -74,7 +96,7 @@ def check_command(
         def advance(result) -> None:
             progress.update(task, advance=1, description=f"checking {result.name[-30:]}")
 
-        report = run_check(cases, tgt, policy=policy, keep_going=keep_going, strict=strict, on_case=advance)
+        report = run_check(cases, target, policy=policy, keep_going=keep_going, strict=strict, on_case=advance)
     render(report)
     raise typer.Exit(report.exit_code)
 
@@ -87,7 +109,7 @@ def render(report) -> None:
     table.add_column("case", no_wrap=True, overflow="ellipsis", max_width=30)
     table.add_column("status", no_wrap=True, width=7)
     number_column(table, "time", min_width=6)
-    # folds rather than cuts: a cut would hide the digits of the worst error (issue 23)
+    # folds rather than cuts: a cut would hide the digits of the worst error
     text_column(table, "worst error / reason")
     for case in report.cases:
         style = _STYLE.get(case.status, "")

@@ -2,22 +2,50 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from types import SimpleNamespace
 
 import typer
 from rich.markup import escape
 
 from onnxaccel.analysis.compare import TargetComparison, compare_targets
-from onnxaccel.cli.common import (
-    BatchOpt, EpOptionOpt, JsonOpt, ShapeOpt, StrictOpt, ValueRangeOpt, console, err_console, handle_errors, note, print_json,
-    resolve_target, warn,
-)
+from onnxaccel.cli.args_data import InputArgs, OutputArgs, RunnerArgs
+from onnxaccel.cli.args_model import ShapeArgs, SourceArg, TargetArgs, resolve_pair
+from onnxaccel.cli.common import console, err_console, handle_errors, note, print_json, warn
+from onnxaccel.cli.compose import Built, Group, composed, option
 from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.compare import check_tolerances, default_tolerances
 from onnxaccel.errors import UsageError
-from onnxaccel.inputs import parse_value_ranges
-from onnxaccel.model import parse_shape_bindings
-from onnxaccel.target import Target
+
+__all__ = ["compare_command", "register", "resolve_pair"]
+
+#: The order of the options in --help.
+ORDER = ("model target precision ep_option inputs shape batch atol rtol topk bisect per_session seed value_range "
+         "strict as_json")
+
+
+class VerdictArgs(Group):
+    """What decides and explains the verdict: --atol, --rtol (defaults by the pair's precisions), --topk,
+    --bisect, --per-session. Builds their values with the tolerances resolved and checked."""
+
+    PARAMS = (
+        option("atol", float | None, None, help="Absolute tolerance (default by precision: fp32 1e-4, fp16 1e-2, "
+               "int8 5e-2)."),
+        option("rtol", float | None, None, help="Relative tolerance, times |reference| (default: fp32 1e-3, fp16 "
+               "5e-2, int8 1e-1)."),
+        option("topk", int, 5, "--topk", "-k", help="K for top-k agreement of classifier outputs."),
+        option("bisect", bool, False, "--bisect", help="When outputs differ, find the first diverging node (a few "
+               "intermediate tensors per session, bisecting along the graph)."),
+        option("per_session", int, 4, help="Intermediate tensors exposed per bisection session."),
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        default_atol, default_rtol = default_tolerances(*ctx[TargetArgs])
+        atol = default_atol if v.atol is None else v.atol
+        rtol = default_rtol if v.rtol is None else v.rtol
+        check_tolerances(atol, rtol)
+        if v.per_session < 1:
+            raise UsageError(f"--per-session must be at least 1, got {v.per_session}.", "e.g. --per-session 4")
+        return SimpleNamespace(**{**vars(v), "atol": atol, "rtol": rtol})
 
 
 def register(app: typer.Typer) -> None:
@@ -29,81 +57,33 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
-def compare_command(
-    model: Annotated[str, typer.Argument(help="An .onnx file or a built-in zoo:NAME.")],
-    target: Annotated[list[str] | None, typer.Option("--target", "-t", help="Reference, then candidate (give it "
-                      "twice). One target alone is compared with cpu, or with itself at each --precision. "
-                      "--ep-option applies to the candidate.")] = None,
-    precision: Annotated[list[str] | None, typer.Option("--precision", "-p", help="fp32, fp16 or int8; once "
-                         "(candidate precision) or twice (reference, candidate).")] = None,
-    ep_option: EpOptionOpt = None,
-    inputs: Annotated[list[str] | None, typer.Option("--input", "-i", help="NAME=FILE (.npy, .npz, .pb, image) or "
-                      "NAME=VALUE; inputs not given are synthesized (same values on both sides).")] = None,
-    shape: ShapeOpt = None,
-    batch: BatchOpt = None,
-    atol: Annotated[float | None, typer.Option(help="Absolute tolerance (default by precision: fp32 1e-4, fp16 "
-                    "1e-2, int8 5e-2).")] = None,
-    rtol: Annotated[float | None, typer.Option(help="Relative tolerance, times |reference| (default: fp32 1e-3, "
-                    "fp16 5e-2, int8 1e-1).")] = None,
-    topk: Annotated[int, typer.Option("--topk", "-k", help="K for top-k agreement of classifier outputs.")] = 5,
-    bisect: Annotated[bool, typer.Option("--bisect", help="When outputs differ, find the first diverging node "
-                      "(a few intermediate tensors per session, bisecting along the graph).")] = False,
-    per_session: Annotated[int, typer.Option(help="Intermediate tensors exposed per bisection session.")] = 4,
-    seed: Annotated[int, typer.Option(help="Seed for synthesized inputs.")] = 0,
-    value_range: ValueRangeOpt = None,
-    strict: StrictOpt = False,
-    as_json: JsonOpt = False,
-) -> None:
+@composed(
+    SourceArg("An .onnx file or a built-in zoo:NAME."),
+    TargetArgs(kind="pair", help="Reference, then candidate (give it twice). One target alone is compared with "
+               "cpu, or with itself at each --precision. --ep-option applies to the candidate.",
+               precision="fp32, fp16 or int8; once (candidate precision) or twice (reference, candidate)."),
+    InputArgs("NAME=FILE (.npy, .npz, .pb, image) or NAME=VALUE; inputs not given are synthesized (same values on "
+              "both sides)."),
+    ShapeArgs(), VerdictArgs(), RunnerArgs(), OutputArgs(), order=ORDER,
+)
+def compare_command(model, pair, given, shapes, verdict, runner, as_json) -> None:
     """Compare a model's outputs on two targets/precisions; exit 1 when they differ beyond tolerance."""
-    reference, candidate = resolve_pair(target or [], precision or [], ep_option)
-    default_atol, default_rtol = default_tolerances(reference, candidate)
-    atol = default_atol if atol is None else atol
-    rtol = default_rtol if rtol is None else rtol
-    check_tolerances(atol, rtol)
-    if per_session < 1:
-        raise UsageError(f"--per-session must be at least 1, got {per_session}.", "e.g. --per-session 4")
-    comparison = compare_targets(model, reference, candidate, atol=atol, rtol=rtol, topk=topk, inputs=inputs or [],
-                                 shapes=parse_shape_bindings(shape or []), batch=batch, seed=seed, strict=strict,
-                                 value_ranges=parse_value_ranges(value_range))
+    reference, candidate = pair
+    comparison = compare_targets(model, reference, candidate, atol=verdict.atol, rtol=verdict.rtol, topk=verdict.topk,
+                                 inputs=list(given.items), shapes=shapes.shapes, batch=shapes.batch, seed=given.seed,
+                                 strict=runner.strict, value_ranges=given.value_ranges)
     divergence = None
-    if bisect and not comparison.result.passed:
+    if verdict.bisect and not comparison.result.passed:
         from onnxaccel.analysis.bisect import find_divergence  # heavy: loaded only for --bisect
 
-        divergence = find_divergence(comparison.bound_model, reference, candidate, comparison.feeds, atol=atol,
-                                     rtol=rtol, per_session=per_session)
+        divergence = find_divergence(comparison.bound_model, reference, candidate, comparison.feeds,
+                                     atol=verdict.atol, rtol=verdict.rtol, per_session=verdict.per_session)
     if as_json:
         print_json(comparison.to_dict() | {"divergence": divergence.to_dict() if divergence else None})
     else:
-        _render(comparison, divergence, bisect)
+        _render(comparison, divergence, verdict.bisect)
     if not comparison.result.passed:
         raise typer.Exit(1)
-
-
-def resolve_pair(targets: list[str], precisions: list[str], options: list[str] | None) -> tuple[Target, Target]:
-    """Reference and candidate from the repeated --target/--precision options (see the option help)."""
-    if not targets:
-        raise UsageError("compare needs --target (once or twice).",
-                         "e.g. --target cpu --target cuda, or --target cuda --precision fp16")
-    if len(targets) > 2 or len(precisions) > 2:
-        raise UsageError("compare takes at most two --target and two --precision options.",
-                         "Compare two at a time.")
-    if len(targets) == 1 and not precisions:
-        pair = [resolve_target("cpu", None, None), resolve_target(targets[0], None, options)]
-    elif len(targets) == 1:
-        base = resolve_target(targets[0], None, options)
-        if len(precisions) == 1:
-            pair = [base, resolve_target(str(base), precisions[0], None)]
-        else:
-            pair = [resolve_target(str(base), p, None) for p in precisions]
-    else:
-        # --ep-option belongs to the candidate: the reference is often the CPU, which takes no provider options.
-        prec = precisions if len(precisions) == 2 else (precisions or [None]) * 2
-        pair = [resolve_target(targets[0], prec[0], None), resolve_target(targets[1], prec[1], options)]
-    if str(pair[0]) == str(pair[1]):
-        raise UsageError(f"Both sides are '{pair[0]}'; there is nothing to compare.",
-                         "Give two different targets (--target cpu --target cuda) or a --precision for the "
-                         "candidate (--target cuda --precision fp16).")
-    return pair[0], pair[1]
 
 
 def _render(c: TargetComparison, divergence, bisect: bool) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.markup import escape as e
 
-from onnxaccel.cli.common import JsonOpt, console, handle_errors, print_json
+from onnxaccel.cli.args_data import OutputArgs
+from onnxaccel.cli.args_model import TargetArgs
+from onnxaccel.cli.common import console, handle_errors, print_json
+from onnxaccel.cli.compose import composed
 from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.engines.ort_flavour import OrtBuild, installed_build
 from onnxaccel.system.doctor import DoctorReport, run_doctor
@@ -25,11 +26,9 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
-def doctor_command(
-    target: Annotated[str | None, typer.Option("--target", "-t", help="Check only this target (cpu, cuda, "
-                      "migraphx, rocm, tensorrt, with :ID or ?options); exit status 1 when it is not ready.")] = None,
-    as_json: JsonOpt = False,
-) -> None:
+@composed(TargetArgs(kind="text", precision=None, ep_option=None, help="Check only this target (cpu, cuda, migraphx, "
+                     "rocm, tensorrt, with :ID or ?options); exit status 1 when it is not ready."), OutputArgs())
+def doctor_command(target: str | None, as_json: bool) -> None:
     """Check the machine (or one target) and print the findings; exit 1 when the target is not ready."""
     report = run_doctor(target)
     build = installed_build()

@@ -1,5 +1,4 @@
-"""Argument groups shared by the commands: each declares its options, reads its part of a `--config`, and
-builds its object, with ONE precedence rule for every command.
+"""The precedence rule of the argument groups, their parsing helpers and the plain values they resolve to.
 
 The rule (``pick``): an option given on the command line > the `--config` file's value > the default. An
 option given replaces the configuration's value of that option as a whole (``--shape`` replaces all of the
@@ -7,25 +6,21 @@ configuration's shapes; ``--ep-option`` and ``--precision`` apply on top of whic
 
 Typer hands a command the default when an option is not given, so "given" cannot be told from "given with
 the default value" (``--target auto`` from no ``--target``). Options a configuration can set therefore
-default to None in the signature and the group resolves them here; their help text names the visible
-default. None keeps the rule in plain values: a group resolves the same from Python as from a command line.
+default to None in the signature and are resolved here; their help text names the visible default. None
+keeps the rule in plain values: this module resolves the same from Python as from a command line.
 
-The groups follow Polygraphy's argument groups, where each group adds its options and builds its objects
-(NVIDIA/TensorRT, tools/Polygraphy/polygraphy/tools/args/base.py, ``BaseArgs.add_parser_args`` / ``parse``,
-commit 0290aa3a39d81e551e1ab01aeb85a67e91bb4d41). Typer takes options from the function signature, so here
-a group is its ``Annotated`` option aliases plus a ``resolve`` that takes their values and the configuration:
+The groups themselves (each declares its options and builds its object; cli/compose.py composes commands
+from them) live beside this module:
 
 ==================  ===========================================================  ===========================
-group               options                                                      builds
+module              groups                                                       build
 ==================  ===========================================================  ===========================
-configuration       --config                                                     ``TunedConfig`` (or None)
-model and shapes    MODEL, --shape, --batch                                      ``ModelArgs``
-target              --target, --precision, --ep-option                           ``Target`` (or several)
-inputs              --input, --value-range, --seed, --iobinding                  ``InputArgs``, IO binding
-timing              --warmup, --runs, --duration, --calls-per-sample,            ``TimingArgs``; an instance
-                    --concurrency, --instances                                   count for `serve`
-accuracy gate       --max-error, --atol, --rtol                                  (``bench.AccuracyGate``)
-output              --report, --resume                                           ``ReportArgs``
+cli/args_model.py   SourceArg (MODEL), ConfigArgs (--config), TargetArgs          str, ``TunedConfig``,
+                    (--target, --precision, --ep-option), PrecisionsArgs,        ``Target``, ``Shapes``
+                    ShapeArgs (--shape, --batch, --shape-buckets)
+cli/args_data.py    InputArgs, RunnerArgs, PreprocessArgs, AccuracyArgs,         ``Inputs``, ``Timing``,
+                    TimingArgs, ReportArgs, OutputArgs (--json)                  ``Reports``, ...
+cli/args_serve.py   ServerArgs, BatcherArgs, LayoutArgs, SessionArgs, RayArgs    ``ServerConfig``, ...
 ==================  ===========================================================  ===========================
 """
 
@@ -33,13 +28,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
-
-import typer
+from typing import Any, TypeVar
 
 from onnxaccel.bench.config import TunedConfig, load_config
 from onnxaccel.bench.report import BenchReport, check_report_paths, load_report
-from onnxaccel.cli.common import TARGET_HELP, resolve_target, warn
+from onnxaccel.cli.common import resolve_target, warn
 from onnxaccel.errors import InputError, UsageError
 from onnxaccel.inputs import parse_value_ranges
 from onnxaccel.model import parse_shape_bindings
@@ -112,13 +105,6 @@ def check_positive(label: str, value: float | None) -> None:
 
 # -- configuration --------------------------------------------------------------------------------------
 
-def config_option(holds: str) -> Any:
-    """The ``--config`` option of a command that reads ``holds`` from a `tune` configuration."""
-    return Annotated[Path | None, typer.Option("--config", help=f"A configuration written by `onnxaccel tune`: "
-                     f"its {holds}. An option given here wins over the configuration, which wins over the "
-                     "defaults.")]
-
-
 def load_tuned(path: str | Path | None) -> TunedConfig | None:
     """The `tune` configuration at ``path`` (schema-checked; ConfigError with a hint), or None without one."""
     return load_config(path) if path else None
@@ -132,9 +118,6 @@ def warn_if_not_tuned(tuned: TunedConfig | None, path: str | Path) -> None:
 
 
 # -- model and shapes -----------------------------------------------------------------------------------
-
-BatchesOpt = Annotated[list[str] | None, typer.Option(
-    "--batch", "-b", help="Batch sizes, comma-separated or repeated, e.g. 1,8,32,256.")]
 
 
 @dataclass(frozen=True)
@@ -156,9 +139,37 @@ class ModelArgs:
     def resolve(cls, model: str | None, *, shape: list[str] | None, batch: int | list[str] | None,
                 tuned: TunedConfig | None) -> ModelArgs:
         """MODEL, --shape and --batch (one int, or `bench`'s list of texts) against the configuration."""
-        source = pick(model or None, configured(tuned, "model"), None)
-        if not source:
-            raise UsageError("No model given.", "Pass MODEL (an .onnx file or zoo:NAME), or --config FILE from `tune`.")
+        source = resolve_source(model, tuned)
+        bound = Shapes.resolve(shape, batch, tuned)
+        return cls(source=source, shapes=bound.shapes, batches=bound.batches)
+
+
+def resolve_source(model: str | None, tuned: TunedConfig | None) -> str:
+    """MODEL, else the configuration's model; UsageError without either."""
+    source = pick(model or None, configured(tuned, "model"), None)
+    if not source:
+        raise UsageError("No model given.", "Pass MODEL (an .onnx file or zoo:NAME), or --config FILE from `tune`.")
+    return source
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Shape bindings, the batch size(s) for axis 0 (``(None,)``: the model's own) and the shape buckets
+    (canonical text, or None)."""
+
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    batches: tuple[int | None, ...] = (None,)
+    buckets: str | None = None
+
+    @property
+    def batch(self) -> int | None:
+        """The batch size of a command that runs one."""
+        return self.batches[0]
+
+    @classmethod
+    def resolve(cls, shape: list[str] | None, batch: int | list[str] | None, tuned: TunedConfig | None,
+                buckets: str | None = None) -> Shapes:
+        """--shape, --batch (one int, or a list of texts) and --shape-buckets against the configuration."""
         given_shapes = parse_shape_bindings(shape) if shape else None
         tuned_shapes = dict(tuned.shapes) if tuned is not None else None
         if isinstance(batch, int):
@@ -166,19 +177,23 @@ class ModelArgs:
         else:
             given_batches = list(batches(batch)) if batch else None
         tuned_batch = configured(tuned, "batch")
-        return cls(source=source, shapes=pick(given_shapes, tuned_shapes, {}),
-                   batches=tuple(pick(given_batches, [tuned_batch] if tuned_batch is not None else None, [None])))
+        spec = buckets or configured(tuned, "shape_buckets")
+        return cls(shapes=pick(given_shapes, tuned_shapes, {}),
+                   batches=tuple(pick(given_batches, [tuned_batch] if tuned_batch is not None else None, [None])),
+                   buckets=bucket_text(spec))
+
+
+def bucket_text(spec: str | None) -> str | None:
+    """--shape-buckets (or the configuration's) checked and in canonical form; a bad value stops here, before
+    any model loads."""
+    if not spec:
+        return None
+    from onnxaccel.engines.buckets import ShapeBuckets
+
+    return ShapeBuckets.parse(str(spec)).describe()
 
 
 # -- target ---------------------------------------------------------------------------------------------
-
-TargetOpt = Annotated[str | None, typer.Option(
-    "--target", "-t", help=TARGET_HELP + " Default: auto, or the --config's target.")]
-TargetsOpt = Annotated[list[str] | None, typer.Option(
-    "--target", "-t", help="Where to run (repeat for several): auto, cpu, cuda[:ID], migraphx[:ID], rocm, tensorrt; "
-    "optionally /PRECISION and ?KEY=VALUE options, e.g. cuda:0/fp16?prefer_nhwc=1. Default: auto, or the "
-    "--config's target.")]
-
 
 def build_target(target: str | None, precision: str | None, ep_option: list[str] | None,
                  tuned: TunedConfig | None) -> Target:
@@ -198,16 +213,9 @@ def build_targets(targets: list[str] | None, ep_option: list[str] | None, tuned:
 
 # -- inputs ---------------------------------------------------------------------------------------------
 
-SeedOpt = Annotated[int, typer.Option(help="Seed for synthesized inputs.")]
-IobindingOpt = Annotated[bool | None, typer.Option("--iobinding/--no-iobinding", help="Keep inputs and outputs on "
-                         "the device (IO binding) or pass numpy arrays. Default: on, or the --config's.")]
-IobindingModesOpt = Annotated[str | None, typer.Option("--iobinding", help="on: inputs/outputs stay on the device "
-                              "(IO binding); off: numpy in/out, as most guides measure; both. Default: on, or the "
-                              "--config's.")]
-
 
 @dataclass(frozen=True)
-class InputArgs:
+class Inputs:
     """Inputs: the given input items (NAME=FILE, NAME=VALUE, a bare .npz), ranges and seed for the rest."""
 
     items: tuple[str, ...] = ()
@@ -215,7 +223,7 @@ class InputArgs:
     seed: int = 0
 
     @classmethod
-    def resolve(cls, inputs: list[str] | None, value_range: list[str] | None = None, seed: int = 0) -> InputArgs:
+    def resolve(cls, inputs: list[str] | None, value_range: list[str] | None = None, seed: int = 0) -> Inputs:
         """--input, --value-range and --seed (a configuration holds none of them)."""
         return cls(items=tuple(inputs or ()), value_ranges=parse_value_ranges(value_range), seed=seed)
 
@@ -234,15 +242,9 @@ def iobinding_modes(flag: str | None, no_flag: bool, tuned: TunedConfig | None) 
 
 # -- timing ---------------------------------------------------------------------------------------------
 
-GpuOpt = Annotated[str | None, typer.Option(
-    "--gpu", help="GPU model for the peak-TFLOP/s table when the telemetry cannot tell, e.g. 'H200', 'MI300X'.")]
-InstancesOpt = Annotated[str | None, typer.Option(help="Sessions side by side, one thread each (as Triton's instance "
-                         "count or trtexec --streams), comma-separated, e.g. 1,2,4. Unlike --concurrency, each may "
-                         "replay its own CUDA graph. Default: 1, or the count in --config.")]
-
 
 @dataclass(frozen=True)
-class TimingArgs:
+class Timing:
     """Timing: untimed and timed runs per cell, calls per sample, concurrent requests and sessions."""
 
     warmup: int = 10
@@ -254,7 +256,7 @@ class TimingArgs:
 
     @classmethod
     def resolve(cls, *, warmup: int, runs: int | None, duration: float | None, calls_per_sample: int | None,
-                concurrency: str, instances: str | None, tuned: TunedConfig | None) -> TimingArgs:
+                concurrency: str, instances: str | None, tuned: TunedConfig | None) -> Timing:
         """`bench`'s timing options, checked; --instances else the configuration's count else 1."""
         if runs is not None and duration is not None:
             raise UsageError("--runs and --duration exclude each other.", "Give one: --runs 200, or --duration 5.")
@@ -276,26 +278,11 @@ def instance_count(flag: int | None, tuned: TunedConfig | None) -> int:
     return pick(flag, configured(tuned, "instances"), 1)
 
 
-# -- accuracy gate --------------------------------------------------------------------------------------
-
-MaxErrorOpt = Annotated[float | None, typer.Option(
-    "--max-error", help="Accuracy gate: largest absolute error against the FP32 reference (replaces the "
-    "element-wise atol/rtol check).")]
-AtolOpt = Annotated[float | None, typer.Option("--atol", help="Element-wise gate: absolute tolerance (default "
-                                               "per precision: fp32 1e-4, fp16 1e-2, int8 5e-2).")]
-RtolOpt = Annotated[float | None, typer.Option("--rtol", help="Element-wise gate: relative tolerance (default per "
-                                               "precision: fp32 1e-3, fp16 5e-2, int8 1e-1).")]
-
-
 # -- output ---------------------------------------------------------------------------------------------
-
-ReportOpt = Annotated[list[str] | None, typer.Option(
-    "--report", "-r", help="Write the report to FILE.json, .csv, .md or .html (repeatable); rewritten after every "
-    "cell, so an interrupted sweep keeps what finished.")]
 
 
 @dataclass(frozen=True)
-class ReportArgs:
+class Reports:
     """Output: the report files (checked before any work starts) and whether to resume from the JSON one."""
 
     paths: tuple[Path, ...] = ()
@@ -307,7 +294,7 @@ class ReportArgs:
         return next((p for p in self.paths if p.suffix.lower() == ".json"), None)
 
     @classmethod
-    def resolve(cls, report: list[str] | None, *, resume: bool, default_json: Path | None = None) -> ReportArgs:
+    def resolve(cls, report: list[str] | None, *, resume: bool, default_json: Path | None = None) -> Reports:
         """--report files; ``default_json`` (tune's OUTPUT.report.json) goes first when none of them is JSON."""
         paths = check_report_paths(report or ([str(default_json)] if default_json else []))
         if default_json is not None and not any(p.suffix.lower() == ".json" for p in paths):

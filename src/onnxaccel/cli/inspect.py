@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from types import SimpleNamespace
 
 import typer
 from rich.markup import escape
 
 from onnxaccel.analysis.inspect import InspectResult, inspect_model
-from onnxaccel.cli.common import (
-    BatchOpt, EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, console, err_console, handle_errors, note,
-    print_json, resolve_target, warn,
-)
+from onnxaccel.cli.args_data import OutputArgs, RunnerArgs
+from onnxaccel.cli.args_model import ShapeArgs, SourceArg, TargetArgs
+from onnxaccel.cli.common import console, err_console, handle_errors, note, print_json, warn
+from onnxaccel.cli.compose import Built, Group, composed, option
 from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.errors import PlacementError
-from onnxaccel.model import parse_shape_bindings
+
+#: The order of the options in --help.
+ORDER = "model target precision ep_option shape batch strict nodes all_nodes no_check as_json"
+
+
+class NodesArgs(Group):
+    """How many nodes to list: --nodes N (the N with the most FLOPs), --all-nodes."""
+
+    PARAMS = (
+        option("nodes", int, 10, "--nodes", "-n", help="Show the N nodes with the most FLOPs (0: none)."),
+        option("all_nodes", bool, False, "--all-nodes", help="Show every node (and list them all in --json)."),
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        return v
 
 
 def register(app: typer.Typer) -> None:
@@ -26,25 +40,16 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
-def inspect_command(
-    model: Annotated[str, typer.Argument(help="An .onnx file or a built-in zoo:NAME.")],
-    target: Annotated[str | None, typer.Option("--target", "-t", help="Also compile for this target and report "
-                      "node placement (cpu, cuda[:ID], migraphx[:ID], rocm, tensorrt, auto; /PRECISION, ?KEY=VALUE)."
-                      )] = None,
-    precision: PrecisionOpt = None,
-    ep_option: EpOptionOpt = None,
-    shape: ShapeOpt = None,
-    batch: BatchOpt = None,
-    strict: StrictOpt = False,
-    nodes: Annotated[int, typer.Option("--nodes", "-n", help="Show the N nodes with the most FLOPs (0: none).")] = 10,
-    all_nodes: Annotated[bool, typer.Option("--all-nodes", help="Show every node (and list them all in --json)."
-                                            )] = False,
-    no_check: Annotated[bool, typer.Option("--no-check", help="Skip the ONNX checker.")] = False,
-    as_json: JsonOpt = False,
-) -> None:
+@composed(
+    SourceArg("An .onnx file or a built-in zoo:NAME."),
+    TargetArgs(kind="maybe", help="Also compile for this target and report node placement (cpu, cuda[:ID], "
+               "migraphx[:ID], rocm, tensorrt, auto; /PRECISION, ?KEY=VALUE)."),
+    ShapeArgs(), RunnerArgs(check="Skip the ONNX checker."), NodesArgs(), OutputArgs(), order=ORDER,
+)
+def inspect_command(model, tgt, shapes, runner, shown, as_json) -> None:
     """Print a model's graph statistics and, with --target, where each node runs."""
-    tgt = resolve_target(target, precision, ep_option) if target else None
-    result = inspect_model(model, tgt, shapes=parse_shape_bindings(shape or []), batch=batch, check=not no_check)
+    nodes, all_nodes, strict = shown.nodes, shown.all_nodes, runner.strict
+    result = inspect_model(model, tgt, shapes=shapes.shapes, batch=shapes.batch, check=runner.check)
     if as_json:
         print_json(result.to_dict(nodes=all_nodes or nodes > 0))
     else:

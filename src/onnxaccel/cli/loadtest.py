@@ -4,15 +4,73 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from types import SimpleNamespace
 
 import typer
 from rich.markup import escape
 
-from onnxaccel.cli.common import JsonOpt, ShapeOpt, console, err_console, handle_errors, print_json
+from onnxaccel.cli.args_data import OutputArgs
+from onnxaccel.cli.args_model import ShapeArgs
+from onnxaccel.cli.common import console, err_console, handle_errors, print_json
+from onnxaccel.cli.compose import REQUIRED, Built, Group, argument, composed, option
 from onnxaccel.cli.tables import columns, new_table, si
 from onnxaccel.errors import UsageError
-from onnxaccel.model import parse_shape_bindings
+
+#: The order of the options in --help.
+ORDER = ("url model concurrency duration warmup protocol grpc_url binary batch shape shape_mix images workers "
+         "max_requests timeout report as_json")
+
+
+class EndpointArgs(Group):
+    """The server under test: URL, --model, --protocol, --grpc-url, --binary, --timeout. Builds their values
+    (an http:// URL, the protocol lower-cased)."""
+
+    PARAMS = (
+        argument("url", str, REQUIRED, help="The server's HTTP URL, e.g. http://127.0.0.1:8000 (metadata is read "
+                 "over HTTP for both protocols)."),
+        option("model", str, REQUIRED, "--model", "-m", help="Model name on the server."),
+        option("protocol", str, "http", "--protocol", help="http or grpc."),
+        option("grpc_url", str | None, None, "--grpc-url", help="host:port of the gRPC endpoint (default: the URL's "
+               "host, port 8001)."),
+        option("binary", bool, True, "--binary/--no-binary", help="HTTP: send and receive tensors with the binary "
+               "tensor extension (the default, as Triton's perf_analyzer does) or, with --no-binary, as JSON, which "
+               "measures JSON encoding more than the model for large outputs (gRPC is always binary)."),
+        option("timeout", float, 30.0, "--timeout", help="Seconds before a request counts as failed."),
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        return SimpleNamespace(**{**vars(v), "url": v.url if "://" in v.url else f"http://{v.url}",
+                                  "protocol": v.protocol.lower()})
+
+
+class LoadArgs(Group):
+    """The load: --concurrency levels (checked), --duration and --warmup per level, --shape-mix, --images,
+    --workers, --max-requests, and the --report file."""
+
+    PARAMS = (
+        option("concurrency", str, "1,8,32", "--concurrency", "-c", help="Comma-separated outstanding-request "
+               "counts, e.g. 1,8,32."),
+        option("duration", float, 10.0, "--duration", "-d", help="Measured seconds per level."),
+        option("warmup", float, 2.0, "--warmup", help="Unmeasured seconds before each level."),
+        option("shape_mix", str | None, None, "--shape-mix", help="Mixed-length requests: DIM=SIZE,SIZE,... (e.g. "
+               "sequence=20,50,100,200); requests cycle through the sizes, each set on every dynamic axis but the "
+               "batch axis of the inputs --shape does not give. To compare a server with --shape-buckets against "
+               "one without."),
+        option("images", Path | None, None, "--images", help="A folder of .jpg/.png files: send them as encoded "
+               "images (BYTES, one file per row, --batch files per request) round robin, to a server that decodes "
+               "them (onnxaccel serve, a KServe/Triton image pipeline); reports images/s."),
+        option("workers", int, 0, "--workers", help="Client processes (0: automatic)."),
+        option("max_requests", int | None, None, "--max-requests", help="Stop a level after this many requests."),
+        option("report", Path | None, None, "--report", help="Write the JSON report here."),
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        try:
+            levels = tuple(int(c) for c in v.concurrency.split(",") if c.strip())
+        except ValueError:
+            raise UsageError(f"--concurrency must be comma-separated integers, got '{v.concurrency}'.",
+                             "e.g. --concurrency 1,8,32") from None
+        return SimpleNamespace(**{**vars(v), "concurrency": levels})
 
 
 def register(app: typer.Typer) -> None:
@@ -23,51 +81,22 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
-def loadtest_command(
-    url: Annotated[str, typer.Argument(help="The server's HTTP URL, e.g. http://127.0.0.1:8000 (metadata is read "
-                                       "over HTTP for both protocols).")],
-    model: Annotated[str, typer.Option("--model", "-m", help="Model name on the server.")],
-    concurrency: Annotated[str, typer.Option("--concurrency", "-c", help="Comma-separated outstanding-request "
-                                             "counts, e.g. 1,8,32.")] = "1,8,32",
-    duration: Annotated[float, typer.Option("--duration", "-d", help="Measured seconds per level.")] = 10.0,
-    warmup: Annotated[float, typer.Option("--warmup", help="Unmeasured seconds before each level.")] = 2.0,
-    protocol: Annotated[str, typer.Option("--protocol", help="http or grpc.")] = "http",
-    grpc_url: Annotated[str | None, typer.Option("--grpc-url", help="host:port of the gRPC endpoint (default: the "
-                                                 "URL's host, port 8001).")] = None,
-    binary: Annotated[bool, typer.Option("--binary/--no-binary", help="HTTP: send and receive tensors with the "
-                                         "binary tensor extension (the default, as Triton's perf_analyzer does) or, "
-                                         "with --no-binary, as JSON, which measures JSON encoding more than the "
-                                         "model for large outputs (gRPC is always binary).")] = True,
-    batch: Annotated[int, typer.Option("--batch", "-b", help="Rows per request (the batch axis).")] = 1,
-    shape: ShapeOpt = None,
-    shape_mix: Annotated[str | None, typer.Option("--shape-mix", help="Mixed-length requests: DIM=SIZE,SIZE,... "
-                         "(e.g. sequence=20,50,100,200); requests cycle through the sizes, each set on every "
-                         "dynamic axis but the batch axis of the inputs --shape does not give. To compare a "
-                         "server with --shape-buckets against one without.")] = None,
-    images: Annotated[Path | None, typer.Option("--images", help="A folder of .jpg/.png files: send them as encoded "
-                      "images (BYTES, one file per row, --batch files per request) round robin, to a server that "
-                      "decodes them (onnxaccel serve, a KServe/Triton image pipeline); reports images/s.")] = None,
-    workers: Annotated[int, typer.Option("--workers", help="Client processes (0: automatic).")] = 0,
-    max_requests: Annotated[int | None, typer.Option("--max-requests", help="Stop a level after this many "
-                                                     "requests.")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds before a request counts as failed.")] = 30.0,
-    report: Annotated[Path | None, typer.Option("--report", help="Write the JSON report here.")] = None,
-    as_json: JsonOpt = False,
-) -> None:
+@composed(
+    LoadArgs(), EndpointArgs(),
+    ShapeArgs(batch=option("batch", int, 1, "--batch", "-b", help="Rows per request (the batch axis).")),
+    OutputArgs(), order=ORDER,
+)
+def loadtest_command(load, server, shapes, as_json) -> None:
     """Load-test a running inference server at each concurrency level and print or write the report."""
     from onnxaccel.loadtest import LoadtestConfig, run_loadtest  # heavy (asyncio, multiprocessing): per command
 
-    try:
-        levels = tuple(int(c) for c in concurrency.split(",") if c.strip())
-    except ValueError:
-        raise UsageError(f"--concurrency must be comma-separated integers, got '{concurrency}'.",
-                         "e.g. --concurrency 1,8,32") from None
     config = LoadtestConfig(
-        url=url if "://" in url else f"http://{url}", model=model, protocol=protocol.lower(), binary=binary,
-        concurrency=levels, duration_s=duration, warmup_s=warmup, batch=batch,
-        shapes=parse_shape_bindings(shape or []), workers=workers, max_requests=max_requests, timeout_s=timeout,
-        grpc_url=grpc_url, shape_mix=shape_mix, images=str(images) if images else None,
+        url=server.url, model=server.model, protocol=server.protocol, binary=server.binary,
+        concurrency=load.concurrency, duration_s=load.duration, warmup_s=load.warmup, batch=shapes.batch,
+        shapes=shapes.shapes, workers=load.workers, max_requests=load.max_requests, timeout_s=server.timeout,
+        grpc_url=server.grpc_url, shape_mix=load.shape_mix, images=str(load.images) if load.images else None,
     )
+    report = load.report
 
     def progress(level) -> None:
         if not as_json:

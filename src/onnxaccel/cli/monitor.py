@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Annotated
+from types import SimpleNamespace
 
 import typer
 from rich import box
@@ -20,13 +20,30 @@ from rich.table import Table
 
 from onnxaccel.cli.tables import columns, new_table, number_column, text_column
 from onnxaccel.install import install_command
-from onnxaccel.cli.common import JsonOpt, console, handle_errors
+from onnxaccel.cli.args_data import OutputArgs
+from onnxaccel.cli.common import console, handle_errors
+from onnxaccel.cli.compose import Built, Group, composed, option
 from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.system.telemetry import TelemetryRecorder, TelemetrySummary, check_interval
 from onnxaccel.system.gpu_sample import GpuSample
 from onnxaccel.system.telemetry_backends import open_backends
 
 SCHEMA = "onnxaccel.monitor/1"
+
+
+class ReadingsArgs(Group):
+    """--interval between readings (checked) and --count of readings (None: until Ctrl-C)."""
+
+    PARAMS = (
+        option("interval", float, 1.0, "--interval", help="Seconds between readings."),
+        option("count", int | None, None, "--count", help="Stop after N readings (default: until Ctrl-C)."),
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        check_interval(v.interval)
+        if v.count is not None and v.count < 1:
+            raise UsageError(f"--count must be at least 1, got {v.count}.", "Leave it out to run until Ctrl-C.")
+        return v
 
 
 def register(app: typer.Typer) -> None:
@@ -37,16 +54,10 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
-def monitor_command(
-    interval: Annotated[float, typer.Option("--interval", help="Seconds between readings.")] = 1.0,
-    count: Annotated[int | None, typer.Option("--count", help="Stop after N readings (default: until "
-                     "Ctrl-C).")] = None,
-    as_json: JsonOpt = False,
-) -> None:
+@composed(ReadingsArgs(), OutputArgs())
+def monitor_command(readings, as_json: bool) -> None:
     """Show live GPU readings until interrupted (or ``--count`` readings); exit 1 without a GPU."""
-    check_interval(interval)
-    if count is not None and count < 1:
-        raise UsageError(f"--count must be at least 1, got {count}.", "Leave it out to run until Ctrl-C.")
+    interval, count = readings.interval, readings.count
     backends, notes = open_backends()
     if not backends:
         raise OnnxAccelError("No GPU to monitor: " + "; ".join(notes) + ".",

@@ -11,31 +11,27 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.panel import Panel
 
-from onnxaccel.cli.common import (
-    PreprocessOpt,
-    BatchOpt, JsonOpt, ShapeOpt, TargetOpt, console, err_console, handle_errors, note, print_json,
-    resolve_target,
-)
-from onnxaccel.cli.groups import floats
+from onnxaccel.cli.args_data import OPTIMIZE_IMAGE_HELP, OutputArgs, PreprocessArgs, RunnerArgs
+from onnxaccel.cli.args_model import ShapeArgs, SourceArg, TargetArgs
+from onnxaccel.cli.args_optimize import INT8_MIN_COSINE, ConversionArgs, GateArgs, GraphArgs, WriteArgs, default_gate
+from onnxaccel.cli.common import console, err_console, handle_errors, note, print_json
+from onnxaccel.cli.compose import composed
 from onnxaccel.cli.tables import columns, new_table
-from onnxaccel.compare import DEFAULT_TOLERANCES, GateSpec
-from onnxaccel.errors import InputError, UsageError
-from onnxaccel.prepost.presets import PreprocessRequest
-from onnxaccel.model import parse_shape_bindings
-from onnxaccel.precision.int8 import Int8Settings
-from onnxaccel.target import NATIVE_PRECISION
+from onnxaccel.errors import UsageError
 
-# common.EpOptionOpt takes -o as its short flag; here -o is the output, as in most converters.
-EpOptionOpt = Annotated[
-    list[str] | None,
-    typer.Option("--ep-option", help="Provider or session option KEY=VALUE for the target; repeatable."),
-]
+__all__ = ["INT8_MIN_COSINE", "default_gate", "optimize_command", "refuse_existing_output", "register", "render"]
+
+#: The order of the options in --help.
+ORDER = ("model output target ep_option shape batch fix_shape opset ir_version simplify graph_level "
+         "transformer_fusions model_type fp16 amp fp16_block_op keep_fp32 int8 calibration calibration_samples "
+         "calibration_method percentile per_channel int8_activations int8_exclude native table_format eval_data "
+         "eval_samples atol rtol max_error min_topk_agreement topk min_cosine preprocess mean std resize layout bgr "
+         "seed embed_preprocess compile_cache force no_check report_path as_json")
 
 
 def register(app: typer.Typer) -> None:
@@ -46,149 +42,53 @@ def register(app: typer.Typer) -> None:
                 "when the accuracy gate fails (the report is still written).")(optimize_command)
 
 
-#: Default cosine floor for INT8 when no threshold is given: catches collapsed quantization (outputs rounded
-#: to zero or constant), not the ordinary quantization noise (the PP-OCR classifier's INT8 probabilities:
-#: cosine 0.988 against FP32).
-INT8_MIN_COSINE = 0.95
-
-
-def default_gate(precision: str, atol: float | None, rtol: float | None, max_error: float | None,
-                 min_topk_agreement: float | None, topk: int, min_cosine: float | None = None):
-    """Tolerances default to `compare`'s per precision. INT8 checks elementwise only when asked, and a
-    cosine floor when no threshold at all is given."""
-    d_atol, d_rtol = DEFAULT_TOLERANCES[precision]
-    elementwise = precision != "int8" or atol is not None or rtol is not None
-    given = (atol, rtol, max_error, min_topk_agreement, min_cosine)
-    if precision == "int8" and all(v is None for v in given):
-        min_cosine = INT8_MIN_COSINE
-    return GateSpec(atol=d_atol if atol is None else atol, rtol=d_rtol if rtol is None else rtol,
-                    elementwise=elementwise, max_error=max_error, min_topk_agreement=min_topk_agreement, topk=topk,
-                    min_cosine=min_cosine)
-
-
 @handle_errors
-def optimize_command(
-    model: Annotated[str, typer.Argument(help="An .onnx file or zoo:NAME. It is never modified.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the optimized model (.onnx).")],
-    target: TargetOpt = "auto",
-    ep_option: EpOptionOpt = None,
-    shape: ShapeOpt = None,
-    batch: BatchOpt = None,
-    fix_shape: Annotated[bool, typer.Option("--fix-shape", help="Stamp the bound shapes (--shape/--batch) into the "
-                         "model, so compiling providers (MIGraphX) compile once instead of per shape.")] = False,
-    opset: Annotated[int | None, typer.Option(help="Convert to this ai.onnx opset (onnx.version_converter).")] = None,
-    ir_version: Annotated[int | None, typer.Option("--ir-version", help="Stamp this IR version (if the opset "
-                          "allows).")] = None,
-    simplify: Annotated[bool, typer.Option("--simplify/--no-simplify", help="Constant folding and cleanup with "
-                        "onnxslim (pip install 'onnxaccel\\[optimize]').")] = False,
-    graph_level: Annotated[str, typer.Option("--graph-level", help="ONNX Runtime graph optimization saved in the "
-                           "model: auto (extended on cpu, basic elsewhere), none, basic, extended, all.")] = "auto",
-    transformer_fusions: Annotated[bool | None, typer.Option("--transformer-fusions/--no-transformer-fusions",
-                                   help="Attention/LayerNorm/GELU fusions; default: when the graph looks like a "
-                                   "transformer.", show_default=False)] = None,
-    model_type: Annotated[str, typer.Option(help="Model type for transformer fusions (bert, gpt2, bart, t5, "
-                          "...).")] = "bert",
-    fp16: Annotated[bool, typer.Option("--fp16", help="Convert to FP16 with FP32 inputs/outputs.")] = False,
-    amp: Annotated[bool, typer.Option("--amp", help="FP16 with automatic mixed precision: nodes whose FP16 output "
-                   "breaks the tolerance stay FP32 (implies --fp16).")] = False,
-    fp16_block_op: Annotated[list[str] | None, typer.Option("--fp16-block-op", help="Op type to keep in FP32; "
-                             "repeatable.")] = None,
-    keep_fp32: Annotated[list[str] | None, typer.Option("--keep-fp32", help="Node name to keep in FP32; "
-                         "repeatable.")] = None,
-    int8: Annotated[str | None, typer.Option("--int8", help="static (QDQ, needs --calibration) or dynamic "
-                    "(transformer MatMuls).")] = None,
-    calibration: Annotated[str | None, typer.Option("--calibration", help="Calibration data: a folder of "
-                           "images, an .npz named by input, a folder of .npy/.npz, or `synthetic` (testing "
-                           "only).")] = None,
-    calibration_samples: Annotated[int, typer.Option(help="Most calibration samples to use.")] = 128,
-    calibration_method: Annotated[str, typer.Option(help="minmax, entropy or percentile.")] = "minmax",
-    percentile: Annotated[float, typer.Option(help="Percentile for --calibration-method percentile.")] = 99.999,
-    per_channel: Annotated[bool, typer.Option("--per-channel/--per-tensor", help="Per-channel INT8 weights.")] = True,
-    int8_activations: Annotated[str, typer.Option(help="int8 (S8S8, recommended) or uint8.")] = "int8",
-    int8_exclude: Annotated[list[str] | None, typer.Option("--int8-exclude", help="Node to leave unquantized; "
-                            "repeatable.")] = None,
-    native: Annotated[bool, typer.Option("--native", help="Leave FP16/INT8 to the provider (migraphx_fp16_enable; "
-                      "migraphx_int8_enable + a calibration table; trt_*): the model stays FP32.")] = False,
-    table_format: Annotated[str, typer.Option(help="Calibration table for --native INT8: flatbuffers "
-                            "(ORT-generated) or tensorrt (TRT- text cache).")] = "flatbuffers",
-    eval_data: Annotated[str | None, typer.Option("--eval-data", help="Inputs for the accuracy gate (same forms "
-                         "as --calibration); default: the calibration data, else synthesized inputs.")] = None,
-    eval_samples: Annotated[int, typer.Option(help="Samples the accuracy gate runs.")] = 8,
-    atol: Annotated[float | None, typer.Option(help="Absolute tolerance (default by precision, as `compare`).")] = None,
-    rtol: Annotated[float | None, typer.Option(help="Relative tolerance (default by precision).")] = None,
-    max_error: Annotated[float | None, typer.Option("--max-error", help="Fail when any output's largest absolute "
-                         "error exceeds this.")] = None,
-    min_topk_agreement: Annotated[float | None, typer.Option("--min-topk-agreement", help="Fail when classifier "
-                                  "outputs agree on fewer than this fraction of rows (0..1).")] = None,
-    topk: Annotated[int, typer.Option(help="K for --min-topk-agreement (1 = top-1 agreement).")] = 1,
-    min_cosine: Annotated[float | None, typer.Option("--min-cosine", help="Fail when any output's cosine "
-                          "similarity with the original is below this (INT8 default 0.95 when no threshold is "
-                          "given).")] = None,
-    preprocess: PreprocessOpt = None,
-    mean: Annotated[str | None, typer.Option(help="Image normalization mean, e.g. 0.485,0.456,0.406.")] = None,
-    std: Annotated[str | None, typer.Option(help="Image normalization std.")] = None,
-    resize: Annotated[int | None, typer.Option(help="Image shorter side before the center crop.")] = None,
-    layout: Annotated[str, typer.Option(help="Image tensor layout: nchw or nhwc.")] = "nchw",
-    bgr: Annotated[bool, typer.Option("--bgr", help="Images as BGR.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed for synthesized inputs.")] = 0,
-    embed_preprocess: Annotated[str | None, typer.Option(
-        "--embed-preprocess", help="Put preprocessing into the graph: the image input then takes uint8 NHWC "
-        "pixels and the model does cast, scale, mean/std and the transpose (imagenet: /255 and ImageNet mean/std; "
-        "yolo, scale01: /255). Resize/crop/letterbox stay outside. Checked equal to host preprocessing.")] = None,
-    compile_cache: Annotated[bool, typer.Option("--compile-cache/--no-compile-cache", help="Time a first compile "
-                             "and a warm start through the compile cache.")] = True,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite --output when it exists, even when it is the "
-                                        "input model.")] = False,
-    no_check: Annotated[bool, typer.Option("--no-check", help="Skip the ONNX checker on the input.")] = False,
-    report_path: Annotated[Path | None, typer.Option("--report", help="Also write the report as JSON here.")] = None,
-    as_json: JsonOpt = False,
-) -> None:
+@composed(
+    SourceArg("An .onnx file or zoo:NAME. It is never modified."), WriteArgs(),
+    # -o is the output here, as in most converters: --ep-option has no short flag anywhere.
+    TargetArgs(precision=None, ep_option="Provider or session option KEY=VALUE for the target; repeatable."),
+    ShapeArgs(), GraphArgs(), ConversionArgs(), GateArgs(),
+    PreprocessArgs(image=OPTIMIZE_IMAGE_HELP, embed=(
+        "Put preprocessing into the graph: the image input then takes uint8 NHWC pixels and the model does cast, "
+        "scale, mean/std and the transpose (imagenet: /255 and ImageNet mean/std; yolo, scale01: /255). "
+        "Resize/crop/letterbox stay outside. Checked equal to host preprocessing.", None)),
+    RunnerArgs(strict=False, check="Skip the ONNX checker on the input."), OutputArgs(), order=ORDER,
+)
+def optimize_command(model, write, target, shapes, graph, conversion, checks, preprocess, runner, as_json) -> None:
     """Write an optimized copy of a model and print what changed."""
     from onnxaccel.analysis.bisect import find_divergence  # heavy: loaded per command
     from onnxaccel.transform.optimize import OptimizeOptions, optimize
 
-    tgt = resolve_target(target, None, ep_option)
-    fp16, amp, int8, native = _precision_from_target(tgt, fp16, amp, int8, native)
-    settings = None
-    if int8:
-        settings = Int8Settings(mode=int8.lower(), method=calibration_method.lower(), per_channel=per_channel,
-                                activations=int8_activations.lower(), percentile=percentile,
-                                exclude_nodes=tuple(int8_exclude or ()))
-    precision = "int8" if settings else ("fp16" if fp16 or amp else "fp32")
-    if report_path is not None and report_path.suffix.lower() != ".json":
-        raise UsageError(f"--report {report_path} should end in .json.",
-                         f"e.g. --report {report_path.with_suffix('.json')}")
     options = OptimizeOptions(
-        output=output, target=tgt.with_precision("fp32"), force=force, check=not no_check,
-        shapes=parse_shape_bindings(shape or []), batch=batch, fix_shape=fix_shape, opset=opset,
-        ir_version=ir_version, simplify=simplify, graph_level=graph_level.lower(),
-        transformer_fusions=transformer_fusions, model_type=model_type, fp16=fp16, amp=amp,
-        fp16_block_ops=tuple(fp16_block_op or ()), keep_fp32_nodes=tuple(keep_fp32 or ()), int8=settings,
-        calibration=calibration, calibration_samples=calibration_samples,
-        preprocess=_preprocess(preprocess, mean, std, resize, layout, bgr),
-        native=native, native_table_format=table_format.lower(), eval_data=eval_data, eval_samples=eval_samples,
-        seed=seed, gate=default_gate(precision, atol, rtol, max_error, min_topk_agreement, topk, min_cosine),
-        graph_gate=default_gate("fp32", atol, rtol, max_error, min_topk_agreement, topk, min_cosine),
-        compile_cache=compile_cache, embed_preprocess=embed_preprocess.lower() if embed_preprocess else None,
+        output=write.output, target=target.with_precision("fp32"), force=write.force, check=runner.check,
+        shapes=shapes.shapes, batch=shapes.batch, fix_shape=graph.fix_shape, opset=graph.opset,
+        ir_version=graph.ir_version, simplify=graph.simplify, graph_level=graph.graph_level,
+        transformer_fusions=graph.transformer_fusions, model_type=graph.model_type, fp16=conversion.fp16,
+        amp=conversion.amp, fp16_block_ops=tuple(conversion.fp16_block_op or ()),
+        keep_fp32_nodes=tuple(conversion.keep_fp32 or ()), int8=conversion.int8, calibration=conversion.calibration,
+        calibration_samples=conversion.calibration_samples, preprocess=preprocess.request, native=conversion.native,
+        native_table_format=conversion.table_format, eval_data=checks.eval_data, eval_samples=checks.eval_samples,
+        seed=checks.seed, gate=checks.gate, graph_gate=checks.graph_gate, compile_cache=checks.compile_cache,
+        embed_preprocess=preprocess.embed.lower() if preprocess.embed else None,
     )
-    refuse_existing_output(model, output, force)
+    refuse_existing_output(model, write.output, write.force)
     with err_console.status("optimizing...", spinner="dots") if not as_json else _nothing():
         report = optimize(model, options, find_divergence)
     data = report.to_dict()
-    if report_path is not None:
-        report_path.parent.mkdir(parents=True, exist_ok=True)
-        report_path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    if write.report_path is not None:
+        write.report_path.parent.mkdir(parents=True, exist_ok=True)
+        write.report_path.write_text(json.dumps(data, indent=2, default=str) + "\n")
     if as_json:
         print_json(data)
     else:
-        render(report, report_path)
+        render(report, write.report_path)
     if not report.passed:
         raise typer.Exit(1)
 
 
 def refuse_existing_output(model: str, output: Path, force: bool) -> None:
-    """Refuse to replace an existing --output without --force, as --force's help says (issue 23: an earlier
-    output was overwritten silently). The input itself and files another tool wrote are left to
+    """Refuse to replace an existing --output without --force, as --force's help says (an earlier output is
+    never overwritten silently). The input itself and files another tool wrote are left to
     ``check_output_path``, whose messages say that the original would be lost / who did not write it."""
     from onnxaccel.transform.files import written_by_us
 
@@ -201,28 +101,6 @@ def refuse_existing_output(model: str, output: Path, force: bool) -> None:
     raise UsageError(f"--output {output} already exists.",
                      f"Pass --force to overwrite it, or choose another --output (e.g. "
                      f"{output.with_name(output.stem + '.new.onnx')}).")
-
-
-def _precision_from_target(tgt, fp16: bool, amp: bool, int8: str | None, native: bool):
-    """`-t migraphx/fp16` alone means --fp16 --native; `-t cpu/fp16` means --fp16; int8 likewise (static)."""
-    if tgt.precision == "fp32" or fp16 or amp or int8:
-        return fp16, amp, int8, native
-    # MIGraphX INT8 is a QDQ model (the EP's own INT8 needs a table it never uses: engines/ort_ep_options.py).
-    provider_native = (tgt.device, tgt.precision) in NATIVE_PRECISION and (tgt.device, tgt.precision) != (
-        "migraphx", "int8")
-    if tgt.precision == "fp16":
-        return True, False, None, native or provider_native
-    return False, False, "static", native or provider_native
-
-
-def _preprocess(preset, mean, std, resize, layout, bgr) -> PreprocessRequest:
-    """What the command line asks of image preprocessing (calibration and eval-data images); the model's metadata
-    fills the rest in transform.optimize (the preset rules of docs/PREPROCESSING.md, as `run` and `batch`)."""
-    if layout.lower() not in ("nchw", "nhwc"):
-        raise InputError(f"--layout must be nchw or nhwc, got '{layout}'.", "Use --layout nchw or --layout nhwc.")
-    return PreprocessRequest(preset=preset.lower() if preset else None, mean=floats(mean, "--mean") if mean else None,
-                             std=floats(std, "--std") if std else None, resize=resize, layout=layout.lower(),
-                             channel_order="bgr" if bgr else "rgb")
 
 
 class _nothing:

@@ -3,21 +3,41 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from types import SimpleNamespace
 
 import typer
 from rich.markup import escape
 
 from onnxaccel.analysis.kernels import choose_tool, run_kernel_profile
 from onnxaccel.analysis.profile import ProfileResult, profile_model
-from onnxaccel.cli.common import (
-    BatchOpt, EpOptionOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, TargetOpt, ValueRangeOpt, console, handle_errors, note,
-    print_json, resolve_target, warn,
-)
+from onnxaccel.cli.args_data import InputArgs, OutputArgs, RunnerArgs
+from onnxaccel.cli.args_model import ShapeArgs, SourceArg, TargetArgs
+from onnxaccel.cli.common import console, handle_errors, note, print_json, warn
+from onnxaccel.cli.compose import Built, Group, composed, option
 from onnxaccel.cli.tables import columns, new_table, number_column, text_column
 from onnxaccel.errors import UsageError
-from onnxaccel.inputs import parse_value_ranges
-from onnxaccel.model import parse_shape_bindings
+
+#: The order of the options in --help.
+ORDER = "model target precision ep_option shape batch inputs runs warmup trace top kernels value_range strict as_json"
+
+
+class ProfileArgs(Group):
+    """What the profiler runs and writes: --runs, --warmup, --trace, --top (checked), --kernels."""
+
+    PARAMS = (
+        option("runs", int, 20, help="Profiled runs."),
+        option("warmup", int, 3, help="Runs before profiling counts (left out of the tables, kept in the trace)."),
+        option("trace", Path | None, None, "--trace", help="Write the Chrome trace (chrome://tracing, Perfetto) to "
+               "this JSON file."),
+        option("top", int, 15, "--top", help="Rows in the per-node hotspot table."),
+        option("kernels", str | None, None, "--kernels", help="Also profile GPU kernels with auto, rocprofv3, "
+               "rocprof or nsys (must be on PATH)."),
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        if v.top < 1:
+            raise UsageError(f"--top must be at least 1, got {v.top}.", "e.g. --top 10")
+        return v
 
 
 def register(app: typer.Typer) -> None:
@@ -29,43 +49,25 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
-def profile_command(
-    model: Annotated[str, typer.Argument(help="An .onnx file or a built-in zoo:NAME.")],
-    target: TargetOpt = "auto",
-    precision: PrecisionOpt = None,
-    ep_option: EpOptionOpt = None,
-    shape: ShapeOpt = None,
-    batch: BatchOpt = None,
-    inputs: Annotated[list[str] | None, typer.Option("--input", "-i", help="NAME=FILE (.npy, .npz, .pb, image) or "
-                      "NAME=VALUE; inputs not given are synthesized.")] = None,
-    runs: Annotated[int, typer.Option(help="Profiled runs.")] = 20,
-    warmup: Annotated[int, typer.Option(help="Runs before profiling counts (left out of the tables, kept in "
-                      "the trace).")] = 3,
-    trace: Annotated[Path | None, typer.Option("--trace", help="Write the Chrome trace (chrome://tracing, "
-                     "Perfetto) to this JSON file.")] = None,
-    top: Annotated[int, typer.Option("--top", help="Rows in the per-node hotspot table.")] = 15,
-    kernels: Annotated[str | None, typer.Option("--kernels", help="Also profile GPU kernels with auto, rocprofv3, "
-                       "rocprof or nsys (must be on PATH).")] = None,
-    value_range: ValueRangeOpt = None,
-    strict: StrictOpt = False,
-    as_json: JsonOpt = False,
-) -> None:
+@composed(
+    ProfileArgs(), SourceArg("An .onnx file or a built-in zoo:NAME."), TargetArgs(), ShapeArgs(),
+    InputArgs("NAME=FILE (.npy, .npz, .pb, image) or NAME=VALUE; inputs not given are synthesized.", seed=False),
+    RunnerArgs(), OutputArgs(), order=ORDER,
+)
+def profile_command(how, model, tgt, bound, given, runner, as_json) -> None:
     """Profile a model with ONNX Runtime's profiler (or an external kernel profiler) and print the hotspots."""
-    if top < 1:
-        raise UsageError(f"--top must be at least 1, got {top}.", "e.g. --top 10")
-    tgt = resolve_target(target, precision, ep_option)
-    shapes = parse_shape_bindings(shape or [])
-    result = profile_model(model, tgt, runs=runs, warmup=warmup, trace=trace, inputs=inputs or [], shapes=shapes,
-                           batch=batch, strict=strict, value_ranges=parse_value_ranges(value_range))
-    if kernels:
-        tool = choose_tool(kernels, tgt)
-        report = run_kernel_profile(tool, model, tgt, runs=runs, warmup=warmup, inputs=inputs or [], shapes=shapes,
+    inputs, shapes, batch, runs, warmup = list(given.items), bound.shapes, bound.batch, how.runs, how.warmup
+    result = profile_model(model, tgt, runs=runs, warmup=warmup, trace=how.trace, inputs=inputs, shapes=shapes,
+                           batch=batch, strict=runner.strict, value_ranges=given.value_ranges)
+    if how.kernels:
+        tool = choose_tool(how.kernels, tgt)
+        report = run_kernel_profile(tool, model, tgt, runs=runs, warmup=warmup, inputs=inputs, shapes=shapes,
                                     batch=batch)
         result.external = report.to_dict()
     if as_json:
         print_json(result.to_dict())
         return
-    _render(result, top)
+    _render(result, how.top)
 
 
 def _render(result: ProfileResult, top: int) -> None:

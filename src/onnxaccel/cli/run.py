@@ -5,24 +5,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from types import SimpleNamespace
 
 import numpy as np
 import typer
 from rich.markup import escape
 
-from onnxaccel.cli.common import (
-    PreprocessOpt,
-    BatchOpt, EpOptionOpt, InputOpt, JsonOpt, PrecisionOpt, ShapeOpt, StrictOpt, ValueRangeOpt, console,
-    handle_errors, note, print_json, warn,
-)
-from onnxaccel.cli.groups import (
-    InputArgs, IobindingOpt, ModelArgs, SeedOpt, TargetOpt, build_target, config_option, floats, iobinding as
-    resolve_iobinding, load_tuned, warn_if_not_tuned,
-)
+from onnxaccel.cli.args_data import RUN_IMAGE_HELP, InputArgs, OutputArgs, PreprocessArgs, RunnerArgs
+from onnxaccel.cli.args_model import ConfigArgs, ShapeArgs, SourceArg, TargetArgs
+from onnxaccel.cli.common import console, handle_errors, note, print_json, warn
+from onnxaccel.cli.compose import Built, Group, composed, option
+from onnxaccel.cli.groups import warn_if_not_tuned
 from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.errors import InputError
-from onnxaccel.inputs import PreprocessRequest
 from onnxaccel.model import Model
 from onnxaccel.pipeline import prepare
 from onnxaccel.prepost.detect import DEFAULT_CONF, DEFAULT_IOU
@@ -30,8 +25,6 @@ from onnxaccel.prepost.post import POSTPROCESS, PostResult, choose_postprocess, 
 from onnxaccel.protobuf_values import write_pb
 
 SCHEMA = "onnxaccel.run/1"
-
-ConfigOpt = config_option("target, shapes, batch and IO binding")
 
 
 @dataclass
@@ -145,84 +138,68 @@ def register(app: typer.Typer) -> None:
                 "or top-k, where each node ran.")(run_command)
 
 
+class ResultArgs(Group):
+    """What `run` shows and keeps of the outputs: --topk, --save, and the post-processing (--postprocess,
+    --conf, --iou, --draw). Builds their values (--postprocess lower-cased)."""
+
+    PARAMS = (
+        option("topk", int, 5, "--topk", "-k", help="Show the K best classes of classifier outputs."),
+        option("save", Path | None, None, "--save", help="Write the outputs: FILE.npz (arrays), or a folder (a name "
+               "ending in / or without suffix) or FILE.pb for ONNX protobufs output_K.pb, as ONNX's test data sets "
+               "store them (every type: sequences, optionals, bfloat16, int4...)."),
+        option("postprocess", str | None, None, "--postprocess", help=f"{'|'.join(POSTPROCESS)}: top-k with "
+               "ImageNet labels for 1000 classes; YOLOv8 boxes with NMS, letterbox undone. (default: detect for "
+               "Ultralytics task=detect, topk for an N x 1000 output, else none)"),
+        option("conf", float, DEFAULT_CONF, "--conf", help="Detection score threshold (--postprocess detect)."),
+        option("iou", float, DEFAULT_IOU, "--iou", help="NMS IoU threshold (--postprocess detect)."),
+        option("draw", Path | None, None, "--draw", help="Draw the detections on the input image and write it here "
+               "(e.g. out.jpg; --postprocess detect)."),
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        return SimpleNamespace(**{**vars(v), "postprocess": v.postprocess.lower() if v.postprocess else None})
+
+
+#: The order of the options in --help.
+ORDER = ("model inputs value_range target precision ep_option shape batch topk save iobinding strict preprocess "
+         "postprocess conf iou draw mean std resize layout bgr seed no_check config as_json")
+
+
 @handle_errors
-def run_command(
-    model: Annotated[str, typer.Argument(help="An .onnx file or a built-in zoo:NAME (see `onnxaccel zoo list`).")],
-    inputs: InputOpt = None,
-    value_range: ValueRangeOpt = None,
-    target: TargetOpt = None,
-    precision: PrecisionOpt = None,
-    ep_option: EpOptionOpt = None,
-    shape: ShapeOpt = None,
-    batch: BatchOpt = None,
-    topk: Annotated[int, typer.Option("--topk", "-k", help="Show the K best classes of classifier outputs.")] = 5,
-    save: Annotated[Path | None, typer.Option("--save", help="Write the outputs: FILE.npz (arrays), or a folder "
-                    "(a name ending in / or without suffix) or FILE.pb for ONNX protobufs output_K.pb, as ONNX's "
-                    "test data sets store them (every type: sequences, optionals, bfloat16, int4...).")] = None,
-    iobinding: IobindingOpt = None,
-    strict: StrictOpt = False,
-    preprocess: PreprocessOpt = None,
-    postprocess: Annotated[str | None, typer.Option(
-        "--postprocess", help=f"{'|'.join(POSTPROCESS)}: top-k with ImageNet labels for 1000 classes; YOLOv8 "
-        "boxes with NMS, letterbox undone. (default: detect for Ultralytics task=detect, topk for an N x 1000 "
-        "output, else none)")] = None,
-    conf: Annotated[float, typer.Option("--conf", help="Detection score threshold (--postprocess detect).")
-                    ] = DEFAULT_CONF,
-    iou: Annotated[float, typer.Option("--iou", help="NMS IoU threshold (--postprocess detect).")] = DEFAULT_IOU,
-    draw: Annotated[Path | None, typer.Option("--draw", help="Draw the detections on the input image and write "
-                    "it here (e.g. out.jpg; --postprocess detect).")] = None,
-    mean: Annotated[str | None, typer.Option(help="Image normalization mean. (default: the preset's: "
-                    "0.485,0.456,0.406 for imagenet, 0,0,0 otherwise)")] = None,
-    std: Annotated[str | None, typer.Option(help="Image normalization std. (default: the preset's: "
-                   "0.229,0.224,0.225 for imagenet, 1,1,1 otherwise)")] = None,
-    resize: Annotated[int | None, typer.Option(help="Image shorter side before the center crop (imagenet "
-                      "preset). (default: crop size * 256/224, i.e. 256 for a 224 crop)")] = None,
-    layout: Annotated[str, typer.Option(help="Image tensor layout: nchw or nhwc.")] = "nchw",
-    bgr: Annotated[bool, typer.Option("--bgr", help="Feed images as BGR instead of RGB.")] = False,
-    seed: SeedOpt = 0,
-    no_check: Annotated[bool, typer.Option("--no-check", help="Skip the ONNX checker.")] = False,
-    config: ConfigOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+@composed(
+    SourceArg("An .onnx file or a built-in zoo:NAME (see `onnxaccel zoo list`)."), InputArgs(),
+    TargetArgs(config=True), ShapeArgs(), ResultArgs(), RunnerArgs(iobinding="one", check="Skip the ONNX checker."),
+    PreprocessArgs(image=RUN_IMAGE_HELP), ConfigArgs("target, shapes, batch and IO binding"), OutputArgs(),
+    order=ORDER,
+)
+def run_command(model, given, target, shapes, want, execution, preprocess, tuned, as_json) -> None:
     """Run MODEL once; options a --config can set resolve as flag > config > default (cli/groups.py)."""
-    tuned = load_tuned(config)
     if tuned is not None and not model.startswith("zoo:"):
         warn_if_not_tuned(tuned, model)
-    bound = ModelArgs.resolve(model, shape=shape, batch=batch, tuned=tuned)
-    tgt = build_target(target, precision, ep_option, tuned)
-    iobinding = resolve_iobinding(iobinding, tuned)
-    given = InputArgs.resolve(inputs, value_range, seed)
-    if layout.lower() not in ("nchw", "nhwc"):
-        raise InputError(f"--layout must be nchw or nhwc, got '{layout}'.", "Use --layout nchw or --layout nhwc.")
-    pre = PreprocessRequest(
-        preset=preprocess.lower() if preprocess else None, resize=resize,
-        mean=floats(mean, "--mean") if mean else None, std=floats(std, "--std") if std else None,
-        layout=layout.lower(), channel_order="bgr" if bgr else "rgb",
-    )
-    prepared = prepare(model, tgt, inputs=list(given.items), shapes=bound.shapes, batch=bound.batch,
-                       strict=strict, preprocess=pre, seed=given.seed, check=not no_check,
+    prepared = prepare(model, target, inputs=list(given.items), shapes=shapes.shapes, batch=shapes.batch,
+                       strict=execution.strict, preprocess=preprocess.request, seed=given.seed, check=execution.check,
                        value_ranges=given.value_ranges)
     runner = prepared.runner
     start = time.perf_counter()
-    outputs = prepared.run(iobinding=iobinding)
+    outputs = prepared.run(iobinding=execution.iobinding)
     latency = (time.perf_counter() - start) * 1e3
     warnings = list(prepared.warnings) + [o.note for o in prepared.origins if o.note]
     images = [(Path(o.image.source), o.image) for o in prepared.origins if o.image is not None and o.image.source]
-    kind, why = choose_postprocess(postprocess.lower() if postprocess else None, prepared.model.metadata, outputs)
-    post = postprocess_outputs(kind, why, outputs, prepared.model.metadata, images=images, k=topk, conf=conf,
-                               iou=iou, draw=draw)
+    kind, why = choose_postprocess(want.postprocess, prepared.model.metadata, outputs)
+    post = postprocess_outputs(kind, why, outputs, prepared.model.metadata, images=images, k=want.topk,
+                               conf=want.conf, iou=want.iou, draw=want.draw)
     saved = None
-    if save is not None:
-        saved, skipped = save_outputs(save, outputs, prepared.model)
+    if want.save is not None:
+        saved, skipped = save_outputs(want.save, outputs, prepared.model)
         if skipped:
-            warnings.append(f"not saved in {save.name} (a .npz holds arrays only): {', '.join(skipped)}; "
+            warnings.append(f"not saved in {want.save.name} (a .npz holds arrays only): {', '.join(skipped)}; "
                             f"use --save DIR/ for ONNX .pb files of every type")
     result = RunResult(
-        model=model, target=str(tgt), providers=runner.providers, iobinding=iobinding,
+        model=model, target=str(target), providers=runner.providers, iobinding=execution.iobinding,
         compile_seconds=runner.compile_seconds, latency_ms=latency,
         input_shapes={k: list(v) for k, v in prepared.model.input_shapes.items()},
         placement=runner.placement.to_dict(),
-        outputs=[OutputSummary.of(k, v, topk) for k, v in outputs.items()],
+        outputs=[OutputSummary.of(k, v, want.topk) for k, v in outputs.items()],
         warnings=warnings, saved=saved, inputs=[o.to_dict() for o in prepared.origins],
         preprocess={o.name: o.image.to_dict() for o in prepared.origins if o.image is not None},
         postprocess=post.to_dict(),

@@ -7,43 +7,87 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated
+from types import SimpleNamespace
 
 import typer
 from rich.markup import escape
 
 from onnxaccel.bench.config import save_config
 from onnxaccel.bench.report import clean
+from onnxaccel.cli.args_data import GPU, AccuracyArgs, InputArgs, OutputArgs, ReportArgs, RunnerArgs
+from onnxaccel.cli.args_model import BATCHES, PrecisionsArgs, ShapeArgs, SourceArg, TargetArgs
 from onnxaccel.cli.bench import SweepProgress
-from onnxaccel.cli.common import (
-    EpOptionOpt,
-    InputOpt,
-    JsonOpt,
-    ShapeOpt,
-    StrictOpt,
-    TargetOpt,
-    console,
-    handle_errors,
-    note,
-)
-from onnxaccel.cli.groups import (
-    AtolOpt,
-    BatchesOpt,
-    GpuOpt,
-    InputArgs,
-    MaxErrorOpt,
-    ModelArgs,
-    ReportArgs,
-    ReportOpt,
-    RtolOpt,
-    SeedOpt,
-    build_target,
-    check_positive,
-    ints,
-)
+from onnxaccel.cli.common import console, handle_errors, note
+from onnxaccel.cli.compose import Built, Group, composed, option
+from onnxaccel.cli.groups import check_positive, ints
 from onnxaccel.cli.tables import columns, new_table, si
 from onnxaccel.errors import UsageError
 from onnxaccel.target import PRECISIONS
+
+#: The order of the options in --help.
+ORDER = ("model target ep_option precision batch shape max_error atol rtol latency_budget duration confirm_duration "
+         "warmup time_budget threads instances output report resume inputs seed gpu shape_buckets strict as_json")
+
+
+class SearchArgs(Group):
+    """How `tune` searches: --latency-budget, --duration, --confirm-duration, --warmup, --time-budget, --threads,
+    --instances, --gpu, all checked, with the --precision list checked against the known precisions. Builds
+    their values and ``flags``: the search's options as `tune` flags, for the command line it records."""
+
+    PARAMS = (
+        option("latency_budget", float | None, None, "--latency-budget", help="Milliseconds: the best throughput "
+               "whose p99 latency stays within this budget (default: the best throughput)."),
+        option("duration", float, 1.0, help="Seconds of timed calls per candidate."),
+        option("confirm_duration", float, 3.0, help="Seconds for the final side-by-side measurement of the winner "
+               "and the plain baseline."),
+        option("warmup", int, 10, help="Untimed runs per candidate (the first includes lazy compilation)."),
+        option("time_budget", float | None, None, "--time-budget", help="Seconds; stop starting new search stages "
+               "after this (the best so far wins)."),
+        option("threads", str | None, None, help="CPU: intra-op thread counts to try, e.g. 1,4,8 (default: all "
+               "logical CPUs, half of them, and 1)."),
+        option("instances", str | None, None, help="Session counts to try side by side once the options are chosen "
+               "(throughput from several streams, as Triton's instance count). Default: 2,4 on GPUs, none on CPUs; "
+               "1 turns the stage off."),
+        GPU,
+    )
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        precisions = ctx[PrecisionsArgs]
+        names = None
+        if precisions.text:
+            names = tuple(dict.fromkeys(precisions.names))
+            bad = [p for p in names if p not in PRECISIONS]
+            if bad or not names:
+                raise UsageError(f"Unknown precision(s): {', '.join(bad) or precisions.text}.",
+                                 f"Use a comma-separated list of {', '.join(PRECISIONS)}.")
+        check_positive("--duration", v.duration)
+        check_positive("--confirm-duration", v.confirm_duration)
+        if v.latency_budget is not None and not v.latency_budget > 0:
+            raise UsageError(f"--latency-budget must be positive milliseconds, got {v.latency_budget}.",
+                             "e.g. --latency-budget 10")
+        flags = _flags(batch=ctx.given("batch"), shape=ctx.given("shape"), precision=precisions.text,
+                       max_error=ctx.given("max_error"), latency_budget=v.latency_budget)
+        return SimpleNamespace(**{**vars(v), "precisions": names, "flags": flags,
+                                  "threads": tuple(ints(v.threads, "--threads")) if v.threads else None,
+                                  "instances": tuple(n for n in ints(v.instances, "--instances") if n > 1)
+                                  if v.instances else None})
+
+
+class ConfigFileArgs(Group):
+    """--output: the configuration file to write (default MODELNAME-tuned.json; a .json file). Builds its path."""
+
+    PARAMS = (option("output", Path | None, None, "--output", "-o", help="Configuration file to write (default: "
+                     "MODELNAME-tuned.json)."),)
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> Path:
+        output = (v.output or Path(f"{_stem(ctx[SourceArg])}-tuned.json")).expanduser()
+        if "=" in output.name:  # `tune -o KEY=VALUE` meant --ep-option before -o became --output
+            raise UsageError(f"--output {output} looks like a provider option, not a file.",
+                             f"-o is --output now; give provider options as --ep-option {output.name}.")
+        if output.suffix.lower() != ".json":
+            raise UsageError(f"--output {output} must be a .json file.",
+                             f"e.g. --output {output.with_suffix('.json')}")
+        return output
 
 
 def register(app: typer.Typer) -> None:
@@ -55,86 +99,33 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
-def tune_command(
-    model: Annotated[str, typer.Argument(help="An .onnx file or zoo:NAME.")],
-    target: TargetOpt = "auto",
-    ep_option: EpOptionOpt = None,
-    precision: Annotated[str | None, typer.Option("--precision", "-p", help="Only these precisions, comma-separated "
-                         "(default: those the device runs well: cpu fp32,int8; cuda/rocm fp32,fp16; migraphx and "
-                         "tensorrt fp32,fp16,int8).")] = None,
-    batch: BatchesOpt = None,
-    shape: ShapeOpt = None,
-    max_error: MaxErrorOpt = None,
-    atol: AtolOpt = None,
-    rtol: RtolOpt = None,
-    latency_budget: Annotated[float | None, typer.Option("--latency-budget", help="Milliseconds: the best throughput "
-                              "whose p99 latency stays within this budget (default: the best throughput).")] = None,
-    duration: Annotated[float, typer.Option(help="Seconds of timed calls per candidate.")] = 1.0,
-    confirm_duration: Annotated[float, typer.Option(help="Seconds for the final side-by-side measurement of the "
-                                "winner and the plain baseline.")] = 3.0,
-    warmup: Annotated[int, typer.Option(help="Untimed runs per candidate (the first includes lazy compilation).")] = 10,
-    time_budget: Annotated[float | None, typer.Option("--time-budget", help="Seconds; stop starting new search "
-                           "stages after this (the best so far wins).")] = None,
-    threads: Annotated[str | None, typer.Option(help="CPU: intra-op thread counts to try, e.g. 1,4,8 (default: all "
-                       "logical CPUs, half of them, and 1).")] = None,
-    instances: Annotated[str | None, typer.Option(help="Session counts to try side by side once the options are "
-                         "chosen (throughput from several streams, as Triton's instance count). Default: 2,4 on "
-                         "GPUs, none on CPUs; 1 turns the stage off.")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Configuration file to write (default: "
-                      "MODELNAME-tuned.json).")] = None,
-    report: ReportOpt = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Reuse the candidates already measured in the first "
-                      "--report FILE.json (default report: OUTPUT with .report.json).")] = False,
-    inputs: InputOpt = None,
-    seed: SeedOpt = 0,
-    gpu: GpuOpt = None,
-    shape_buckets: Annotated[str | None, typer.Option("--shape-buckets", help="Shape buckets to record in the "
-                             "configuration (`shape_buckets`), used by bench and batch --config, e.g. "
-                             "sequence=32,64,128,256; tuned at the --shape size.")] = None,
-    strict: StrictOpt = False,
-    as_json: JsonOpt = False,
-) -> None:
+@composed(
+    SourceArg("An .onnx file or zoo:NAME."), TargetArgs(precision=None),
+    PrecisionsArgs("Only these precisions, comma-separated (default: those the device runs well: cpu fp32,int8; "
+                   "cuda/rocm fp32,fp16; migraphx and tensorrt fp32,fp16,int8)."),
+    ShapeArgs(batch=BATCHES, buckets="Shape buckets to record in the configuration (`shape_buckets`), used by bench "
+              "and batch --config, e.g. sequence=32,64,128,256; tuned at the --shape size."),
+    AccuracyArgs(), SearchArgs(), ConfigFileArgs(),
+    ReportArgs(resume="Reuse the candidates already measured in the first --report FILE.json (default report: "
+               "OUTPUT with .report.json).", default_json=lambda ctx: ctx[ConfigFileArgs].with_suffix(".report.json")),
+    InputArgs(value_range=False), RunnerArgs(), OutputArgs(), order=ORDER,
+)
+def tune_command(model, target, precisions, shapes, gate, search, output, reports, given, runner, as_json) -> None:
     """Search MODEL's fastest configuration on a target and write it (a `tune` reads no --config)."""
-    from onnxaccel.bench.accuracy import AccuracyGate  # heavy: loaded per command (keeps --help fast)
-    from onnxaccel.bench.tune import TuneSettings, tune
+    from onnxaccel.bench.tune import TuneSettings, tune  # heavy: loaded per command (keeps --help fast)
 
-    tgt = build_target(target, None, ep_option, None)
-    bound = ModelArgs.resolve(model, shape=shape, batch=batch, tuned=None)
-    precisions = None
-    if precision:
-        precisions = tuple(dict.fromkeys(p.strip().lower() for p in precision.split(",") if p.strip()))
-        bad = [p for p in precisions if p not in PRECISIONS]
-        if bad or not precisions:
-            raise UsageError(f"Unknown precision(s): {', '.join(bad) or precision}.",
-                             f"Use a comma-separated list of {', '.join(PRECISIONS)}.")
-    check_positive("--duration", duration)
-    check_positive("--confirm-duration", confirm_duration)
-    if latency_budget is not None and not latency_budget > 0:
-        raise UsageError(f"--latency-budget must be positive milliseconds, got {latency_budget}.",
-                         "e.g. --latency-budget 10")
-    output = (output or Path(f"{_stem(model)}-tuned.json")).expanduser()
-    if "=" in output.name:  # `tune -o KEY=VALUE` meant --ep-option until -o became --output (issue 23)
-        raise UsageError(f"--output {output} looks like a provider option, not a file.",
-                         f"-o is --output now; give provider options as --ep-option {output.name}.")
-    if output.suffix.lower() != ".json":
-        raise UsageError(f"--output {output} must be a .json file.", f"e.g. --output {output.with_suffix('.json')}")
-    reports = ReportArgs.resolve(report, resume=resume, default_json=output.with_suffix(".report.json"))
-    paths, previous = list(reports.paths), reports.previous()
-    given = InputArgs.resolve(inputs, seed=seed)
     settings = TuneSettings(
-        batches=bound.batches, shapes=bound.shapes,
-        precisions=precisions, gate=AccuracyGate(max_error, atol, rtol), latency_budget_ms=latency_budget,
-        warmup=warmup, duration=duration, confirm_duration=confirm_duration, time_budget_s=time_budget,
-        threads=tuple(ints(threads, "--threads")) if threads else None, seed=given.seed, inputs=given.items,
-        strict=strict, gpu_name=gpu,
-        instances=tuple(n for n in ints(instances, "--instances") if n > 1) if instances else None,
-        shape_buckets=_bucket_text(shape_buckets),
+        batches=shapes.batches, shapes=shapes.shapes, precisions=search.precisions, gate=gate,
+        latency_budget_ms=search.latency_budget, warmup=search.warmup, duration=search.duration,
+        confirm_duration=search.confirm_duration, time_budget_s=search.time_budget, threads=search.threads,
+        seed=given.seed, inputs=given.items, strict=runner.strict, gpu_name=search.gpu, instances=search.instances,
+        shape_buckets=shapes.buckets,
     )
-    command = "onnxaccel tune " + shlex.join([model, "--target", str(tgt)] + _flags(
-        batch=batch, shape=shape, precision=precision, max_error=max_error, latency_budget=latency_budget))
+    command = "onnxaccel tune " + shlex.join([model, "--target", str(target)] + search.flags)
+    paths = list(reports.paths)
     with SweepProgress(disable=as_json) as progress:
-        result = tune(model, tgt, settings, report_paths=paths, report=previous, on_event=progress.event,
-                      command=command)
+        result = tune(model, target, settings, report_paths=paths, report=reports.previous(),
+                      on_event=progress.event, command=command)
     save_config(result.config, output)
     if as_json:
         sys.stdout.write(json.dumps(clean({"config": str(output), "report": [str(p) for p in paths],
@@ -171,14 +162,6 @@ def _flags(**values) -> list[str]:
         for item in value if isinstance(value, list) else [value]:
             out += [f"--{key.replace('_', '-')}", str(item)]
     return out
-
-
-def _bucket_text(spec: str | None) -> str | None:
-    """--shape-buckets checked now (before minutes of tuning), in its canonical form."""
-    if not spec:
-        return None
-    from onnxaccel.engines.buckets import ShapeBuckets
-    return ShapeBuckets.parse(spec).describe()
 
 
 def _stem(model: str) -> str:

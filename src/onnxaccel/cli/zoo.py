@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from types import SimpleNamespace
 
 import typer
 
-from onnxaccel.cli.common import JsonOpt, console, handle_errors, print_json
+from onnxaccel.cli.args_data import OutputArgs
+from onnxaccel.cli.args_model import SourceArg
+from onnxaccel.cli.common import console, handle_errors, print_json
+from onnxaccel.cli.compose import REQUIRED, Built, Group, composed, option
 from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.zoo import export_model, list_models, zoo_cache_dir
+
+
+class ZooOutputArgs(Group):
+    """--output: where `zoo get` writes the model."""
+
+    PARAMS = (option("output", Path, REQUIRED, "--output", "-o", help="Where to write the .onnx file."),)
+
+    def build(self, v: SimpleNamespace, ctx: Built) -> Path:
+        return v.output
 
 
 def register(app: typer.Typer) -> None:
@@ -21,7 +33,8 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
-def list_command(as_json: JsonOpt = False) -> None:
+@composed(OutputArgs())
+def list_command(as_json: bool) -> None:
     """Print the built-in models, as a table or as JSON."""
     entries = list_models()
     if as_json:
@@ -36,11 +49,8 @@ def list_command(as_json: JsonOpt = False) -> None:
 
 
 @handle_errors
-def get_command(
-    name: Annotated[str, typer.Argument(help="Model name (with or without the zoo: prefix).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the .onnx file.")],
-    as_json: JsonOpt = False,
-) -> None:
+@composed(SourceArg("Model name (with or without the zoo: prefix).", name="name"), ZooOutputArgs(), OutputArgs())
+def get_command(name: str, output: Path, as_json: bool) -> None:
     """Build a built-in model (once, cached) and write it to a file."""
     name = name.removeprefix("zoo:")
     path = export_model(name, output)
