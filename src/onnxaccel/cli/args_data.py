@@ -32,9 +32,11 @@ class InputArgs(Group):
                         *((VALUE_RANGE,) if value_range else ()), *((SEED,) if seed else ()))
 
     def params(self):
+        """The options of this group as it was made."""
         return self._params
 
     def build(self, v: SimpleNamespace, ctx: Built) -> Inputs:
+        """The object the class docstring names, from the options' values."""
         return Inputs.resolve(v.inputs, getattr(v, "value_range", None), getattr(v, "seed", 0))
 
 
@@ -61,9 +63,11 @@ class RunnerArgs(Group):
             self._params += (option("no_check", bool, False, "--no-check", help=check),)
 
     def params(self):
+        """The options of this group as it was made."""
         return self._params
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         tuned = ctx.get(ConfigArgs)
         bound = None
         if self.iobinding == "one":
@@ -113,9 +117,11 @@ class PreprocessArgs(Group):
         self._params = tuple(found)
 
     def params(self):
+        """The options of this group as it was made."""
         return self._params
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         return SimpleNamespace(request=self._request(v), preset=v.preprocess,
                                embed=getattr(v, "embed_preprocess", None))
 
@@ -150,6 +156,7 @@ class AccuracyArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built):
+        """The object the class docstring names, from the options' values."""
         from onnxaccel.bench.accuracy import AccuracyGate  # heavy: loaded when a command runs
 
         return AccuracyGate(v.max_error, v.atol, v.rtol)
@@ -171,6 +178,7 @@ class TimingArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> Timing:
+        """The object the class docstring names, from the options' values."""
         return Timing.resolve(warmup=v.warmup, runs=v.runs, duration=v.duration, calls_per_sample=v.calls_per_sample,
                               concurrency=v.concurrency, instances=v.instances, tuned=ctx.get(ConfigArgs))
 
@@ -188,9 +196,11 @@ class ReportArgs(Group):
         self._params = (self.REPORT, option("resume", bool, False, "--resume", help=resume))
 
     def params(self):
+        """The options of this group as it was made."""
         return self._params
 
     def build(self, v: SimpleNamespace, ctx: Built) -> Reports:
+        """The object the class docstring names, from the options' values."""
         default = self.default_json(ctx) if self.default_json else None
         return Reports.resolve(v.report, resume=v.resume, default_json=default)
 
@@ -202,4 +212,5 @@ class OutputArgs(Group):
                      "tables."),)
 
     def build(self, v: SimpleNamespace, ctx: Built) -> Any:
+        """The object the class docstring names, from the options' values."""
         return v.as_json

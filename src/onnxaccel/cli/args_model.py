@@ -42,9 +42,11 @@ class SourceArg(Group):
         self.optional = optional
 
     def params(self):
+        """The options of this group as it was made."""
         return (self.param,)
 
     def build(self, v: SimpleNamespace, ctx: Built) -> str:
+        """The object the class docstring names, from the options' values."""
         given = getattr(v, self.param.name)
         return resolve_source(given, ctx.get(ConfigArgs)) if self.optional else given
 
@@ -59,9 +61,11 @@ class ConfigArgs(Group):
                             "the defaults.")
 
     def params(self):
+        """The options of this group as it was made."""
         return (self.param,)
 
     def build(self, v: SimpleNamespace, ctx: Built):
+        """The object the class docstring names, from the options' values."""
         return load_tuned(v.config)
 
 
@@ -89,9 +93,11 @@ class TargetArgs(Group):
         self._params = tuple(found)
 
     def params(self):
+        """The options of this group as it was made."""
         return self._params
 
     def build(self, v: SimpleNamespace, ctx: Built) -> Any:
+        """The object the class docstring names, from the options' values."""
         precision, options = getattr(v, "precision", None), getattr(v, "ep_option", None)
         tuned = ctx.get(ConfigArgs)
         if self.kind == "text":
@@ -140,9 +146,11 @@ class PrecisionsArgs(Group):
         self.param = option("precision", str | None, None, "--precision", "-p", help=help)
 
     def params(self):
+        """The options of this group as it was made."""
         return (self.param,)
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         names = tuple(p.strip().lower() for p in v.precision.split(",") if p.strip()) if v.precision else ()
         return SimpleNamespace(text=v.precision, names=names)
 
@@ -157,8 +165,10 @@ class ShapeArgs(Group):
             self._params += (option("shape_buckets", str | None, None, "--shape-buckets", help=buckets),)
 
     def params(self):
+        """The options of this group as it was made."""
         return self._params
 
     def build(self, v: SimpleNamespace, ctx: Built) -> Shapes:
+        """The object the class docstring names, from the options' values."""
         return Shapes.resolve(v.shape, getattr(v, "batch", None), ctx.get(ConfigArgs),
                               getattr(v, "shape_buckets", None))

@@ -44,6 +44,7 @@ class WriteArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         if v.report_path is not None and v.report_path.suffix.lower() != ".json":
             raise UsageError(f"--report {v.report_path} should end in .json.",
                              f"e.g. --report {v.report_path.with_suffix('.json')}")
@@ -70,6 +71,7 @@ class GraphArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         return SimpleNamespace(**{**vars(v), "graph_level": v.graph_level.lower()})
 
 
@@ -103,6 +105,7 @@ class ConversionArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         fp16, amp, int8, native = _precision_from_target(ctx[TargetArgs], v.fp16, v.amp, v.int8, v.native)
         settings = None
         if int8:
@@ -150,6 +153,7 @@ class GateArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         limits = (v.atol, v.rtol, v.max_error, v.min_topk_agreement, v.topk, v.min_cosine)
         return SimpleNamespace(**vars(v), gate=default_gate(ctx[ConversionArgs].precision, *limits),
                                graph_gate=default_gate("fp32", *limits))

@@ -63,6 +63,7 @@ class ServerArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> ServerConfig:
+        """The object the class docstring names, from the options' values."""
         config = ServerConfig(
             host=v.host, http_port=v.http_port, grpc_port=v.grpc_port if v.grpc else None,
             max_request_bytes=int(v.max_request_mb * MB), max_connections=v.max_connections,
@@ -108,6 +109,7 @@ class BatcherArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         return v
 
 
@@ -138,6 +140,7 @@ class LayoutArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         mode = v.gpu_wait.lower()
         if mode not in GPU_WAIT:
             raise UsageError(f"--gpu-wait {mode}: not a wait mode.", f"Use one of: {', '.join(GPU_WAIT)}.")
@@ -160,6 +163,7 @@ class SessionArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> dict:
+        """The object the class docstring names, from the options' values."""
         return dict(vars(v))
 
 
@@ -176,4 +180,5 @@ class RayArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         return v

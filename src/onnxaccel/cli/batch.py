@@ -56,6 +56,7 @@ class DatasetArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         return SimpleNamespace(**{**vars(v), "column": _columns(v.column or [])})
 
 
@@ -72,6 +73,7 @@ class RayDataArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         return v
 
 

@@ -50,6 +50,7 @@ class SweepArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         return SimpleNamespace(**{**vars(v), "graph": modes(v.graph, "--graph")})
 
 

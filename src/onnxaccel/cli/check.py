@@ -36,6 +36,7 @@ class CasesArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         from onnxaccel.conformance import discover  # heavy: loaded per command
 
         ctx[TolerancesArgs]  # the options are checked before the cases are searched
@@ -60,6 +61,7 @@ class TolerancesArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built):
+        """The object the class docstring names, from the options' values."""
         from onnxaccel.conformance import TolerancePolicy  # heavy: loaded per command
 
         for label, value in (("atol", v.atol), ("rtol", v.rtol)):

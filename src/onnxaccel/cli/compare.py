@@ -39,6 +39,7 @@ class VerdictArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         default_atol, default_rtol = default_tolerances(*ctx[TargetArgs])
         atol = default_atol if v.atol is None else v.atol
         rtol = default_rtol if v.rtol is None else v.rtol

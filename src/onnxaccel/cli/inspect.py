@@ -28,6 +28,7 @@ class NodesArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         return v
 
 

@@ -39,6 +39,7 @@ class EndpointArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         return SimpleNamespace(**{**vars(v), "url": v.url if "://" in v.url else f"http://{v.url}",
                                   "protocol": v.protocol.lower()})
 
@@ -65,6 +66,7 @@ class LoadArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         try:
             levels = tuple(int(c) for c in v.concurrency.split(",") if c.strip())
         except ValueError:

@@ -40,6 +40,7 @@ class ReadingsArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         check_interval(v.interval)
         if v.count is not None and v.count < 1:
             raise UsageError(f"--count must be at least 1, got {v.count}.", "Leave it out to run until Ctrl-C.")

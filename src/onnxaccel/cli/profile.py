@@ -35,6 +35,7 @@ class ProfileArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         if v.top < 1:
             raise UsageError(f"--top must be at least 1, got {v.top}.", "e.g. --top 10")
         return v

@@ -157,6 +157,7 @@ class ResultArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         return SimpleNamespace(**{**vars(v), "postprocess": v.postprocess.lower() if v.postprocess else None})
 
 

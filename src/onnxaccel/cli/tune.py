@@ -52,6 +52,7 @@ class SearchArgs(Group):
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
+        """The object the class docstring names, from the options' values."""
         precisions = ctx[PrecisionsArgs]
         names = None
         if precisions.text:
@@ -80,6 +81,7 @@ class ConfigFileArgs(Group):
                      "MODELNAME-tuned.json)."),)
 
     def build(self, v: SimpleNamespace, ctx: Built) -> Path:
+        """The object the class docstring names, from the options' values."""
         output = (v.output or Path(f"{_stem(ctx[SourceArg])}-tuned.json")).expanduser()
         if "=" in output.name:  # `tune -o KEY=VALUE` meant --ep-option before -o became --output
             raise UsageError(f"--output {output} looks like a provider option, not a file.",

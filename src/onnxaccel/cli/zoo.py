@@ -21,6 +21,7 @@ class ZooOutputArgs(Group):
     PARAMS = (option("output", Path, REQUIRED, "--output", "-o", help="Where to write the .onnx file."),)
 
     def build(self, v: SimpleNamespace, ctx: Built) -> Path:
+        """The object the class docstring names, from the options' values."""
         return v.output
 
 
