@@ -1,7 +1,9 @@
 """The benchmark report: a versioned JSON document, written atomically after every cell, and read back.
 
 Schema ``onnxaccel.bench/2`` (docs/BENCH.md lists every field). Version 1 was the single-run output of the
-first `onnxaccel bench`; it has no cells and cannot be resumed or compared against.
+first `onnxaccel bench`; it has no cells and cannot be resumed or compared against. ``plans`` (the execution
+plan of every session prepared, plan.py) is optional within version 2: a report written before it loads, and
+resumes, with none.
 
 Writing replaces the file in one ``os.replace`` of a finished temporary file in the same directory (atomic
 on POSIX and Windows file systems), so a sweep killed at any moment leaves the previous complete report.
@@ -46,6 +48,8 @@ class BenchReport:
     notes: list[str] = field(default_factory=list)
     baseline: dict | None = None
     tune: dict | None = None
+    #: The execution plan (``ExecutionPlan.to_dict()``) of every session the sweep prepared, each once.
+    plans: list[dict] = field(default_factory=list)
 
     def cell(self, cell_id: str) -> CellResult | None:
         """The result of the cell with this id, or None when it has not run."""
@@ -60,6 +64,11 @@ class BenchReport:
         else:
             self.cells.append(result)
         self.updated = utc_now()
+
+    def add_plan(self, plan: dict) -> None:
+        """Record the plan of a prepared session (``ExecutionPlan.to_dict()``), unless the same plan is there."""
+        if plan not in self.plans:
+            self.plans.append(plan)
 
     @property
     def ok_cells(self) -> list[CellResult]:
@@ -79,7 +88,7 @@ class BenchReport:
             "summary": {"cells": len(self.cells), "ok": len(self.ok_cells), "failed": len(self.failed_cells),
                         "skipped": len(self.skipped)},
             "cells": [c.to_dict() for c in self.cells], "skipped": self.skipped, "notes": self.notes,
-            "baseline": self.baseline, "tune": self.tune,
+            "baseline": self.baseline, "tune": self.tune, "plans": self.plans,
         }
 
     @classmethod
@@ -100,6 +109,7 @@ class BenchReport:
                 skipped=list(data.get("skipped") or []), created=data.get("created", ""),
                 updated=data.get("updated", ""), complete=bool(data.get("complete", False)),
                 notes=list(data.get("notes") or []), baseline=data.get("baseline"), tune=data.get("tune"),
+                plans=[dict(p) for p in data.get("plans") or []],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ReportError(f"{where} is damaged: {type(exc).__name__}: {exc}.",

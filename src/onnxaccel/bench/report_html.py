@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from onnxaccel.bench import svg
 from onnxaccel.bench.cells import CellResult
-from onnxaccel.bench.report_text import ROW_HEADERS, cell_row, series_name
+from onnxaccel.bench.report_text import ROW_HEADERS, cell_row, plan_block, series_name
 
 if TYPE_CHECKING:  # only for annotations: report.py imports this module to render
     from onnxaccel.bench.report import BenchReport
@@ -37,6 +37,9 @@ def to_html(report: BenchReport) -> str:
         f'<p class="meta">{_meta(report)}</p>',
     ]
     parts += _summary(report)
+    block = plan_block(report)
+    if block:
+        parts += ["<h2>What will run</h2>", "<pre>" + escape("\n".join(block)) + "</pre>"]
     parts += _plots(report)
     parts += _cells_table(report)
     parts += _failures(report)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import textwrap
 from typing import TYPE_CHECKING
 
 from onnxaccel.bench.cells import CellResult
@@ -88,6 +89,40 @@ def partial_flops_note(report: BenchReport) -> str | None:
             + "); `onnxaccel inspect` lists them.")
 
 
+#: Width of the "what will run" block: a terminal's 80 columns, with a continuation indent.
+PLAN_WIDTH = 80
+
+
+def plan_lines(plan: dict) -> list[str]:
+    """One plan (``ExecutionPlan.to_dict()``) as its "name: value (reason)" lines, as plan.py prints them."""
+    return [f"{c.get('name')}: {_plan_value(c.get('value'))} ({c.get('reason')})" for c in plan.get("choices") or []]
+
+
+def plan_block(report: BenchReport, width: int = PLAN_WIDTH) -> list[str]:
+    """The "what will run" block: every prepared session's plan, its decisions wrapped to ``width`` columns
+    (the first line of each plan is its target). Empty when no session was prepared yet."""
+    out: list[str] = []
+    for plan in report.plans:
+        shapes = ", ".join(f"{k}[{'x'.join(str(d) for d in v)}]" for k, v in (plan.get("shapes") or {}).items())
+        head = f"{plan.get('target')}" + (f", {shapes}" if shapes else "")
+        out += textwrap.wrap(head, width, subsequent_indent="    ") or [head]
+        for line in plan_lines(plan):
+            if line.startswith("target: "):
+                continue  # the plan's first line already names it
+            out += textwrap.wrap(line, width, initial_indent="  ", subsequent_indent="      ",
+                                 break_on_hyphens=False)
+    return out
+
+
+def _plan_value(value) -> str:
+    # plan.py's _text, for the JSON form: booleans on/off, lists joined, None as "-".
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value) or "-"
+    return "-" if value is None else str(value)
+
+
 def _f(value, digits: int) -> str:
     return f"{value:,.{digits}f}" if isinstance(value, (int, float)) else "-"
 
@@ -141,8 +176,11 @@ def to_markdown(report: BenchReport) -> str:
              f"- started {report.created}, updated {report.updated}, "
              f"{'complete' if report.complete else 'incomplete (resume with --resume)'}",
              f"- onnxaccel {env.get('onnxaccel')}, onnxruntime {env.get('onnxruntime')}, Python {env.get('python')}",
-             f"- CPU: {env.get('cpu')} ({env.get('logical_cpus')} logical)", "",
-             "| " + " | ".join(ROW_HEADERS) + " |", "|" + "---|" * len(ROW_HEADERS)]
+             f"- CPU: {env.get('cpu')} ({env.get('logical_cpus')} logical)", ""]
+    block = plan_block(report)
+    if block:
+        lines += ["## What will run", "", "```text", *block, "```", ""]
+    lines += ["| " + " | ".join(ROW_HEADERS) + " |", "|" + "---|" * len(ROW_HEADERS)]
     lines += ["| " + " | ".join(_md(v) for v in cell_row(c)) + " |" for c in report.cells]
     partial = partial_flops_note(report)
     if partial:

@@ -80,7 +80,9 @@ class Sweep:
 
     def __init__(self, source: str | Model, settings: SweepSettings, report_paths: Sequence[Path] = (), *,
                  report: BenchReport | None = None, on_event: Callable[[SweepEvent], None] | None = None,
-                 sampler_factory=None, note_changed_settings: bool = True):
+                 sampler_factory=None, note_changed_settings: bool = True, command: str = "bench"):
+        #: Who asks for the plans (plan.py COMMANDS): "bench", or "tune" when the tuner drives the sweep.
+        self.command = command
         self.model = source if isinstance(source, Model) else load_model(source)
         self.settings = settings
         self.paths = list(report_paths)
@@ -146,7 +148,7 @@ class Sweep:
             check_batch(self.model, first.batch)
             prepared = prepare(self.model, target, inputs=self.settings.inputs, shapes=first.shape_dict,
                                batch=first.batch, strict=self.settings.strict, seed=self.settings.seed,
-                               value_ranges=dict(self.settings.value_ranges))
+                               value_ranges=dict(self.settings.value_ranges), command=self.command)
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
@@ -154,6 +156,8 @@ class Sweep:
             for cell in group:
                 yield CellResult(cell, "failed", started, time.perf_counter() - t0, error=error)
             return
+        if prepared.plan is not None:
+            self.report.add_plan(prepared.plan.to_dict())
         session = {"prepare_s": time.perf_counter() - t0, "create_s": prepared.runner.compile_seconds,
                    "first_inference_ms": None, "providers": prepared.runner.providers,
                    "placement": prepared.runner.placement.summary(), "warnings": list(prepared.warnings),

@@ -164,7 +164,7 @@ class _Tuner:
         self.target, self.settings, self.command = target, settings, command
         self.emit = on_event or (lambda event: None)
         self.sweep = Sweep(self.model, settings.sweep(settings.duration), paths, report=report, on_event=self.emit,
-                           sampler_factory=sampler_factory)
+                           sampler_factory=sampler_factory, command="tune")
         self.sweep.report.settings["tune"] = settings.to_dict()
         self.paths, self.sampler_factory = list(paths), sampler_factory
         self.rows: list[dict] = []
@@ -290,7 +290,7 @@ class _Tuner:
         """Measure the winner and the plain baseline again, longer, one after the other."""
         confirm = Sweep(self.model, self.settings.sweep(self.settings.confirm_duration), self.paths,
                         report=self.sweep.report, on_event=self.emit, sampler_factory=self.sampler_factory,
-                        note_changed_settings=False)
+                        note_changed_settings=False, command="tune")
         plain = SweepCell(reference_target(self.target), best.cell.batch, best.cell.shapes, iobinding=False,
                           tag="confirm")
         winner = dataclasses.replace(best.cell, tag="confirm")
