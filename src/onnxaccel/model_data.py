@@ -2,8 +2,8 @@
 lies in the model's folder, exists, and holds at least the bytes each tensor's dims declare.
 
 Why before: shape inference with data propagation (onnx's checker, ``inspect``) materializes declared sizes, so a
-1 KB model declaring FLOAT[2**40] in a 16-byte external file grew a process to 24 GB (issue 21); ONNX Runtime
-refuses such a model only when it loads the data.
+tiny model declaring FLOAT[2**40] in a 16-byte external file makes a process allocate what the dims declare;
+ONNX Runtime refuses such a model only when it loads the data.
 """
 
 from __future__ import annotations

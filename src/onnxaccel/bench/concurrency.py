@@ -3,8 +3,8 @@
 The threads are a :class:`onnxaccel.engines.pool.RunnerPool`'s, as a server's are: each instance binds its
 inputs and warms up in the thread that runs it, and separate instances warm up one at a time through the
 process's capture gate (ONNX Runtime keeps a session's captured CUDA graph per calling thread, and while one
-session captures no other may touch the GPU: "operation not permitted when stream is capturing", seen on an
-H200 when two sessions captured at once). The timed loop calls the bound run (or ``runner.run``) itself,
+session captures no other may touch the GPU: "operation not permitted when stream is capturing" when two
+sessions capture at once). The timed loop calls the bound run (or ``runner.run``) itself,
 nothing around it.
 
 ONNX Runtime allows concurrent ``Run`` calls on one session and releases the GIL while it runs

@@ -28,7 +28,7 @@ class ModelCost:
     activation_bytes: int
     io_bytes: int
     #: Nodes whose arithmetic is not in ``flops`` (If/Loop/Scan, ops without a rule): ``flops`` is then a lower
-    #: bound, and so is every FLOP/s figure made from it (issue 23).
+    #: bound, and so is every FLOP/s figure made from it.
     uncounted_nodes: int = 0
     #: Nodes inside If/Loop/Scan bodies (their arithmetic is never counted).
     subgraph_nodes: int = 0

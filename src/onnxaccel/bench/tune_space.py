@@ -1,14 +1,14 @@
 """What `tune` tries on each device, in the order it tries it.
 
-Sources of the knobs (option names as validated in target.PROVIDER_OPTIONS):
+Sources of the knobs (option names as validated against each provider's option table, onnxaccel.providers):
 
 * CUDA EP (ORT docs "CUDA Execution Provider" and "Tune performance > CUDA"): ``prefer_nhwc`` (NHWC
   convolution kernels, tensor-core friendly), ``enable_cuda_graph`` (replay one captured graph: removes
   kernel-launch cost; needs IO binding and every node on the CUDA EP), ``cudnn_conv_algo_search``
   (EXHAUSTIVE is the default; HEURISTIC skips the benchmark-based search), ``fuse_conv_bias`` (cuDNN frontend
   runtime fusion of Conv + bias + activation), ``tunable_op_enable``/``tunable_op_tuning_enable`` (ORT's TunableOp:
-  GEMM kernels chosen by timing at run time, onnxruntime/core/providers/cuda/tunable). Measured on an H200: FP16 + IO
-  binding + NHWC + CUDA graph = 3.87x a plain FP16 session at batch 1 (ResNet-50, 2026-12-02).
+  GEMM kernels chosen by timing at run time, onnxruntime/core/providers/cuda/tunable). What FP16 + IO
+  binding + NHWC + graph capture gained over a plain FP16 session is in docs/BENCHMARKS.md.
 * ROCm EP (ORT <= 1.22): ``enable_hip_graph``, ``miopen_conv_exhaustive_search``, TunableOp (as on CUDA).
 * MIGraphX EP: ``migraphx_exhaustive_tune`` (compile-time kernel tuning; slower compile, faster kernels);
   FP16/INT8 through the provider's own switches (``/fp16``, ``/int8`` targets).
@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from onnxaccel import providers
 from onnxaccel.target import Target
 
 DEFAULT_PRECISIONS = {
@@ -58,24 +59,30 @@ def stages_for(target: Target, *, threads: tuple[int, ...] | None = None) -> lis
     device = target.device
     if device == "cuda":
         return [Stage("layout (prefer_nhwc)", ({"prefer_nhwc": "1"},)),
-                Stage("graph capture (enable_cuda_graph)", ({"enable_cuda_graph": "1"},), needs_iobinding=True),
+                _graph_stage(device),
                 Stage("cuDNN algorithm search", ({"cudnn_conv_algo_search": "HEURISTIC"},)),
                 Stage("cuDNN runtime fusion (fuse_conv_bias)", ({"fuse_conv_bias": "1"},)),
                 Stage("GEMM tuning (TunableOp)", ({"tunable_op_enable": "1", "tunable_op_tuning_enable": "1"},))]
     if device == "rocm":
-        return [Stage("graph capture (enable_hip_graph)", ({"enable_hip_graph": "1"},), needs_iobinding=True),
+        return [_graph_stage(device),
                 Stage("MIOpen algorithm search", ({"miopen_conv_exhaustive_search": "1"},)),
                 Stage("GEMM tuning (TunableOp)", ({"tunable_op_enable": "1", "tunable_op_tuning_enable": "1"},))]
     if device == "migraphx":
         return [Stage("MIGraphX exhaustive tune", ({"migraphx_exhaustive_tune": "1"},))]
     if device == "tensorrt":
-        return [Stage("graph capture (trt_cuda_graph_enable)", ({"trt_cuda_graph_enable": "1"},),
-                      needs_iobinding=True)]
+        return [_graph_stage(device)]
     if device == "cpu":
         counts = threads or cpu_thread_counts()
         return [Stage("CPU threads (intra_op_num_threads)",
                       tuple({"intra_op_num_threads": str(n)} for n in counts))] if counts else []
     return []
+
+
+def _graph_stage(device: str) -> Stage:
+    """Graph capture through the option the provider's spec names (needs IO binding: a captured graph replays
+    fixed device addresses)."""
+    option = providers.get(device).graph_option
+    return Stage(f"graph capture ({option})", ({option: "1"},), needs_iobinding=True)
 
 
 def cpu_thread_counts() -> tuple[int, ...]:

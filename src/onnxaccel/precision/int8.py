@@ -9,8 +9,8 @@ https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html):
 
 * The docs recommend dynamic quantization for transformers and RNNs, static for CNNs; S8S8 (int8 activations
   and weights) with QDQ is their first choice for static mode.
-* Dynamic quantization of Conv produces ConvInteger, which ran 1.8x slower than FP32 Conv on the PP-OCR
-  classifier on CPU (ORT 1.32, 2 cores); dynamic mode therefore quantizes MatMul/Gemm/Attention only.
+* Dynamic quantization of Conv produces ConvInteger, which runs slower than FP32 Conv on the CPU EP
+  (docs/BENCHMARKS.md); dynamic mode therefore quantizes MatMul/Gemm/Attention only.
 * Per-channel weights need opset >= 13 (DequantizeLinear's ``axis`` attribute arrived in opset 13); a
   per-channel caller upgrades the model first (:func:`onnxaccel.transform.int8.upgrade_for_qdq`).
 """

@@ -14,7 +14,7 @@ https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html):
 * The docs recommend S8S8 (int8 activations and weights) with QDQ as the first choice, dynamic quantization
   for transformers and RNNs, static for CNNs; per-channel weights need opset >= 13 (DequantizeLinear's
   ``axis`` attribute arrived in opset 13: an opset-11 model fails with "Unrecognized attribute: axis for
-  operator DequantizeLinear", seen on the PP-OCR classifier), so older models are upgraded first.
+  operator DequantizeLinear"), so older models are upgraded first.
 * TensorRT needs symmetric activations (``ActivationSymmetric``); we set it for tensorrt and migraphx.
 """
 
