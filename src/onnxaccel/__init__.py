@@ -1,7 +1,7 @@
 """onnxaccel: take an ONNX model to fast, correct inference on AMD, NVIDIA and CPU.
 
-The public API is three nouns (see DESIGN.md): a :class:`Model`, a :class:`Target` and a Runner compiled
-from the two by an engine. Importing this package loads only onnx and numpy; ONNX Runtime and every
+The public API is three nouns (docs/ARCHITECTURE.md, "Layers"): a :class:`Model`, a :class:`Target` and a
+Runner compiled from the two by an engine. Importing this package loads only onnx and numpy; ONNX Runtime and every
 hardware library are imported where they are used.
 """
 

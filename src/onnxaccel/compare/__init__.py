@@ -1,6 +1,6 @@
 """Output comparison, tolerances and accuracy metrics: one set of rules beneath every feature that judges outputs.
 
-Layer (DESIGN.md, "Rules of the house"): beside ``pipeline``, below the features. ``analysis`` (the
+Layer (docs/ARCHITECTURE.md, "Layers"): beside ``pipeline``, below the features. ``analysis`` (the
 ``compare`` command, ``bisect``), ``transform`` (``optimize``'s accuracy gate), ``bench``/``tune`` (the accuracy
 of a cell) and ``conformance`` (``check``) import from here; nothing here runs a model (running lives in the
 pipeline and engines; comparing here, as Polygraphy keeps its ``comparator`` apart from its runners).

@@ -1,7 +1,7 @@
 """The load generator and its clients: throughput and latency of an Open Inference Protocol server (onnxaccel
 ``serve``, Triton, KServe) per concurrency level, like perf_analyzer.
 
-A feature beside ``bench`` and ``serve`` (DESIGN.md, "Rules of the house"): it uses ``bench``'s latency
+A feature beside ``bench`` and ``serve`` (docs/ARCHITECTURE.md, "Layers"): it uses ``bench``'s latency
 statistics and speaks the wire format ``serve.protocol`` defines; nothing in ``serve`` imports it. The clients
 need only the core install for HTTP; gRPC needs the ``serve`` extra (grpcio).
 

@@ -1,6 +1,6 @@
 """Precision conversion the pipeline needs: a model at a target's precision when its provider cannot convert.
 
-One layer with ``engines``, below ``pipeline`` (../shared/DESIGN.md, "Rules of the house"): it imports engines and
+One layer with ``engines``, below ``pipeline`` (docs/ARCHITECTURE.md, "Layers"): it imports engines and
 the core, nothing above; ``transform`` (`optimize`) builds on it.
 
 * :func:`~onnxaccel.precision.variant.convert_for_target` -> :class:`~onnxaccel.precision.variant.PrecisionVariant`

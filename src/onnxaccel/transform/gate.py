@@ -6,7 +6,7 @@ Judging is :mod:`onnxaccel.compare`'s (``compare_outputs`` then ``evaluate`` wit
 same rules ``compare``, ``bench`` and ``tune`` apply.
 
 Locating the first diverging node (for AMP) is ``analysis.bisect.find_divergence``: ``analysis`` is a feature
-beside ``transform``, which may not import it (DESIGN.md, "Rules of the house"), so whoever composes the two
+beside ``transform``, which may not import it (docs/ARCHITECTURE.md, "Layers"), so whoever composes the two
 (``onnxaccel.cli.optimize``) passes it in as a :class:`DivergenceFinder`.
 """
 
