@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from onnxaccel import providers
 from onnxaccel.engines.base import CPU, PlacedNode, Placement, Runner
 from onnxaccel.engines.ort import capture_native_stderr, import_ort
 from onnxaccel.engines.ort_ep_options import ep_environment
@@ -29,12 +30,12 @@ CONTROL_FLOW_OPS = ("If", "Loop", "Scan")
 # feature as requested by the user ..."): no node may contain a subgraph (If/Loop/Scan); for the CUDA EP
 # every node must be on CUDA or CPU and no MemcpyFromHost/MemcpyToHost may exist (CPU nodes are allowed
 # only as copy-free shape computations); for the TensorRT EP every node must be on TensorRT.
-# The ROCm EP's enable_hip_graph is assumed to follow the CUDA rule (not verified on ROCm hardware).
-_CAPTURE = {
-    "CUDAExecutionProvider": ("CUDA graph", "enable_cuda_graph", "cuda"),
-    "ROCMExecutionProvider": ("HIP graph", "enable_hip_graph", "cuda"),
-    "TensorrtExecutionProvider": ("CUDA graph", "trt_cuda_graph_enable", "single-ep"),
-}
+# The ROCm EP's graph capture is assumed to follow the CUDA rule (not verified on ROCm hardware).
+# Keyed by device word here; the ORT provider name and the option that enables capture come from the
+# provider's spec (onnxaccel.providers).
+_CAPTURE_RULES = {"cuda": ("CUDA graph", "cuda"), "rocm": ("HIP graph", "cuda"), "tensorrt": ("CUDA graph", "single-ep")}
+_CAPTURE = {providers.get(device).provider: (feature, providers.get(device).graph_option, rule)
+            for device, (feature, rule) in _CAPTURE_RULES.items()}
 
 #: Provider options that switch graph capture on.
 CAPTURE_OPTIONS = frozenset(option for _, option, _ in _CAPTURE.values())
@@ -272,7 +273,7 @@ def graph_capture_verdict(placement: Placement, *, memcpy: int, control_flow: tu
     if requested not in _CAPTURE:
         if requested == CPU:
             why = "graph capture is a GPU feature"
-        elif requested == "MIGraphXExecutionProvider":
+        elif requested == providers.get("migraphx").provider:
             # Nor in microsoft/onnxruntime onnxruntime/core/providers/migraphx/migraphx_execution_provider_info.h
             # at 03c1250 (tests/engines/migraphx/upstream/ort_info_h_03c1250.txt).
             why = ("the MIGraphX EP has no graph-capture option (none in the option table of onnxruntime-migraphx "
