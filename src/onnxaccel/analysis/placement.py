@@ -179,8 +179,8 @@ def analyze_placement(runner: Runner) -> PlacementReport:
 def optimized_graph(runner: Runner) -> tuple[onnx.GraphProto | None, str]:
     """The graph ONNX Runtime runs after its optimizations and partitioning, or None and why not."""
     session_options = getattr(runner, "_session_options", None)
-    providers = getattr(runner, "_providers", None)
-    if session_options is None or providers is None:
+    provider_list = getattr(runner, "_providers", None)
+    if session_options is None or provider_list is None:
         return None, "the runner is not an ONNX Runtime session"
 
     ort = import_ort()
@@ -193,7 +193,7 @@ def optimized_graph(runner: Runner) -> tuple[onnx.GraphProto | None, str]:
             try:
                 # The run's ORT_MIGRAPHX_* settings too (Microsoft 1.20-1.22.1 builds read FP16/INT8 only there).
                 with ep_environment(getattr(runner, "provider_env", {})):
-                    ort.InferenceSession(str(runner.model.path), so, providers=providers())
+                    ort.InferenceSession(str(runner.model.path), so, providers=provider_list())
             except Exception as exc:  # noqa: BLE001 - e.g. compiled nodes cannot be serialized
                 return None, str(exc).strip().splitlines()[0]
         return onnx.load(path, load_external_data=False).graph, ""

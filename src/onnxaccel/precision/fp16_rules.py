@@ -24,7 +24,11 @@ from pathlib import Path
 
 import onnx
 
+from onnxaccel import providers
 from onnxaccel.engines.ort import import_ort
+
+#: ONNX Runtime's name for the CPU provider (from the registry: only providers/ and engines/ spell it).
+_CPU = providers.get("cpu").provider
 
 _FLOAT = "tensor(float)"
 _HALF = "tensor(float16)"
@@ -40,8 +44,8 @@ _MISSING_KERNEL = re.compile(r"(?:Could not find an implementation|Failed to fin
 #: 'max' since opset 18). Held by tests/transform/test_fp16_rules.py against the vendored scatter_nd.cc lines
 #: (tests/transform/upstream/ort_scatter_nd_fp16.txt) and against the installed ONNX Runtime.
 RUNTIME_FP16_LIMITS: tuple[tuple[str, str, str, frozenset[str]], ...] = (
-    ("CPUExecutionProvider", "ScatterElements", "reduction", frozenset({"add", "mul"})),
-    ("CPUExecutionProvider", "ScatterND", "reduction", frozenset({"add", "mul", "min", "max"})),
+    (_CPU, "ScatterElements", "reduction", frozenset({"add", "mul"})),
+    (_CPU, "ScatterND", "reduction", frozenset({"add", "mul", "min", "max"})),
 )
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from onnxaccel import providers
 from onnxaccel.errors import TargetError
 from onnxaccel.model import Model
 from onnxaccel.paths import runtime_models_dir
@@ -30,6 +31,9 @@ from onnxaccel.precision.checkpoint import EXTERNAL_DATA_THRESHOLD, save_model
 from onnxaccel.precision.fp16 import convert_fp16, fp16_kept, keep_fp32_nodes
 from onnxaccel.precision.int8 import quantize_dynamic
 from onnxaccel.target import Target
+
+#: ONNX Runtime's name for the CPU provider (from the registry: only providers/ and engines/ spell it).
+_CPU = providers.get("cpu").provider
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,7 @@ def prepare_for_target(model: Model, target: Target) -> tuple[Model, Target]:
     return variant.model, variant.engine_target
 
 
-def to_fp16(model: Model, provider: str | None = "CPUExecutionProvider") -> Model:
+def to_fp16(model: Model, provider: str | None = _CPU) -> Model:
     """Convert weights and compute to FP16, keeping FP32 inputs and outputs (keep_io_types=True).
 
     Nodes listed in the model's ``onnxaccel.fp16.keep_fp32_nodes`` metadata stay FP32 (set by

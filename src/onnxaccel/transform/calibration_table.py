@@ -33,10 +33,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from onnxaccel import providers
 from onnxaccel.engines.ort_ep_options import calibration_table_refusal
 from onnxaccel.errors import MissingDependencyError, ModelError
 from onnxaccel.target import Target
 from onnxaccel.calibration import CalibrationData
+
+#: ONNX Runtime's name for the CPU provider (from the registry: only providers/ and engines/ spell it).
+_CPU = providers.get("cpu").provider
 
 FLATBUFFERS_NAME = "calibration.flatbuffers"
 TENSORRT_NAME = "calibration.cache"
@@ -79,7 +83,7 @@ def compute_ranges(proto: onnx.ModelProto, data: CalibrationData, method: str = 
         try:
             # symmetric ranges: both providers take one magnitude per tensor
             calibrator = create_calibrator(source, augmented_model_path=str(Path(tmp) / "augmented.onnx"),
-                                           calibrate_method=calib, providers=["CPUExecutionProvider"],
+                                           calibrate_method=calib, providers=[_CPU],
                                            extra_options={"symmetric": True})
             calibrator.collect_data(data.reader())
             ranges = calibrator.compute_data()

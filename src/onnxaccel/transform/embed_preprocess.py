@@ -22,10 +22,14 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxaccel import providers
 from onnxaccel.errors import ModelError, UsageError
 from onnxaccel.plan import EMBEDDABLE  # the plan decides what is embedded; this module embeds it
 from onnxaccel.precision.checkpoint import save_model
 from onnxaccel.prepost.presets import preset_values
+
+#: ONNX Runtime's name for the CPU provider (from the registry: only providers/ and engines/ spell it).
+_CPU = providers.get("cpu").provider
 
 #: Metadata key recording what was embedded (read by run/serve/batch to feed uint8 pixels).
 META_EMBEDDED = "onnxaccel.embedded_preprocess"
@@ -188,9 +192,9 @@ def embed_into_file(path, preset: str, *, input_name: str | None = None, seed: i
                          "its result on models whose only input is the image.", "Embed into the image model alone.")
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    want = ort.InferenceSession(before.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(
+    want = ort.InferenceSession(before.SerializeToString(), options, providers=[_CPU]).run(
         None, {done.input: host})
-    got = ort.InferenceSession(after.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(
+    got = ort.InferenceSession(after.SerializeToString(), options, providers=[_CPU]).run(
         None, {done.input: pixels})
     worst = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) if np.size(a) else 0.0
                 for a, b in zip(got, want))

@@ -28,9 +28,13 @@ from pathlib import Path
 
 import onnx
 
+from onnxaccel import providers
 from onnxaccel.engines.ort import capture_native_stderr, import_ort, probe_provider, runtime_log_severity
 from onnxaccel.errors import MissingDependencyError, ModelError, UsageError
 from onnxaccel.target import Target
+
+#: ONNX Runtime's name for the CPU provider (from the registry: only providers/ and engines/ spell it).
+_CPU = providers.get("cpu").provider
 
 LEVELS = ("none", "basic", "extended", "all")
 _ORT_LEVEL = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
@@ -60,7 +64,7 @@ def choose_level(requested: str, target: Target) -> tuple[str, str, list[str]]:
     notes: list[str] = []
     if target.device == "cpu":
         # auto = extended: portable across CPUs, unlike 'all' whose NCHWc layout is tied to this CPU.
-        return ("extended" if requested == "auto" else requested), "CPUExecutionProvider", notes
+        return ("extended" if requested == "auto" else requested), _CPU, notes
     if requested == "none":
         return "none", None, notes
     if target.device == "cuda" and target.engine == "ort" and _loads(target):
@@ -73,7 +77,7 @@ def choose_level(requested: str, target: Target) -> tuple[str, str, list[str]]:
                if target.device in ("migraphx", "tensorrt") else f"{target.provider} does not load here")
         notes.append(f"graph level capped to 'basic' for {target}: {why}; basic rewrites are valid for every "
                      "provider, extended/all are provider-specific.")
-    return "basic", "CPUExecutionProvider", notes
+    return "basic", _CPU, notes
 
 
 def ort_optimize(proto: onnx.ModelProto, level: str, provider: str) -> onnx.ModelProto:
@@ -91,10 +95,10 @@ def ort_optimize(proto: onnx.ModelProto, level: str, provider: str) -> onnx.Mode
         if large:
             # session config key from onnxruntime_session_options_config_keys.h
             so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "out.onnx.data")
-        providers = [provider] + (["CPUExecutionProvider"] if provider != "CPUExecutionProvider" else [])
+        chain = [provider] + ([_CPU] if provider != _CPU else [])
         try:
             with capture_native_stderr():  # echoed only with --verbose/--debug
-                ort.InferenceSession(str(source), so, providers=providers)
+                ort.InferenceSession(str(source), so, providers=chain)
         except Exception as exc:  # noqa: BLE001
             first = str(exc).strip().splitlines()[0]
             raise ModelError(f"ONNX Runtime could not optimize the graph at level '{level}': {first}",

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import onnx
 
+from onnxaccel import providers
 from onnxaccel.precision.fp16 import PRECISION_KEY, set_metadata
 from onnxaccel.precision.int8 import (
     DEFAULT_TENSOR_TYPE,
@@ -40,6 +41,9 @@ from onnxaccel.precision.int8 import (
 )
 from onnxaccel.calibration import CalibrationData
 from onnxaccel.transform.opset import convert_opset, default_opset
+
+#: ONNX Runtime's name for the CPU provider (from the registry: only providers/ and engines/ spell it).
+_CPU = providers.get("cpu").provider
 
 _TAIL_OPS = {"Softmax", "LogSoftmax", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"}
 
@@ -86,7 +90,7 @@ def quantize_static_proto(proto: onnx.ModelProto, data: CalibrationData, setting
                     activation_type=activation, weight_type=q.QuantType.QInt8,
                     nodes_to_exclude=sorted(set(settings.exclude_nodes) | set(output_tail(proto))) or None,
                     calibrate_method=method,
-                    calibration_providers=["CPUExecutionProvider"], extra_options=extra,
+                    calibration_providers=[_CPU], extra_options=extra,
                     use_external_data_format=proto.ByteSize() > 1_800_000_000,
                 )
             except Exception as exc:  # noqa: BLE001 - the quantizer raises plain exceptions
