@@ -7,6 +7,7 @@ import dataclasses
 import functools
 from pathlib import Path
 
+from onnxaccel import providers
 from onnxaccel.engines.ort import probe_provider
 from onnxaccel.errors import OnnxAccelError
 from onnxaccel.target import Target, parse_target
@@ -57,7 +58,7 @@ def accuracy_and_timing(report: OptimizeReport, gate, output: Path, options) -> 
         qdq_on_migraphx = target.device == "migraphx" and options.int8 is not None
         report.run_with = str(dataclasses.replace(target, precision="int8") if qdq_on_migraphx else engine_target)
     accuracy = {"samples": gate.samples.to_dict(), "spec": gate.spec.to_dict(), "reference": "original model, "
-                "fp32, CPUExecutionProvider", "candidate_target": str(gate.candidate_target)}
+                f"fp32, {providers.get('cpu').provider}", "candidate_target": str(gate.candidate_target)}
     if gate.samples.synthetic:
         accuracy["samples_note"] = ("synthesized inputs exercise every output but not the input distribution "
                                     "the model was trained on; give --eval-data for a meaningful check")
