@@ -15,9 +15,9 @@ JSON, schema ``onnxaccel.config/1``::
       "input_shapes": {"data": [1, 3, 224, 224]},   # what those bound to (for checking)
       "iobinding": true,
       "concurrency": 1,
-      "measured": {"p50_ms": 0.57, "p99_ms": 0.61, "throughput_items_per_s": 1746.0, ...},
+      "measured": {"p50_ms": ..., "p99_ms": ..., "throughput_items_per_s": ..., ...},
       "objective": {"goal": "throughput", "latency_budget_ms": null, "accuracy_gate": {...}},
-      "provenance": {"created": "...", "onnxaccel": "0.1.0", "onnxruntime": "1.31.1", "device": "NVIDIA H200",
+      "provenance": {"created": "...", "onnxaccel": "0.1.0", "onnxruntime": "1.31.1", "device": "<GPU name>",
                      "command": "onnxaccel tune ...", "report": "tune-report.json"}
     }
 
