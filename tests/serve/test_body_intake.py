@@ -29,9 +29,8 @@ import pytest
 from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.model_link import ModelLink
 from onnxaccel.serve.protocol import decode_http_request
-from onnxaccel.serve.security import (
-    ARENA_HOLD_S, BodyIntake, HeapBody, HttpGuard, InflightBudget, http_protocol_class,
-)
+from onnxaccel.serve.http_protocol import ARENA_HOLD_S, BodyIntake, HeapBody, http_protocol_class
+from onnxaccel.serve.security import HttpGuard, InflightBudget
 from tests.serve.conftest import ServerProcess
 from tests.serve.test_limits import closed_by_server
 from tests.serve.test_shared_models import make_mean

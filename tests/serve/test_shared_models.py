@@ -22,7 +22,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from onnxaccel.serve.model_link import INLINE_BYTES, Arena
+from onnxaccel.serve.arena import Arena
+from onnxaccel.serve.model_link import INLINE_BYTES
 from tests.serve.conftest import ServerProcess
 from tests.serve.test_workers import children, metrics_dir
 

@@ -18,7 +18,7 @@ import numpy as np
 from onnxaccel.errors import MissingDependencyError
 from onnxaccel.serve.core import InferenceService
 from onnxaccel.serve.grpc_messages import SERVICE, messages
-from onnxaccel.serve.security import grpc_auth_interceptor, grpc_credentials
+from onnxaccel.serve.auth import grpc_auth_interceptor, grpc_credentials
 from onnxaccel.serve.protocol import (
     DATATYPES, InferRequest, ProtocolError, RequestedOutput, bad_request, check_shape, datatype_of, element_count,
     from_bytes, to_bytes,

@@ -4,10 +4,10 @@ The worker parses and validates requests as any server does (its repository hold
 :class:`~onnxaccel.serve.signature.ModelSignature`, not its sessions), then hands the tensors to the one model
 process (serve/model_host.py), which batches the requests of every worker together and runs them.
 
-Tensors do not travel through the socket: each worker owns an *arena*, anonymous shared memory
+Tensors do not travel through the socket: each worker owns an *arena* (serve/arena.py), anonymous shared memory
 (``memfd_create``) whose file descriptor it passes to the model process once, at connect (``SCM_RIGHTS``,
 ``socket.send_fds``). A request's tensors are in the arena already when its body was received there
-(security.py BodyIntake asks :meth:`ModelLink.body_memory` for a slot at header time: no copy at all), or are
+(http_protocol.py BodyIntake asks :meth:`ModelLink.body_memory` for a slot at header time: no copy at all), or are
 copied into a slot of it (one copy, in the worker); the message says where they are; the model process
 joins them from there into its page-locked batch buffer, as it would
 from a request body. A slot is reused only after the model process answered the request (its batch has
@@ -29,11 +29,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import contextvars
 import itertools
 import logging
-import mmap
-import os
 import pickle
 import socket
 import struct
@@ -42,19 +39,15 @@ from collections.abc import Callable
 import numpy as np
 
 from onnxaccel.errors import UsageError
+from onnxaccel.serve.arena import _CURRENT_BODY, ALIGN, ArenaBody, _arena, tensor_view
 from onnxaccel.serve.batcher import BatchTiming
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import READY, UNAVAILABLE, ModelEntry, ModelIndex
 
 logger = logging.getLogger(__name__)
 
-#: Shared memory per worker for request tensors in flight (anonymous memory: touched pages count as the
-#: worker's, shared with the model process). 128 MiB holds ~200 ResNet-50 images (600 kB each).
-ARENA_BYTES = 128 * 2**20
 #: Tensors smaller than this travel inside the message: a pickle copy is cheaper than an arena slot then.
 INLINE_BYTES = 16 * 1024
-#: Arena slots start at multiples of this (cache lines; numpy views of any dtype stay aligned).
-ALIGN = 64
 #: Seconds a worker keeps trying to reach the model process at start-up before it gives up.
 CONNECT_TIMEOUT_S = 30.0
 
@@ -74,132 +67,6 @@ async def read_message(reader: asyncio.StreamReader) -> tuple:
     """Read one length-prefixed pickled message from the model host link."""
     (size,) = FRAME.unpack(await reader.readexactly(FRAME.size))
     return pickle.loads(await reader.readexactly(size))
-
-
-def tensor_view(buffer, offset: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-    """The array at ``offset`` of an arena (either end's mapping of it)."""
-    return np.ndarray(shape, dtype=np.dtype(dtype), buffer=buffer, offset=offset)
-
-
-class Arena:
-    """A ring of variable-sized slots in shared memory. Slots are taken at the head and returned in any
-    order; space comes back when the oldest slots are returned (requests finish roughly in arrival order).
-    ``alloc`` answers None when there is no room: the caller then sends the tensor inline."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.fd = os.memfd_create("onnxaccel-arena", getattr(os, "MFD_CLOEXEC", 0))
-        try:
-            os.ftruncate(self.fd, size)
-            self.memory = mmap.mmap(self.fd, size)
-        except OSError:
-            os.close(self.fd)
-            raise
-        self._slots: collections.OrderedDict[int, list] = collections.OrderedDict()  # offset -> [end, returned]
-        self._head = 0
-        probe = np.frombuffer(self.memory, dtype=np.uint8, count=1)
-        #: The mapping's address in this process (to tell whether an array's data lies in the arena).
-        self.address = probe.ctypes.data
-        del probe
-
-    def alloc(self, nbytes: int) -> int | None:
-        """Take a slot of at least ``nbytes`` (aligned) and return its offset, or None when there is no room."""
-        n = -(-max(nbytes, 1) // ALIGN) * ALIGN
-        if n > self.size:
-            return None
-        if not self._slots:
-            start = 0
-        else:
-            tail = next(iter(self._slots))
-            if self._head > tail:  # live region [tail, head): room at the end, else at the start
-                start = self._head if self._head + n <= self.size else (0 if n <= tail else None)
-            else:  # wrapped (or full when head == tail): room only in [head, tail)
-                start = self._head if self._head + n <= tail else None
-            if start is None:
-                return None
-        self._slots[start] = [start + n, False]
-        self._head = start + n
-        return start
-
-    def free(self, offset: int) -> None:
-        """Return the slot at ``offset``; space is reclaimed once the oldest slots are returned."""
-        slot = self._slots.get(offset)
-        if slot is not None:
-            slot[1] = True
-        while self._slots and next(iter(self._slots.values()))[1]:
-            self._slots.popitem(last=False)
-
-    @property
-    def used(self) -> int:
-        """Slots currently taken."""
-        return len(self._slots)
-
-    def close(self) -> None:
-        """Unmap the shared memory and close its file descriptor."""
-        with contextlib.suppress(BufferError, ValueError):
-            self.memory.close()
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
-
-
-#: The arena body of the request the current task handles (set around the request by BodyIntake's wrapper).
-_CURRENT_BODY: contextvars.ContextVar[ArenaBody | None] = contextvars.ContextVar("onnxaccel_arena_body",
-                                                                                 default=None)
-
-
-class ArenaBody:
-    """A request body received straight into an arena slot (the ``allocate`` answer of security.BodyIntake).
-    Tensors decoded from it are views of the slot: :meth:`ModelLink._place` sends them by offset. The slot is
-    freed when its last user is done: the request itself (``close``) and every message that points into it
-    (answered, or lost with the model process)."""
-
-    __slots__ = ("arena", "slot", "start", "end", "view", "users")
-    #: Shared memory: a body still arriving after security.ARENA_HOLD_S moves to the heap (the ring would block).
-    shared = True
-
-    def __init__(self, arena: Arena, slot: int, start: int, size: int):
-        self.arena, self.slot, self.start, self.end = arena, slot, start, start + size
-        self.view = memoryview(arena.memory)[start:start + size]
-        self.users = 1
-
-    def handed(self) -> memoryview:
-        """The body, for the app (its tensors are views of the arena)."""
-        return self.view
-
-    @contextlib.contextmanager
-    def bind(self):
-        """Mark this body as the current task's while its request is handled."""
-        token = _CURRENT_BODY.set(self)
-        try:
-            yield
-        finally:
-            _CURRENT_BODY.reset(token)
-
-    def close(self) -> None:
-        """The request is over."""
-        self.unref()
-
-    def unref(self) -> None:
-        """One user is done (the request, or an answered message); the last one frees the slot."""
-        self.users -= 1
-        if self.users == 0:
-            self.arena.free(self.slot)
-
-    def offset_of(self, value: np.ndarray) -> int | None:
-        """The arena offset of ``value``'s data when it lies in this body (C-contiguous), else None."""
-        if not value.flags.c_contiguous:
-            return None
-        offset = value.__array_interface__["data"][0] - self.arena.address
-        return offset if self.start <= offset and offset + value.nbytes <= self.end else None
-
-
-def _arena() -> Arena | None:
-    if not hasattr(os, "memfd_create") or not hasattr(socket, "send_fds"):
-        return None  # not Linux: tensors travel inside the messages
-    try:
-        return Arena(ARENA_BYTES)
-    except OSError:
-        return None
 
 
 class ModelLink:

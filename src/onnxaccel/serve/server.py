@@ -21,14 +21,16 @@ from dataclasses import dataclass, field
 
 from onnxaccel.engines.pool import set_gpu_wait
 from onnxaccel.errors import MissingDependencyError, UsageError
+from onnxaccel.serve.auth import uvicorn_tls
 from onnxaccel.serve.config import ModelConfig, ServerConfig
 from onnxaccel.serve.core import InferenceService
 from onnxaccel.serve.grpc_service import create_grpc_server
 from onnxaccel.serve.http_app import server_app
+from onnxaccel.serve.http_protocol import BodyIntake, http_protocol_class
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.model_link import RemoteRepository
 from onnxaccel.serve.repository import READY, ModelRepository
-from onnxaccel.serve.security import BodyIntake, InflightBudget, http_protocol_class, uvicorn_tls
+from onnxaccel.serve.security import InflightBudget
 from onnxaccel.serve.telemetry_bridge import gpu_source
 from onnxaccel.target import Target
 
