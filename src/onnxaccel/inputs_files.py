@@ -12,8 +12,8 @@ from typing import BinaryIO
 import numpy as np
 
 from onnxaccel.errors import InputError, MissingDependencyError
+from onnxaccel.image_geometry import Letterbox, letterbox
 from onnxaccel.model import TensorSpec
-from onnxaccel.prepost.letterbox import Letterbox, letterbox
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -17,7 +17,7 @@ from onnxaccel.cli.main import app
 from onnxaccel.errors import InputError
 from onnxaccel.inputs import PreprocessRequest, prepare_feeds
 from onnxaccel.prepost.detect import decode_yolov8, nms
-from onnxaccel.prepost.letterbox import letterbox
+from onnxaccel.image_geometry import letterbox
 from onnxaccel.prepost.presets import resolve_preprocess, ultralytics_meta
 from onnxaccel.prepost.topk import imagenet_labels, topk
 

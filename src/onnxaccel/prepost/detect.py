@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxaccel.errors import InputError
-from onnxaccel.prepost.letterbox import Letterbox
+from onnxaccel.image_geometry import Letterbox
 
 DEFAULT_CONF = 0.25
 DEFAULT_IOU = 0.45

@@ -88,7 +88,7 @@ def postprocess(kind: str, origin: str, outputs: Mapping[str, object], metadata:
         result.notes.append(f"the image was not letterboxed (preprocess {info.pre.preset}): boxes are in the "
                             "model's input frame, scaled to the original image")
         sx, sy = info.original[0] / info.fed[0], info.original[1] / info.fed[1]
-        from onnxaccel.prepost.letterbox import Letterbox  # a plain resize is a letterbox without padding
+        from onnxaccel.image_geometry import Letterbox  # a plain resize is a letterbox without padding
         letterbox = Letterbox(1 / sx, 0, 0, *info.original) if abs(sx - sy) < 1e-6 else None
     if info is None:
         result.notes.append("no image was given: boxes are in the model's input frame")

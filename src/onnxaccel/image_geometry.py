@@ -1,4 +1,5 @@
-"""Letterbox resizing (YOLO's): scale the image to fit the model's size keeping its aspect ratio, pad the rest
+"""Image geometry shared by the feed readers (inputs_files.py) and the pre- and post-processing (prepost/):
+letterbox resizing (YOLO's): scale the image to fit the model's size keeping its aspect ratio, pad the rest
 with gray, and map boxes found in the padded frame back to the original image's pixels.
 
 The arithmetic follows Ultralytics' ``LetterBox`` (ultralytics/ultralytics, ultralytics/data/augment.py,
