@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Check that onnxaccel's imports flow one way (../shared/DESIGN.md, "Rules of the house").
+"""Check that onnxaccel's imports flow one way and its modules stay short (docs/ARCHITECTURE.md, "Layers" and
+"Rules the checks enforce").
 
-    python scripts/check_imports.py            # exit 1 on an upward or sideways import, or a cycle
+    python scripts/check_imports.py            # exit 1 on an upward or sideways import, a cycle, a long module
 
 Layers, top to bottom: cli -> features (bench, serve, loadtest, analysis, transform, system, scale, conformance)
 -> compare, pipeline -> engines, precision -> the core (inputs, synthesis, model, then target, protobuf_values,
 zoo, then errors, paths). A module may import its own package and anything in a lower layer. Features stay apart except
 the pairs in ALLOWED. Every import counts, also the ones inside functions (they hide a dependency, not remove
-it); `if TYPE_CHECKING:` imports do not. Cycles are reported between modules (module-level imports only: a
-function-local import cannot make Python's import machinery loop, but it is still checked for direction).
+it); `if TYPE_CHECKING:` imports do not. Cycles are reported between modules and between packages (module-level
+imports only: a function-local import cannot make Python's import machinery loop, but it is still checked for
+direction). For the package cycles, a top-level package ``onnxaccel.X`` imports what any of its modules imports,
+and a top-level module is its own node. Every module under src/onnxaccel has at most MAX_LINES lines.
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "onnxaccel"
 PACKAGE = "onnxaccel"
+#: The longest a module may be (docs/ARCHITECTURE.md, "Rules the checks enforce"): split a longer one along its
+#: seams.
+MAX_LINES = 450
 
 #: Higher imports lower. The core is ordered too: errors/paths at the bottom, then the values that need only
 #: those (target, protobuf_values, zoo), the model, synthesis, inputs.
 LAYERS: dict[str, int] = {
     "errors": 1, "paths": 1, "install": 1, "__version__": 1,
     "target": 2, "providers": 2, "protobuf_values": 2, "zoo": 2,
-    "model": 3, "model_shapes": 3, "model_data": 3, "synthesis": 4, "inputs": 5, "inputs_files": 5, "feeds_check": 4, "prepost": 5, "calibration": 5,
+    "model": 3, "model_shapes": 3, "model_data": 3, "synthesis": 4, "image_geometry": 4, "inputs": 5, "inputs_files": 5, "feeds_check": 4, "prepost": 5, "calibration": 5,
     "engines": 6, "precision": 6,
     "compare": 7, "pipeline": 7, "plan": 7,
     "bench": 8, "serve": 8, "loadtest": 8, "analysis": 8, "transform": 8, "system": 8, "scale": 8,
@@ -38,7 +44,7 @@ LAYERS: dict[str, int] = {
 #: when the checker finds no cycle (errors <-> paths, engines <-> precision are not features).
 FEATURES = {"bench", "serve", "loadtest", "analysis", "transform", "system", "scale", "conformance"}
 
-#: Feature -> features it may use (DESIGN.md: bench may use analysis and transform; bench, serve and scale the
+#: Feature -> features it may use (docs/ARCHITECTURE.md, "Layers": bench may use analysis and transform; bench, serve and scale the
 #: telemetry sampler in system; scale may use serve; loadtest bench's statistics and serve's protocol, the wire format it speaks).
 ALLOWED: dict[str, set[str]] = {
     "bench": {"analysis", "transform", "system"},
@@ -98,16 +104,25 @@ def imports(path: Path) -> list[tuple[str, int, bool]]:
 
 
 def check() -> list[str]:
+    """Every problem found under ROOT, one line each (``file:line: `` first where one import is to blame)."""
     problems = []
     graph: dict[str, set[str]] = defaultdict(set)
+    #: Top-level package (or module) -> those it imports at module level, with the first import that does.
+    packages: dict[str, dict[str, str]] = defaultdict(dict)
     files = sorted(ROOT.rglob("*.py"))
     known = {module_name(p) for p in files}
     for path in files:
         src = module_name(path)
         a = top(src)
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_LINES:
+            problems.append(f"module too long: {path.relative_to(ROOT.parent.parent)} {lines} lines "
+                            f"(at most {MAX_LINES})")
         for target, line, module_level in imports(path):
             b = top(target)
             where = f"{path.relative_to(ROOT.parent.parent)}:{line}"
+            if module_level and a != b:
+                packages[a].setdefault(b, f"{src} -> {target}")  # no line: KNOWN entries must not move
             if a == b or b == "__init__" and target == PACKAGE and a == "__init__":
                 pass
             elif a not in LAYERS or b not in LAYERS:
@@ -123,11 +138,21 @@ def check() -> list[str]:
                 if resolved != src:
                     graph[src].add(resolved)
     problems += [f"import cycle: {' -> '.join(c)}" for c in cycles(graph)]
+    for cycle in cycles({a: set(b) for a, b in packages.items()}):
+        members = set(cycle)
+        via = "; ".join(packages[a][b] for a in sorted(members) for b in sorted(packages[a]) if b in members)
+        problems.append(f"package cycle: {' -> '.join(_qualified(c) for c in cycle)} ({via})")
     return problems
 
 
+def _qualified(name: str) -> str:
+    """A top-level name as a module path: 'prepost' -> 'onnxaccel.prepost', '__init__' -> 'onnxaccel'."""
+    return PACKAGE if name == "__init__" else f"{PACKAGE}.{name}"
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One cycle per strongly connected component of more than one module (Tarjan)."""
+    """One cycle per strongly connected component of more than one node (Tarjan): its members sorted, the first
+    again at the end."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

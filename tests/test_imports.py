@@ -1,8 +1,9 @@
-"""Imports flow one way (DESIGN.md, "Rules of the house"): scripts/check_imports.py runs in CI through here.
+"""Imports flow one way, without cycles between modules or packages, and every module is at most 450 lines
+(docs/ARCHITECTURE.md, "Layers" and "Rules the checks enforce"): scripts/check_imports.py runs in CI through here.
 
-The checker must exit 0 once issue 19's redesign is done. Until then the problems it reports must be a subset
-of KNOWN, each with the step that removes it: a NEW upward or sideways import, or a new cycle, fails at once;
-a known problem that is gone must leave KNOWN too, so the list only shrinks (to nothing).
+The checker must exit 0. Problems it reports must be a subset of KNOWN (empty), each with the step that removes
+it: a NEW upward or sideways import, a new cycle or a module grown too long fails at once; a known problem that is
+gone must leave KNOWN too, so the list only shrinks (to nothing).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def test_the_checker_fails_on_upward_sideways_hidden_and_cyclic_imports(tmp_path
         "bench/__init__.py": "", "bench/stats.py": "",
         # sideways, hidden in a function: still counted
         "bench/report.py": "def f():\n    from onnxaccel.serve import protocol\n",
-        # allowed by DESIGN.md: loadtest may use bench's statistics; TYPE_CHECKING imports do not count
+        # allowed (docs/ARCHITECTURE.md, "Layers"): loadtest may use bench's statistics; TYPE_CHECKING imports do not count
         "loadtest/__init__.py": "from typing import TYPE_CHECKING\nfrom onnxaccel.bench.stats import x\n"
                                 "if TYPE_CHECKING:\n    from onnxaccel.cli import main\n",
         # the cycle zoo/__init__.py <-> zoo/registry.py had: a package importing a module that imports it back
@@ -78,3 +79,34 @@ def test_the_checker_fails_on_upward_sideways_hidden_and_cyclic_imports(tmp_path
 
     _write(root, {"zoo/registry.py": "from onnxaccel.zoo.bert import BERT\n"})  # how the real cycle was fixed
     assert "import cycle: onnxaccel.zoo -> onnxaccel.zoo.registry -> onnxaccel.zoo" not in _checker(root).check()
+
+
+def test_the_checker_fails_on_a_cycle_between_packages_that_no_two_modules_make(tmp_path):
+    """engines.runner uses precision.fp16, and precision.calibrate uses engines.pool: no module imports one that
+    imports it back, but the packages engines and precision each import the other (module-level imports count;
+    function-local and TYPE_CHECKING ones do not)."""
+    root = tmp_path / "src" / "onnxaccel"
+    _write(root, {
+        "__init__.py": "",
+        "engines/__init__.py": "", "engines/pool.py": "",
+        "engines/runner.py": "from onnxaccel.precision.fp16 import convert\n",
+        "precision/__init__.py": "", "precision/fp16.py": "",
+        "precision/calibrate.py": "from onnxaccel.engines.pool import RunnerPool\n",
+    })
+    cycle = ("package cycle: onnxaccel.engines -> onnxaccel.precision -> onnxaccel.engines "
+             "(onnxaccel.engines.runner -> onnxaccel.precision.fp16; "
+             "onnxaccel.precision.calibrate -> onnxaccel.engines.pool)")
+    assert _problems("\n".join(_checker(root).check())) == [cycle]
+
+    _write(root, {"precision/calibrate.py": "def f():\n    from onnxaccel.engines.pool import RunnerPool\n"})
+    assert _checker(root).check() == []
+    _write(root, {"precision/calibrate.py": "from typing import TYPE_CHECKING\n"
+                                            "if TYPE_CHECKING:\n    from onnxaccel.engines.pool import RunnerPool\n"})
+    assert _checker(root).check() == []
+
+
+def test_the_checker_fails_on_a_module_over_450_lines(tmp_path):
+    root = tmp_path / "src" / "onnxaccel"
+    _write(root, {"__init__.py": "", "errors.py": "x = 1\n" * 450, "paths.py": "x = 1\n" * 451})
+    assert _problems("\n".join(_checker(root).check())) == [
+        "module too long: src/onnxaccel/paths.py 451 lines (at most 450)"]
