@@ -215,8 +215,9 @@ def gpu_decoder(height: int, width: int, pre: ImagePreprocess, device: int = 0, 
 
 def nvimgcodec_missing() -> str:
     """'' when nvImageCodec (NVIDIA's codec library, PyPI nvidia-nvimgcodec-cu12/-cu13) is installed here, else
-    why not. Found, not imported: its import prints to the process's stderr (see prepost/nvjpeg.py _import_nvimgcodec), and this
-    check may run in a thread beside others; the decoder imports it when it is made."""
+    why not. Found, not imported: its import prints to the process's stderr (prepost/nvjpeg.py
+    _import_nvimgcodec), and this check may run in a thread beside others; the decoder imports it when it is
+    made."""
     import importlib.util
 
     try:
