@@ -36,16 +36,12 @@ ALLOWED: dict[str, str] = {
     "cli/bench.py": "to move: coordinator (graph options: the spec's graph_option)",
     "cli/inspect.py": "to move: coordinator (the CPU provider's name)",
     "cli/serve.py": "to move: coordinator (arena knobs: the spec's arena_keys)",
-    "precision/fp16_rules.py": "to move: coordinator (per-provider FP16 kernel rules)",
     "precision/variant.py": "to move: coordinator (reference provider names)",
     "system/environment.py": "to move: coordinator (MIGraphX options named in environment findings)",
     "transform/cached_compile.py": "to move: coordinator (compile-cache options per provider)",
     "transform/calibration_table.py": "to move: coordinator (TensorRT INT8 calibration options; CPU reference)",
     "transform/compile_cache.py": "to move: coordinator (compile-cache options per provider)",
-    "transform/embed_preprocess.py": "to move: coordinator (CPU reference sessions)",
     "transform/gate_report.py": "to move: coordinator (CPU reference; TensorRT calibration table option)",
-    "transform/graph.py": "to move: coordinator (CPU reference sessions)",
-    "transform/int8.py": "to move: coordinator (CPU calibration sessions)",
 }
 
 

@@ -618,11 +618,18 @@ def test_a_gpu_job_runs_its_pump_at_the_short_gil_switch(tmp_path, mlp_path, npy
         return real(self, unit, out)
 
     monkeypatch.setattr(BatchWorker, "read", spy)
-    # The pump sees a GPU target (the sessions still run on the CPU); no CUDA driver here: the wait mode stays.
-    monkeypatch.setattr(pipeline, "parse_target", lambda text: dataclasses.replace(parse_target(text), device="cuda"))
+    # The plan a GPU target gets (plan.py GIL_SWITCH_MS), for sessions that still run on the CPU.
+    from onnxaccel.plan import GIL_SWITCH_MS
+    from onnxaccel.scale import job as job_module
+
+    real_plan = job_module.plan_execution
+    monkeypatch.setattr(job_module, "plan_execution", lambda *a, **k: dataclasses.replace(
+        real_plan(*a, **k), gil_switch_ms=GIL_SWITCH_MS))
     before = sys.getswitchinterval()
-    report = run_batch(BatchJob(str(mlp_path), str(npy_data), str(tmp_path / "out"), target="cpu", batch=4))
-    assert report.rows_done == report.rows_total > 0 and set(seen) == {pipeline.GIL_SWITCH_S} and sys.getswitchinterval() == before
+    report = run_batch(BatchJob(str(mlp_path), str(npy_data), str(tmp_path / "out"), target=parse_target("cpu"),
+                                batch=4))
+    assert report.rows_done == report.rows_total > 0 and set(seen) == {GIL_SWITCH_MS / 1000}
+    assert sys.getswitchinterval() == before
 
 
 class _NoGpu:

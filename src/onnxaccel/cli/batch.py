@@ -104,11 +104,14 @@ def batch_command(model, data, target, tuned, ray, shapes, preprocess, as_json) 
     """Run MODEL over a dataset; options a --config can set resolve as flag > config > default (cli/groups.py)."""
     from onnxaccel.scale import run_batch  # heavy: loaded per command (keeps --help fast)
 
-    job, automatic = _job(model, data, target, ray, shapes, preprocess)
+    job = _job(model, data, target, ray, shapes, preprocess)
     with _Bar(disable=as_json) as bar:
         report = run_batch(job, progress=bar.update)
     if as_json:
-        print_json({**report.to_dict(), "embedded_automatically": automatic})
+        data = report.to_dict()
+        reason = next((c["reason"] for c in (report.plan or {}).get("choices", ()) if c["name"] == "embed_preprocess"),
+                      "")
+        print_json({**data, "embedded_automatically": bool(report.embedded) and reason.startswith("GPU target")})
     else:
         _render(report)
     if report.errors:
@@ -116,48 +119,17 @@ def batch_command(model, data, target, tuned, ray, shapes, preprocess, as_json) 
 
 
 def _job(model: str, data, target, ray, shapes, preprocess):
-    """The BatchJob the command line asks for, and whether the model's preprocessing was embedded without
-    being asked."""
+    """The BatchJob the command line asks for. Whether to embed the preprocessing is the job's plan's decision
+    (plan.py embed_preset, made in run_batch as for a Python caller); the report says what was chosen and why."""
     from onnxaccel.scale import BatchJob
 
-    run_model, automatic = _model_to_run(model, target, preprocess.embed, preprocess.preset, data.input)
-    job = BatchJob(model=run_model, label=model, input=data.input, output=str(data.output), target=target,
+    job = BatchJob(model=model, input=data.input, output=str(data.output), target=target,
                    batch=shapes.batch, shapes=shapes.shapes, columns=data.column, id_column=data.id_column,
                    images_per_shard=data.images_per_shard, ray=ray.ray, workers=ray.workers,
                    cpus_per_worker=ray.cpus_per_worker, overwrite=data.overwrite, on_error=data.on_error,
-                   shape_buckets=shapes.buckets, decoder=data.decoder, preprocess=preprocess.request)
-    return job, automatic
-
-
-def _model_to_run(model: str, target, embed: str | None, preset: str | None, input: str) -> tuple[str, bool]:
-    """The model file the job runs and whether its preprocessing was embedded without being asked: --embed-
-    preprocess PRESET embeds that preset, none never; unset, a GPU target reading images with an embeddable
-    --preprocess gets it embedded (transform/embed_preprocess.py auto_embed_preset), and a model that cannot
-    take it (not a float NCHW image model) keeps host preprocessing, with a note saying why."""
-    from onnxaccel.scale.datasets import input_kind
-    from onnxaccel.transform.embed_preprocess import EMBEDDABLE, auto_embed_preset, embedded_copy
-
-    if embed is not None:
-        embed = embed.lower()
-        if embed == "none":
-            return model, False
-        if embed not in EMBEDDABLE:
-            raise UsageError(f"--embed-preprocess {embed}: not an embeddable preset.",
-                             f"Use one of {', '.join(EMBEDDABLE)}, or none to keep preprocessing on the host.")
-        return embedded_copy(model, embed), False
-    auto = auto_embed_preset(target, preset)
-    if auto is None or input_kind(input) != "images":
-        return model, False
-    try:
-        path = embedded_copy(model, auto)
-    except (UsageError, ModelError) as exc:
-        note(f"{auto} preprocessing kept on the host: {exc.message}")
-        return model, False
-    if path == model:  # embedded already (this preset): nothing was done here
-        return model, False
-    note(f"GPU target: {auto} preprocessing embedded in the model (uint8 pixels to the device, the arithmetic "
-         "in the graph); --embed-preprocess none keeps it on the host")
-    return path, True
+                   shape_buckets=shapes.buckets, decoder=data.decoder, preprocess=preprocess.request,
+                   embed_preprocess=preprocess.embed or "auto")
+    return job
 
 
 def _columns(items: list[str]) -> dict[str, str]:
