@@ -18,7 +18,7 @@
    /metrics gives the server's RSS; reports memory after warm-up and at the end (growth should be ~0 with
    arena_extend_strategy kSameAsRequested).
 7. ``--server-workers default``: the server with no layout flag at all (serve picks its own layout on a GPU
-   target, serve/layout.py); the ratio is also given against in-process IO binding (issue 22's reference).
+   target, plan.py); the ratio is also given against in-process IO binding (issue 22's reference).
 8. ``--images DIR``: after the first server run, the same spec serving --images-model (or --model with --preprocess
    imagenet) is sent the folder's JPEG/PNG files, one per row: images/s, p50 and p99 beside the tensor run's.
 9. ``--concurrency 64,256``: each server run is loaded at every level in turn (the first is the run's main figure:

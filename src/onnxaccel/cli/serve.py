@@ -63,11 +63,11 @@ def serve_command(source, target, tuned, shapes, server, batcher, flags, preproc
     a model's own config.json in a repository then overrides the result for that model."""
     from onnxaccel.serve.launch import serve  # heavy (asyncio, ssl) and Ray below: loaded per command
 
-    defaults, layout = _model_defaults(target, tuned, shapes, batcher, flags, preprocess, session, ray.ray is not None)
-    config = dataclasses.replace(server, workers=layout.workers, shared_models=layout.shared_models,
+    defaults, plan = _model_defaults(target, tuned, shapes, batcher, flags, preprocess, session, ray.ray is not None)
+    config = dataclasses.replace(server, workers=plan.workers, shared_models=plan.shared_models,
                                  gil_switch_ms=flags.gil_switch_ms, gpu_wait=flags.gpu_wait,
                                  direct_copy=flags.direct_copy)
-    on_ready = _announce(source, layout, as_json)
+    on_ready = _announce(source, plan, as_json)
     if ray.ray is not None and (config.workers > 1 or config.shared_models):
         raise UsageError("--workers runs several local server processes; with --ray, Ray Serve runs the replicas.",
                          "Drop --workers and use --replicas (or autoscaling) with --ray.")
@@ -88,41 +88,54 @@ def serve_command(source, target, tuned, shapes, server, batcher, flags, preproc
 
 
 def _model_defaults(target, tuned, shapes, batcher, flags, preprocess, session, on_ray: bool):
-    """What every model gets unless its config.json says otherwise, and the process layout (``_layout``)."""
+    """What every model gets unless its config.json says otherwise, and the server's ExecutionPlan (plan.py: the
+    process layout and graph capture, decided from the target, the cores and the flags given)."""
+    from onnxaccel.plan import Host, PlanRequest, plan_execution
+    from onnxaccel.serve.config import model_defaults
+
     instances = batcher.instances
-    layout = _layout(target, flags.workers, flags.shared_models, instance_count(instances, tuned) if instances is not
-                     None or configured(tuned, "instances") is not None else None, on_ray)
-    defaults = {
-        "target": layout.target or str(target), "max_batch": batcher.max_batch,
+    if instances is None and configured(tuned, "instances") is not None:
+        instances = instance_count(None, tuned)
+    plan = plan_execution(target, PlanRequest(
+        command="serve", max_batch=batcher.max_batch, max_padding=batcher.max_padding, instances=instances,
+        workers=flags.workers, shared_models=flags.shared_models, on_ray=on_ray,
+        session_per_batch_size=session.get("session_per_batch_size", True), preprocess=preprocess.preset,
+        embed_preprocess=_embed_mode(preprocess.embed), gpu_wait=flags.gpu_wait, gil_switch_ms=flags.gil_switch_ms),
+        host=Host.here())
+    served = target.with_options({plan.graph_option: "1"}) if plan.graph_capture else target
+    defaults = model_defaults({
+        "target": served, "max_batch": batcher.max_batch,
         "max_queue_delay_ms": batcher.max_queue_delay_ms, "max_padding": batcher.max_padding,
-        "instances": layout.instances or instance_count(instances, tuned), "max_queue": batcher.max_queue,
+        "instances": plan.instances, "max_queue": batcher.max_queue,
         "timeout_ms": batcher.timeout_ms, "shapes": {k: list(v) for k, v in shapes.shapes.items()}, **session,
         "shape_buckets": shapes.buckets or None, "preprocess": preprocess.preset,
         "embed_preprocess": _embed_mode(preprocess.embed),
-    }
-    return defaults, layout
+    })
+    return defaults, plan
 
 
-def _announce(source: str, layout, as_json: bool):
-    """The callback that says the server is ready: a JSON line, or the URLs and each model's state."""
+def _announce(source: str, plan, as_json: bool):
+    """The callback that says the server is ready: a JSON line (with the plan), or the URLs, what runs (the
+    plan's block) and each model's state."""
 
     def on_ready(server) -> None:
         result = server.result()
         if as_json:
-            ready = {"event": "ready", **result.to_dict()}
-            if layout.automatic:
-                ready["layout"] = layout.describe()
+            ready = {"event": "ready", **result.to_dict(), "plan": plan.to_dict()}
+            layout = plan.choice("layout")
+            if layout is not None:
+                ready["layout"] = f"{layout.value} ({layout.reason})"
             sys.stdout.write(json.dumps(ready) + "\n")
             sys.stdout.flush()
             return
-        if layout.automatic:
-            note(layout.describe())
+        for line in plan.lines():
+            note(f"plan: {line}")
         for message in result.warnings:
             note(message)
         console.print(f"[bold]serving[/] {escape(source)} at {result.http_url}"
                       + (f" and grpc://{result.grpc_address}" if result.grpc_address else "")
                       + (f" with {result.workers} worker processes" if result.workers > 1 else "")
-                      + (" and one model process" if layout.shared_models else ""))
+                      + (" and one model process" if plan.shared_models else ""))
         for model in result.models:
             state = "[green]READY[/]" if model["state"] == "READY" else f"[red]{model['state']}[/]"
             reason = f": {escape(model.get('reason', ''))}" if model.get("reason") else ""
@@ -130,18 +143,6 @@ def _announce(source: str, layout, as_json: bool):
         console.print("[dim]SIGTERM or Ctrl+C drains in-flight requests and stops.[/]")
 
     return on_ready
-
-
-def _layout(target, workers: int | None, shared_models: bool | None, instances: int | None, on_ray: bool):
-    """The process layout: the flags as given (defaults 1 worker, no shared models), or on a GPU target with no
-    layout flag (and not on Ray) the one serve/layout.py chooses from the cores."""
-    import os
-
-    from onnxaccel.serve.layout import ServeLayout, choose_layout, layout_flags_given
-
-    if on_ray or layout_flags_given(workers, shared_models, instances):
-        return ServeLayout(workers=workers or 1, shared_models=bool(shared_models), instances=instances)
-    return choose_layout(os.cpu_count() or 1, target)
 
 
 def _embed_mode(mode: str) -> str:
