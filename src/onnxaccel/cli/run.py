@@ -120,6 +120,8 @@ class RunResult:
     preprocess: dict[str, dict] = field(default_factory=dict)
     #: The post-processing applied (kind, who chose it, top-k with labels or detections).
     postprocess: dict | None = None
+    #: What ran: the ExecutionPlan (plan.py ExecutionPlan.to_dict).
+    plan: dict | None = None
 
     def to_dict(self) -> dict:
         """The result as `run --json` prints it (schema onnxaccel.run/1)."""
@@ -128,7 +130,7 @@ class RunResult:
             "iobinding": self.iobinding, "compile_seconds": self.compile_seconds, "latency_ms": self.latency_ms,
             "input_shapes": self.input_shapes, "placement": self.placement,
             "inputs": self.inputs, "preprocess": self.preprocess, "outputs": [o.to_dict() for o in self.outputs],
-            "postprocess": self.postprocess, "warnings": self.warnings, "saved": self.saved,
+            "postprocess": self.postprocess, "warnings": self.warnings, "saved": self.saved, "plan": self.plan,
         }
 
 
@@ -203,7 +205,7 @@ def run_command(model, given, target, shapes, want, execution, preprocess, tuned
         outputs=[OutputSummary.of(k, v, want.topk) for k, v in outputs.items()],
         warnings=warnings, saved=saved, inputs=[o.to_dict() for o in prepared.origins],
         preprocess={o.name: o.image.to_dict() for o in prepared.origins if o.image is not None},
-        postprocess=post.to_dict(),
+        postprocess=post.to_dict(), plan=prepared.plan.to_dict() if prepared.plan else None,
     )
     if as_json:
         print_json(result.to_dict())
@@ -261,6 +263,10 @@ def _render(result: RunResult) -> None:
         shape = "x".join(map(str, origin["shape"])) if origin["shape"] else ("scalar" if origin["shape"] == [] else "")
         console.print(f"  input {origin['name']}: {origin['type']} {shape}, {origin['source']} ({origin['detail']})",
                       markup=False, highlight=False)
+    for choice in (result.plan or {}).get("choices", ()):
+        if choice["name"] in ("target", "precision"):
+            console.print(f"plan: {choice['name']}: {choice['value']} ({choice['reason']})", markup=False,
+                          highlight=False)
     console.print(f"placement: {result.placement['summary']}", markup=False)
     console.print(f"session created in {result.compile_seconds * 1e3:.1f} ms; first run "
                   f"{result.latency_ms:.2f} ms ({'IO binding' if result.iobinding else 'numpy in/out'})")
