@@ -142,7 +142,8 @@ def test_each_instance_thread_calls_its_own_session(mlp_path, iobinding):
     preps = [prepare(str(mlp_path), parse_target("cpu?intra_op_num_threads=1"), batch=2) for _ in range(3)]
     counts = [0, 0, 0]
     for i, p in enumerate(preps):
-        real_run, real_bind = p.runner.run, p.runner.bind
+        # The pool checks the feeds once and then runs unchecked (engines/base.py's runner template).
+        real_run, real_bind = p.runner.run_unchecked, p.runner.bind
 
         def run(feeds, i=i, real_run=real_run):
             counts[i] += 1
@@ -159,7 +160,7 @@ def test_each_instance_thread_calls_its_own_session(mlp_path, iobinding):
             bound.run = counted
             return bound
 
-        p.runner.run, p.runner.bind = run, bind
+        p.runner.run_unchecked, p.runner.bind = run, bind
     timing = measure_concurrent([p.runner for p in preps], preps[0].feeds, concurrency=3, batch=2, warmup=2, runs=5,
                                 iobinding=iobinding)
     assert counts == [7, 7, 7]  # 2 warm-up (one instance after the other) + 5 timed calls each
