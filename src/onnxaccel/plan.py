@@ -72,6 +72,8 @@ class Choice:
     name: str
     value: object
     reason: str
+    #: The plan did not do what the user asked (e.g. graph capture dropped for this model): a note to show.
+    overrides: bool = False
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -80,7 +82,7 @@ class Choice:
             value = str(value)
         elif isinstance(value, tuple):
             value = list(value)
-        return {"name": self.name, "value": value, "reason": self.reason}
+        return {"name": self.name, "value": value, "reason": self.reason, "overrides": self.overrides}
 
 
 @dataclass(frozen=True)
@@ -158,11 +160,11 @@ class ExecutionPlan:
     @property
     def notes(self) -> list[str]:
         """The reasons of choices that changed what the user asked (e.g. graph capture dropped)."""
-        return [c.reason for c in self.choices if c.name.endswith("!")]
+        return [c.reason for c in self.choices if c.overrides]
 
     def choice(self, name: str) -> Choice | None:
         """The decision named ``name`` (None when the plan made none of that name)."""
-        return next((c for c in self.choices if c.name.rstrip("!") == name), None)
+        return next((c for c in self.choices if c.name == name), None)
 
     def to_dict(self) -> dict:
         """JSON-ready form (schema ``SCHEMA``): what every command's ``--json`` prints as "plan"."""
@@ -176,12 +178,12 @@ class ExecutionPlan:
             "workers": self.workers, "shared_models": self.shared_models, "graph_capture": self.graph_capture,
             "graph_option": self.graph_option, "gpu_wait": self.gpu_wait, "gil_switch_ms": self.gil_switch_ms,
             "arena_shrinkage": self.arena_shrinkage, "decoder": self.decoder,
-            "choices": [{**c.to_dict(), "name": c.name.rstrip("!")} for c in self.choices],
+            "choices": [c.to_dict() for c in self.choices],
         }
 
     def lines(self) -> list[str]:
         """The "what will run" block: one line per decision, as every command prints it."""
-        return [f"{c.name.rstrip('!')}: {_text(c.value)} ({c.reason})" for c in self.choices]
+        return [f"{c.name}: {_text(c.value)} ({c.reason})" for c in self.choices]
 
 
 def _text(value: object) -> str:
@@ -361,11 +363,11 @@ def _graph_capture(target: Target, request: PlanRequest, model: Model | None, ba
         return target, False, option
     possible, why_not = _capture_possible(request, model, batch_sizes)
     if not possible:
-        choices.append(Choice("graph_capture!", False, f"{option} dropped: {why_not}"))
+        choices.append(Choice("graph_capture", False, f"{option} dropped: {why_not}", overrides=True))
         return target.without_options(option), False, option
     if request.arena_shrinkage:
-        choices.append(Choice("arena_shrinkage!", False, "not applied with graph capture (a captured graph keeps its "
-                              "memory)"))
+        choices.append(Choice("arena_shrinkage", False, "not applied with graph capture (a captured graph keeps its "
+                              "memory)", overrides=True))
     reason = (f"{option}=1 in the target" if given == "1" else
               f"{target.device}: the server captures by default where the model allows (set {option}=0 to turn off)")
     choices.append(Choice("graph_capture", True, reason + (f"; captured per batch size {_text(batch_sizes)}"
@@ -400,8 +402,8 @@ def _arena(target: Target, request: PlanRequest, spec, graph: bool, choices: lis
         if value is None:
             continue
         if key is None:
-            choices.append(Choice(f"{what}!", None, f"{what} has no effect on {target.device} (its provider has no "
-                                  "such option)"))
+            choices.append(Choice(what, None, f"{what} has no effect on {target.device} (its provider has no such "
+                                  "option)", overrides=True))
         else:
             extra[key] = str(value)
             choices.append(Choice(what, value, f"given: {key}={value}"))
