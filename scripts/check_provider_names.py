@@ -27,22 +27,7 @@ UNPARSABLE = "<cannot parse>"
 _PROVIDER_NAME = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z0-9]+ExecutionProvider(?![A-Za-z0-9_])")
 
 #: Module (relative to src/onnxaccel) -> why it may still name provider options or names. Only shrinks.
-ALLOWED: dict[str, str] = {
-    "bench/gpu_specs.py": "to move: coordinator (use_tf32)",
-    "bench/tune_space.py": "to move: coordinator (tuning knobs per provider)",
-    "cli/args_model.py": "to move: coordinator (an example option in help text)",
-    "cli/args_optimize.py": "to move: coordinator (native precision switches: the spec's native_precision)",
-    "cli/args_serve.py": "to move: coordinator (arena knobs: the spec's arena_keys)",
-    "cli/bench.py": "to move: coordinator (graph options: the spec's graph_option)",
-    "cli/inspect.py": "to move: coordinator (the CPU provider's name)",
-    "cli/serve.py": "to move: coordinator (arena knobs: the spec's arena_keys)",
-    "precision/variant.py": "to move: coordinator (reference provider names)",
-    "system/environment.py": "to move: coordinator (MIGraphX options named in environment findings)",
-    "transform/cached_compile.py": "to move: coordinator (compile-cache options per provider)",
-    "transform/calibration_table.py": "to move: coordinator (TensorRT INT8 calibration options; CPU reference)",
-    "transform/compile_cache.py": "to move: coordinator (compile-cache options per provider)",
-    "transform/gate_report.py": "to move: coordinator (CPU reference; TensorRT calibration table option)",
-}
+ALLOWED: dict[str, str] = {}
 
 
 def option_keys() -> frozenset[str]:

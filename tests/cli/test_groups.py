@@ -224,3 +224,25 @@ def test_serve_flag_beats_config_beats_default(tmp_path, mlp_path):
     model, served = _serve(mlp_path, "--config", str(config), "--target", "cpu", "--instances", "3")
     assert model["state"] == "READY", model  # the flags win
     assert served["instance_group"][0]["count"] == 3
+
+
+def test_serve_arena_flags_reach_the_model_defaults_and_the_providers_own_keys():
+    """--arena-extend-strategy/--gpu-mem-limit are generic flags: SessionArgs hands them over under ModelConfig's
+    names, and the plan spells them as each provider's arena keys (ProviderSpec.arena_keys)."""
+    from types import SimpleNamespace
+
+    from onnxaccel.cli.args_serve import SessionArgs
+    from onnxaccel.plan import PlanRequest, plan_execution
+    from onnxaccel.serve.config import model_defaults
+    from onnxaccel.target import parse_target
+
+    session = SessionArgs().build(SimpleNamespace(arena_strategy="kSameAsRequested", arena_limit=1 << 30,
+                                                  arena_shrinkage=False, session_per_batch_size=True), None)
+    defaults = model_defaults({"target": "migraphx", **session})
+    assert (defaults.arena_extend_strategy, defaults.gpu_mem_limit) == ("kSameAsRequested", 1 << 30)
+    plan = plan_execution(parse_target("migraphx"), PlanRequest(
+        command="serve", max_batch=8, workers=1, arena_extend_strategy=defaults.arena_extend_strategy,
+        gpu_mem_limit=defaults.gpu_mem_limit))
+    options = plan.target.provider_options()
+    assert options["migraphx_arena_extend_strategy"] == "kSameAsRequested"
+    assert options["migraphx_mem_limit"] == str(1 << 30)

@@ -135,3 +135,49 @@ def test_the_doctor_command_takes_the_toy_as_a_target_and_lists_it(toy):
     assert result.exit_code == 1 and data["requested"] == "toyep?toy_opt=1"
     assert [v["provider"] for v in data["targets"]] == ["ToyExecutionProvider"]
     assert "toyep" in {p["device"] for p in data["providers"]}
+
+
+TOY_GPU = ProviderSpec(
+    device="toygpu",
+    provider="ToyGpuExecutionProvider",
+    package=("onnxruntime-toy", "toy"),
+    options={"toy_graph": "bool", "toy_search": ("slow", "fast"), "toy_cache": "str", "toy_int8": "bool",
+             "toy_table": "str", "toy_native": "bool"},
+    graph_option="toy_graph",
+    tuning=(providers.Knob("toy search", ({"toy_search": "fast"},)), providers.Knob("graph capture", graph=True)),
+    compile_cache=providers.CompileCache("toy", "programs", "*.toy", {"toy_cache": "{dir}"}),
+    calibration_options=("toy_int8", "toy_table", "toy_native"),
+    sources=("example/toy-runtime src/toy_gpu.cc @0000000 (a test's provider)",),
+)
+
+
+@pytest.fixture
+def toy_gpu():
+    providers.register(TOY_GPU)
+    yield TOY_GPU
+    providers.unregister(TOY_GPU.device)
+
+
+def test_a_toy_gpu_provider_is_tuned_cached_and_calibrated_through_its_spec_alone(toy_gpu, tmp_path):
+    from onnxaccel.bench.tune_space import stages_for
+    from onnxaccel.transform.calibration_table import write_table
+    from onnxaccel.transform.compile_cache import _cache_options, cache_kind
+
+    target = parse_target("toygpu")
+    stages = stages_for(target)
+    assert [s.name for s in stages] == ["toy search", "graph capture (toy_graph)"]
+    assert stages[1].needs_iobinding and stages[1].variants == ({"toy_graph": "1"},)
+    assert cache_kind(target) == "toy" and "toy_cache" in _cache_options()
+    assert toy_gpu.compile_cache.options_for("/c") == {"toy_cache": "/c"}
+    table = write_table({"x": 1.0}, tmp_path, target, native=False)
+    assert table.options == {"toy_int8": "1", "toy_table": str(table.path.resolve()), "toy_native": "0"}
+    assert "toy_graph" in providers.graph_options()
+
+
+def test_a_spec_may_not_name_a_tuning_or_cache_option_its_table_lacks():
+    with pytest.raises(ValueError, match="not in the option table"):
+        ProviderSpec(device="bad", provider="BadExecutionProvider", package=("x", "y"),
+                     tuning=(providers.Knob("k", ({"nope": "1"},)),))
+    with pytest.raises(ValueError, match="not in the option table"):
+        ProviderSpec(device="bad", provider="BadExecutionProvider", package=("x", "y"),
+                     compile_cache=providers.CompileCache("c", "f", "*", {"nope": "{dir}"}))

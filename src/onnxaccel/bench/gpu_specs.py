@@ -40,6 +40,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from onnxaccel import providers
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -127,6 +129,9 @@ def peak_key(precision: str, device: str, options: dict[str, str], spec: GpuSpec
     (default) and the GPU has TF32 units."""
     if precision != "fp32":
         return precision
-    if device in ("cuda", "tensorrt") and options.get("use_tf32", "1") != "0" and spec.peak("tf32"):
+    provider = providers.get(device) if device in providers.devices() else None
+    if provider is None or not provider.tf32_default or not spec.peak("tf32"):
+        return "fp32"
+    if provider.tf32_option is None or options.get(provider.tf32_option, "1") != "0":
         return "tf32"
     return "fp32"

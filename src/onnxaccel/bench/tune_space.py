@@ -56,33 +56,21 @@ def precisions_for(target: Target) -> tuple[str, ...]:
 
 def stages_for(target: Target, *, threads: tuple[int, ...] | None = None) -> list[Stage]:
     """The tuning stages for the target's device, in the order they are tried."""
-    device = target.device
-    if device == "cuda":
-        return [Stage("layout (prefer_nhwc)", ({"prefer_nhwc": "1"},)),
-                _graph_stage(device),
-                Stage("cuDNN algorithm search", ({"cudnn_conv_algo_search": "HEURISTIC"},)),
-                Stage("cuDNN runtime fusion (fuse_conv_bias)", ({"fuse_conv_bias": "1"},)),
-                Stage("GEMM tuning (TunableOp)", ({"tunable_op_enable": "1", "tunable_op_tuning_enable": "1"},))]
-    if device == "rocm":
-        return [_graph_stage(device),
-                Stage("MIOpen algorithm search", ({"miopen_conv_exhaustive_search": "1"},)),
-                Stage("GEMM tuning (TunableOp)", ({"tunable_op_enable": "1", "tunable_op_tuning_enable": "1"},))]
-    if device == "migraphx":
-        return [Stage("MIGraphX exhaustive tune", ({"migraphx_exhaustive_tune": "1"},))]
-    if device == "tensorrt":
-        return [_graph_stage(device)]
-    if device == "cpu":
+    spec = providers.get(target.device)
+    if not spec.is_gpu:
         counts = threads or cpu_thread_counts()
         return [Stage("CPU threads (intra_op_num_threads)",
                       tuple({"intra_op_num_threads": str(n)} for n in counts))] if counts else []
-    return []
+    return [_stage(knob, spec) for knob in spec.tuning if not knob.graph or spec.graph_option]
 
 
-def _graph_stage(device: str) -> Stage:
-    """Graph capture through the option the provider's spec names (needs IO binding: a captured graph replays
-    fixed device addresses)."""
-    option = providers.get(device).graph_option
-    return Stage(f"graph capture ({option})", ({option: "1"},), needs_iobinding=True)
+def _stage(knob: providers.Knob, spec: providers.ProviderSpec) -> Stage:
+    """A provider's tuning knob as a stage. Graph capture goes through the option the spec names and needs IO
+    binding (a captured graph replays fixed device addresses)."""
+    if knob.graph:
+        option = spec.graph_option
+        return Stage(f"graph capture ({option})", ({option: "1"},), needs_iobinding=True)
+    return Stage(knob.label, tuple(dict(s) for s in knob.settings))
 
 
 def cpu_thread_counts() -> tuple[int, ...]:

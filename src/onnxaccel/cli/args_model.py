@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from onnxaccel import providers
 from onnxaccel.cli.common import resolve_target
 from onnxaccel.cli.compose import Built, Group, argument, option
 from onnxaccel.cli.groups import Shapes, build_target, build_targets, load_tuned, resolve_source
@@ -20,7 +21,8 @@ from onnxaccel.target import Target
 
 #: The --target help; with a --config, :class:`TargetArgs` adds the default to it.
 TARGET_HELP = ("Where to run: auto, cpu, cuda[:ID], migraphx[:ID], rocm, tensorrt; optionally /PRECISION and "
-               "?KEY=VALUE (e.g. cuda:0/fp16?prefer_nhwc=1). auto = the fastest target that really loads here.")
+               f"?KEY=VALUE (e.g. {providers.get('cuda').example}). auto = the fastest target that really loads "
+               "here.")
 PRECISION_HELP = "fp32, fp16 or int8 (overrides the target string)."
 EP_OPTION_HELP = ("Provider or session option KEY=VALUE; repeatable. Unknown keys are rejected with the list of "
                   "valid ones.")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+from onnxaccel import providers
 from onnxaccel.cli.args_data import SEED
 from onnxaccel.cli.args_model import TargetArgs
 from onnxaccel.cli.compose import REQUIRED, Built, Group, option
@@ -98,8 +99,10 @@ class ConversionArgs(Group):
         option("int8_activations", str, "int8", help="int8 (S8S8, recommended) or uint8."),
         option("int8_exclude", list[str] | None, None, "--int8-exclude", help="Node to leave unquantized; "
                "repeatable."),
-        option("native", bool, False, "--native", help="Leave FP16/INT8 to the provider (migraphx_fp16_enable; "
-               "migraphx_int8_enable + a calibration table; trt_*): the model stays FP32."),
+        option("native", bool, False, "--native", help="Leave FP16/INT8 to the provider ("
+               + "; ".join(f"{s.device}: {', '.join(k for o in s.native_precision.values() for k in o)}"
+                           for s in providers.all_specs() if s.native_precision)
+               + "; INT8 with a calibration table): the model stays FP32."),
         option("table_format", str, "flatbuffers", help="Calibration table for --native INT8: flatbuffers "
                "(ORT-generated) or tensorrt (TRT- text cache)."),
     )

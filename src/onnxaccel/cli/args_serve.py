@@ -149,12 +149,13 @@ class LayoutArgs(Group):
 
 class SessionArgs(Group):
     """The sessions' memory: --arena-extend-strategy, --gpu-mem-limit, --arena-shrinkage, --session-per-batch-size.
-    Builds them as the per-model defaults' keys."""
+    Builds them as the per-model defaults' keys (the arena's two under ModelConfig's names; the plan turns them
+    into the provider's own option keys, ProviderSpec.arena_keys)."""
 
     PARAMS = (
-        option("arena_extend_strategy", str | None, None, "--arena-extend-strategy", help="GPU arena growth: "
+        option("arena_strategy", str | None, None, "--arena-extend-strategy", help="GPU arena growth: "
                "kSameAsRequested keeps memory flat over a long run; kNextPowerOfTwo."),
-        option("gpu_mem_limit", int | None, None, "--gpu-mem-limit", help="GPU arena limit in bytes."),
+        option("arena_limit", int | None, None, "--gpu-mem-limit", help="GPU arena limit in bytes."),
         option("arena_shrinkage", bool, False, "--arena-shrinkage", help="Shrink memory arenas after every run "
                "(RunOptions memory.enable_memory_arena_shrinkage)."),
         option("session_per_batch_size", bool, True, "--session-per-batch-size/--one-session", help="GPUs: one "
@@ -164,7 +165,9 @@ class SessionArgs(Group):
 
     def build(self, v: SimpleNamespace, ctx: Built) -> dict:
         """The object the class docstring names, from the options' values."""
-        return dict(vars(v))
+        values = dict(vars(v))
+        arena = dict(arena_extend_strategy=values.pop("arena_strategy"), gpu_mem_limit=values.pop("arena_limit"))
+        return {**values, **arena}
 
 
 class RayArgs(Group):

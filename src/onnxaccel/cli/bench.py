@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeE
 from rich.table import Table
 from rich.text import Text
 
+from onnxaccel import providers
 from onnxaccel.bench.baseline import compare_reports
 from onnxaccel.bench.cells import grid
 from onnxaccel.bench.report import clean, load_report
@@ -34,8 +35,8 @@ class SweepArgs(Group):
     and against an earlier report --baseline, --noise, --fail-on-regression, --retry-failed."""
 
     PARAMS = (
-        option("graph", str, "off", "--graph", help="Graph capture (enable_cuda_graph / enable_hip_graph / "
-               "trt_cuda_graph_enable): on, off or both."),
+        option("graph", str, "off", "--graph", help=f"Graph capture ({' / '.join(providers.graph_options())}): "
+               "on, off or both."),
         option("baseline", str | None, None, help="Compare with an earlier JSON report: regressions and gains "
                "beyond noise."),
         option("noise", float, 0.05, help="Smallest relative change counted against --baseline."),
@@ -68,7 +69,7 @@ def register(app: typer.Typer) -> None:
     SourceArg("An .onnx file or zoo:NAME (default: the --config's model).", optional=True),
     TargetArgs(kind="many", config=True, precision=None, help="Where to run (repeat for several): auto, cpu, "
                "cuda[:ID], migraphx[:ID], rocm, tensorrt; optionally /PRECISION and ?KEY=VALUE options, e.g. "
-               "cuda:0/fp16?prefer_nhwc=1. Default: auto, or the --config's target."),
+               f"{providers.get('cuda').example}. Default: auto, or the --config's target."),
     PrecisionsArgs("Comma-separated precisions to sweep, e.g. fp32,fp16,int8 (overrides the target's)."),
     ShapeArgs(batch=BATCHES, buckets="Pad inputs to the smallest of these sizes that fits, one session per bucket "
               "on targets that compile per shape: DIM=SIZES (sequence=32,64,128,256), DIM,DIM=SIZES "

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import typer
 from rich.markup import escape
 
+from onnxaccel import providers
 from onnxaccel.analysis.inspect import InspectResult, inspect_model
 from onnxaccel.cli.args_data import OutputArgs, RunnerArgs
 from onnxaccel.cli.args_model import ShapeArgs, SourceArg, TargetArgs
@@ -143,7 +144,7 @@ def _render_placement(result: InspectResult) -> None:
     for ep, count in report.per_provider().items():
         table.add_row(ep, str(count), f"{100 * count / total:.1f}")
     console.print(table)
-    fallback = p.fallback if report.requested != "CPUExecutionProvider" else ()
+    fallback = p.fallback if report.requested != providers.get("cpu").provider else ()
     if fallback:
         fb = columns(new_table(f"{len(fallback)} node(s) not on {report.requested}"), ("op", "node", "provider"),
                      numbers=())

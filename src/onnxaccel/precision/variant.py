@@ -73,8 +73,8 @@ def convert_for_target(model: Model, target: Target) -> PrecisionVariant:
         return PrecisionVariant(to_int8_dynamic(model), target, converted=True)
     raise TargetError(
         f"INT8 on {target.device} needs a provider with INT8 kernels; ONNX Runtime's {target.provider} runs "
-        "quantized models only partly or not at all (\"it is not possible to run quantized models on "
-        "CUDAExecutionProvider\", Hugging Face Optimum GPU guide; ConvInteger has no CUDA kernel).",
+        "quantized models only partly or not at all (Hugging Face Optimum's GPU guide: \"it is not possible to "
+        "run quantized models on\" the CUDA provider; ConvInteger has no CUDA kernel).",
         "Use --target tensorrt/int8 (NVIDIA) with a calibration table from `onnxaccel optimize --int8 static "
         "--native --calibration DATA --target tensorrt`; on AMD, quantize with `onnxaccel optimize --int8 static "
         "--calibration DATA` and run the QDQ model with --target migraphx/int8; on the CPU, --target cpu/int8 works.",

@@ -15,10 +15,10 @@ import difflib
 
 from onnxaccel.errors import TargetError
 from onnxaccel.providers import cpu, cuda, migraphx, rocm, tensorrt
-from onnxaccel.providers.base import DOCTOR_CHECKS, Flavour, ProviderSpec, Source
+from onnxaccel.providers.base import DOCTOR_CHECKS, CompileCache, Flavour, Knob, ProviderSpec, Source
 
-__all__ = ["DOCTOR_CHECKS", "Flavour", "ProviderSpec", "Source", "all_specs", "by_preference", "devices", "get",
-           "register", "unregister"]
+__all__ = ["DOCTOR_CHECKS", "CompileCache", "Flavour", "Knob", "ProviderSpec", "Source", "all_specs", "by_preference",
+           "devices", "get", "graph_options", "register", "unregister"]
 
 _REGISTRY: dict[str, ProviderSpec] = {}
 
@@ -55,6 +55,11 @@ def all_specs() -> tuple[ProviderSpec, ...]:
 def devices() -> tuple[str, ...]:
     """The device words a target may start with, in registration order."""
     return tuple(_REGISTRY)
+
+
+def graph_options() -> tuple[str, ...]:
+    """The options that turn graph capture on, one per provider that has it (for help texts)."""
+    return tuple(s.graph_option for s in _REGISTRY.values() if s.graph_option)
 
 
 def by_preference() -> tuple[ProviderSpec, ...]:

@@ -68,6 +68,36 @@ class Flavour:
                 "sources": [str(s) for s in self.sources]}
 
 
+@dataclass(frozen=True)
+class Knob:
+    """One stage ``onnxaccel tune`` tries for a provider: a label and the option settings it compares with the
+    provider's defaults. ``graph=True`` marks the graph-capture stage, whose option is the spec's graph_option
+    (it needs IO binding: a captured graph replays fixed device addresses)."""
+
+    label: str
+    settings: tuple[Mapping[str, str], ...] = ()
+    graph: bool = False
+
+
+@dataclass(frozen=True)
+class CompileCache:
+    """Where a provider keeps what it compiled, so a second session loads instead of compiling.
+
+    ``kind`` names the cache ("ort-optimized": ONNX Runtime's optimized model, saved by onnxaccel; "migraphx",
+    "tensorrt": the provider's own programs/engines). ``folder`` is the sub-folder of a cache entry the provider
+    writes to, ``glob`` what it writes there, ``options`` the provider options that point it at the folder
+    ("{dir}" stands for the folder's path)."""
+
+    kind: str
+    folder: str = ""
+    glob: str = ""
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def options_for(self, folder: str) -> dict[str, str]:
+        """The provider options that make the provider read and write ``folder``."""
+        return {k: v.replace("{dir}", folder) for k, v in self.options.items()}
+
+
 def _frozen(mapping: Mapping) -> Mapping:
     return MappingProxyType(dict(mapping))
 
@@ -107,6 +137,19 @@ class ProviderSpec:
     #: Whether the provider compiles (or searches algorithms) per new input shape: a shape bucket then gets
     #: a session of its own.
     compiles_per_shape: bool = False
+    #: The stages ``onnxaccel tune`` tries, in order (a GPU provider's knobs; the CPU tunes session threads).
+    tuning: tuple[Knob, ...] = ()
+    #: The option whose default turns TF32 on for FP32 math (None: the provider has no such switch).
+    tf32_option: str | None = None
+    #: Whether FP32 math runs on TF32 units by default on GPUs that have them.
+    tf32_default: bool = False
+    #: How the provider caches what it compiled (None: it has no cache onnxaccel can point at).
+    compile_cache: CompileCache | None = None
+    #: (enable INT8, calibration-table file, table in the provider's native format): the options that make the
+    #: provider read an INT8 calibration table; None where it reads none.
+    calibration_options: tuple[str, str, str] | None = None
+    #: An example target with an option, for help texts.
+    example: str = ""
     #: Rank for ``best_target`` (lower is tried first); None: never picked automatically.
     preference: int | None = None
     #: GPU vendor whose devices the provider runs on ("nvidia", "amd"; None for the CPU).
@@ -131,7 +174,10 @@ class ProviderSpec:
         unknown = [c for c in self.doctor_checks if c not in DOCTOR_CHECKS]
         if unknown:
             raise ValueError(f"{self.device}: unknown doctor check(s) {unknown}; known: {DOCTOR_CHECKS}")
-        named = [k for k in (self.graph_option, *self.arena_keys) if k is not None]
+        named = [k for k in (self.graph_option, *self.arena_keys, self.tf32_option, *(self.calibration_options or ()))
+                 if k is not None]
+        named += [k for knob in self.tuning for setting in knob.settings for k in setting]
+        named += list(self.compile_cache.options) if self.compile_cache else []
         named += [k for opts in self.native_precision.values() for k in opts]
         missing = [k for k in named if k not in self.options]
         if missing:

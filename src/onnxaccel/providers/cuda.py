@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnxaccel.providers.base import ProviderSpec
+from onnxaccel.providers.base import CompileCache, Knob, ProviderSpec
 
 ARENA = ("kNextPowerOfTwo", "kSameAsRequested")
 
@@ -46,6 +46,16 @@ SPEC = ProviderSpec(
     arena_keys=("arena_extend_strategy", "gpu_mem_limit"),
     # The CUDA EP searches cuDNN algorithms per new input shape.
     compiles_per_shape=True,
+    tuning=(Knob("layout (prefer_nhwc)", ({"prefer_nhwc": "1"},)),
+            Knob("graph capture", graph=True),
+            Knob("cuDNN algorithm search", ({"cudnn_conv_algo_search": "HEURISTIC"},)),
+            Knob("cuDNN runtime fusion (fuse_conv_bias)", ({"fuse_conv_bias": "1"},)),
+            Knob("GEMM tuning (TunableOp)", ({"tunable_op_enable": "1", "tunable_op_tuning_enable": "1"},))),
+    # cuda_execution_provider_info.h: use_tf32 defaults to true (FP32 MatMul/Conv on TF32 units from Ampere on).
+    tf32_option="use_tf32",
+    tf32_default=True,
+    compile_cache=CompileCache("ort-optimized"),
+    example="cuda:0/fp16?prefer_nhwc=1",
     preference=20,
     vendor="nvidia",
     doctor_default=True,

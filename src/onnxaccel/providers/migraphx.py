@@ -19,7 +19,7 @@ come from source and from the bytes of the PyPI wheels onnxruntime-migraphx 1.23
 
 from __future__ import annotations
 
-from onnxaccel.providers.base import Flavour, ProviderSpec, Source
+from onnxaccel.providers.base import CompileCache, Flavour, Knob, ProviderSpec, Source
 
 ARENA = ("kNextPowerOfTwo", "kSameAsRequested")
 
@@ -165,6 +165,11 @@ SPEC = ProviderSpec(
     # 6ac4f7666aa4: "if (mgx_lens != ort_lens) ... input_shape_match = false" then "Input shape mismatch
     # detected. Recompiling"; vendored in tests/engines/migraphx/upstream/buckets_ep_recompile_ROCm_6ac4f76.txt).
     compiles_per_shape=True,
+    tuning=(Knob("MIGraphX exhaustive tune", ({"migraphx_exhaustive_tune": "1"},)),),
+    # The EP saves each compiled program as <hash>.mxr in the model cache folder and loads it on the next
+    # session (migraphx_execution_provider.cc, model cache).
+    compile_cache=CompileCache("migraphx", "mxr", "*.mxr", {"migraphx_model_cache_dir": "{dir}"}),
+    example="migraphx:0/fp16",
     preference=10,
     vendor="amd",
     doctor_default=True,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnxaccel.providers.base import ProviderSpec, Source
+from onnxaccel.providers.base import Knob, ProviderSpec, Source
 
 ARENA = ("kNextPowerOfTwo", "kSameAsRequested")
 
@@ -49,6 +49,9 @@ SPEC = ProviderSpec(
     # ORT docs: ROCm EP "enable_hip_graph".
     graph_option="enable_hip_graph",
     arena_keys=("arena_extend_strategy", "gpu_mem_limit"),
+    tuning=(Knob("graph capture", graph=True),
+            Knob("MIOpen algorithm search", ({"miopen_conv_exhaustive_search": "1"},)),
+            Knob("GEMM tuning (TunableOp)", ({"tunable_op_enable": "1", "tunable_op_tuning_enable": "1"},))),
     vendor="amd",
     doctor_checks=("gpu", "gfx"),
     removed_in="1.23",

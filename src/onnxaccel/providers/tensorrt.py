@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnxaccel.providers.base import ProviderSpec
+from onnxaccel.providers.base import CompileCache, Knob, ProviderSpec
 
 # Provider-option keys and value kinds. Source: microsoft/onnxruntime
 # onnxruntime/core/providers/tensorrt/tensorrt_execution_provider_info.cc (1.20-1.31).
@@ -59,6 +59,13 @@ SPEC = ProviderSpec(
     native_precision={"fp16": {"trt_fp16_enable": "1"}, "int8": {"trt_int8_enable": "1"}},
     # TensorRT builds an engine per optimization profile.
     compiles_per_shape=True,
+    tuning=(Knob("graph capture", graph=True),),
+    # TensorRT EP: FP32 layers use TF32 unless the builder flag is cleared (no provider option to change it).
+    tf32_default=True,
+    compile_cache=CompileCache("tensorrt", "engines", "*.engine",
+                               {"trt_engine_cache_enable": "1", "trt_engine_cache_path": "{dir}",
+                                "trt_timing_cache_enable": "1", "trt_timing_cache_path": "{dir}"}),
+    calibration_options=("trt_int8_enable", "trt_int8_calibration_table_name", "trt_int8_use_native_calibration_table"),
     vendor="nvidia",
     doctor_checks=("gpu",),
     sources=("microsoft/onnxruntime onnxruntime/core/providers/tensorrt/tensorrt_execution_provider_info.cc "

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from onnxaccel import providers
 from onnxaccel.system.findings import INFO, WARN, Finding
 from onnxaccel.system.gfx import gfx_from_override
 
@@ -21,7 +22,7 @@ _EFFECTS = {
     "CUDA_VISIBLE_DEVICES": "CUDA sees only these NVIDIA GPUs, renumbered from 0",
     "CUDA_DEVICE_ORDER": "CUDA numbers GPUs in this order (PCI_BUS_ID matches NVML and nvidia-smi)",
     "HSA_OVERRIDE_GFX_VERSION": "the ROCm runtime reports every AMD GPU as this architecture",
-    "ORT_MIGRAPHX_FP16_ENABLE": "the MIGraphX EP quantizes every model to FP16 (overrides migraphx_fp16_enable)",
+    "ORT_MIGRAPHX_FP16_ENABLE": "the MIGraphX EP quantizes every model to FP16 (overrides the provider option)",
     "ORT_MIGRAPHX_BF16_ENABLE": "the MIGraphX EP quantizes every model to BF16 (overrides the provider option)",
     "ORT_MIGRAPHX_FP8_ENABLE": "the MIGraphX EP quantizes every model to FP8 (overrides the provider option)",
     "ORT_MIGRAPHX_INT8_ENABLE": "the MIGraphX EP quantizes every model to INT8 (overrides the provider option)",
@@ -101,7 +102,8 @@ def environment_findings(environ: Mapping[str, str] | None = None) -> list[Findi
         if name in environ:
             findings.append(Finding(INFO, "migraphx-env-removed", f"{name} has no effect since ROCm 6.4",
                                     "The save/load options were replaced by the model cache.",
-                                    "Use ORT_MIGRAPHX_MODEL_CACHE_PATH (or migraphx_model_cache_dir)."))
+                                    "Use ORT_MIGRAPHX_MODEL_CACHE_PATH (or the provider option "
+                                    f"{next(iter(providers.get('migraphx').compile_cache.options))})."))
     ld_path = environ.get("LD_LIBRARY_PATH", "")
     releases = sorted({m.group(1) for m in re.finditer(r"/opt/rocm-([\d.]+)", ld_path)})
     if len(releases) > 1:

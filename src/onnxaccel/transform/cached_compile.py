@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 
+from onnxaccel import providers
 from onnxaccel.engines import Runner, compile_model
 from onnxaccel.engines.ort import ort_version, runtime_limits
 from onnxaccel.model import Model
@@ -84,17 +85,12 @@ def _ort_optimized(key: CompileKey, model: Model, target: Target, strict: bool):
 
 
 def _provider_cache(key: CompileKey, kind: str, model: Model, target: Target, strict: bool):
-    if kind == "migraphx":
-        folder = key.entry / "mxr"
-        hit = folder.is_dir() and any(folder.glob("*.mxr"))
-        options = {"migraphx_model_cache_dir": str(folder)}
-    else:
-        folder = key.entry / "engines"
-        hit = folder.is_dir() and any(folder.glob("*.engine"))
-        options = {"trt_engine_cache_enable": "1", "trt_engine_cache_path": str(folder),
-                   "trt_timing_cache_enable": "1", "trt_timing_cache_path": str(folder)}
+    """A provider that caches its own programs (the spec's compile_cache): point it at the entry's folder."""
+    cache = providers.get(target.device).compile_cache
+    folder = key.entry / cache.folder
+    hit = folder.is_dir() and any(folder.glob(cache.glob))
     folder.mkdir(parents=True, exist_ok=True)
-    runner = compile_model(model, target.with_options(options), strict=strict)
+    runner = compile_model(model, target.with_options(cache.options_for(str(folder))), strict=strict)
     return runner, hit, []
 
 

@@ -48,10 +48,6 @@ TENSORRT_NAME = "calibration.cache"
 #: version stamp and MinMaxCalibration the calibrator name TensorRT writes for min-max ranges.
 TENSORRT_HEADER = "TRT-8600-MinMaxCalibration"
 
-_OPTION = {
-    "tensorrt": ("trt_int8_enable", "trt_int8_calibration_table_name", "trt_int8_use_native_calibration_table"),
-}
-
 
 @dataclass
 class CalibrationTable:
@@ -174,7 +170,8 @@ def write_table(ranges: dict[str, float], folder: Path, target: Target, *, nativ
     if set(read_back) != set(ranges):
         raise ModelError(f"The calibration table {path} does not read back as written.", "Report this as a bug.")
     options = {}
-    if target.device in _OPTION:
-        enable, name, native_key = _OPTION[target.device]
+    keys = providers.get(target.device).calibration_options
+    if keys:
+        enable, name, native_key = keys
         options = {enable: "1", name: str(path.resolve()), native_key: "1" if native else "0"}
     return CalibrationTable(path, native, len(ranges), options)

@@ -26,23 +26,27 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onnxaccel import providers
 from onnxaccel.engines.cache_key import CompileKey, compile_cache_dir, compile_key
 from onnxaccel.model import Model
 from onnxaccel.paths import KEY_FILE, record_cache_use
 from onnxaccel.target import Target, parse_target
 from onnxaccel.transform.runtime_info import host_id, runtime_versions
 
-#: Provider options that only point at caches; they are not part of what a program was compiled from.
-_CACHE_OPTIONS = {"migraphx_model_cache_dir", "trt_engine_cache_enable", "trt_engine_cache_path",
-                  "trt_timing_cache_enable", "trt_timing_cache_path", "graph_optimization_level"}
+def _cache_options() -> frozenset[str]:
+    """Options that only point at caches (every registered provider's cache options, and the optimizer level a
+    cached, already optimized model is loaded with); they are not part of what a program was compiled from."""
+    return frozenset({"graph_optimization_level"}.union(
+        *(s.compile_cache.options for s in providers.all_specs() if s.compile_cache)))
 
 
 def cache_kind(target: Target) -> str | None:
-    """Which cache a target uses, or None when there is none (native MIGraphX engine, ROCm EP)."""
+    """Which cache a target uses (its provider spec's compile_cache), or None when there is none (native
+    MIGraphX engine, ROCm EP)."""
     if target.engine != "ort":
         return None
-    return {"cpu": "ort-optimized", "cuda": "ort-optimized", "migraphx": "migraphx",
-            "tensorrt": "tensorrt"}.get(target.device)
+    cache = providers.get(target.device).compile_cache
+    return cache.kind if cache else None
 
 
 def cache_key(model: Model, target: Target, *, runtime: dict[str, str] | None = None, host: str | None = None
@@ -59,7 +63,7 @@ def cache_key(model: Model, target: Target, *, runtime: dict[str, str] | None = 
         model = model.bind()
     return compile_key(kind, model, target, model.input_shapes,
                        runtime=runtime if runtime is not None else runtime_versions(target),
-                       host=host if host is not None else host_id(target), not_keyed=_CACHE_OPTIONS)
+                       host=host if host is not None else host_id(target), not_keyed=_cache_options())
 
 
 @dataclass

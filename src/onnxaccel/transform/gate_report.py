@@ -46,7 +46,8 @@ def native_precision(proto, options, calibration, report: OptimizeReport) -> Non
             "(migraphx_execution_provider.cc); the accuracy of that path is measured only on an AMD GPU. The QDQ "
             "model (`--int8 static` without --native) carries its scales in the graph and is gated here."
             if target.device == "migraphx" else
-            "TensorRT reads the table as per-tensor dynamic ranges (trt_int8_calibration_table_name).")
+            "TensorRT reads the table as per-tensor dynamic ranges; the provider options that load it: "
+            + ", ".join(f"{k}={v}" for k, v in table.options.items()) + ".")
     report.run_with = str(target)
 
 
