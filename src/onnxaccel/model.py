@@ -21,7 +21,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import helper
 
-from onnxaccel import zoo
+from onnxaccel import startup, zoo
 from onnxaccel.model_data import check_tensor_data
 from onnxaccel.errors import (
     ModelFormatError,
@@ -246,10 +246,11 @@ def load_model(source: str | os.PathLike, *, check: bool = True) -> Model:
     else:
         path = Path(text).expanduser()
         _check_file(path, text)
-    proto = _parse(path)
-    check_tensor_data(proto, path)
-    if check:
-        _check_graph(path)
+    with startup.stage("model read", detail=path.name):
+        proto = _parse(path)
+        check_tensor_data(proto, path)
+        if check:
+            _check_graph(path)
     return Model(
         source=text,
         path=path,

@@ -50,6 +50,8 @@ class BenchReport:
     tune: dict | None = None
     #: The execution plan (``ExecutionPlan.to_dict()``) of every session the sweep prepared, each once.
     plans: list[dict] = field(default_factory=list)
+    #: Where this process's time to its first measured result went (startup.py Startup.to_dict).
+    startup: dict | None = None
 
     def cell(self, cell_id: str) -> CellResult | None:
         """The result of the cell with this id, or None when it has not run."""
@@ -89,6 +91,7 @@ class BenchReport:
                         "skipped": len(self.skipped)},
             "cells": [c.to_dict() for c in self.cells], "skipped": self.skipped, "notes": self.notes,
             "baseline": self.baseline, "tune": self.tune, "plans": self.plans,
+            "startup": self.startup,
         }
 
     @classmethod
@@ -109,7 +112,7 @@ class BenchReport:
                 skipped=list(data.get("skipped") or []), created=data.get("created", ""),
                 updated=data.get("updated", ""), complete=bool(data.get("complete", False)),
                 notes=list(data.get("notes") or []), baseline=data.get("baseline"), tune=data.get("tune"),
-                plans=[dict(p) for p in data.get("plans") or []],
+                plans=[dict(p) for p in data.get("plans") or []], startup=data.get("startup"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ReportError(f"{where} is damaged: {type(exc).__name__}: {exc}.",

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onnxaccel import startup
 from onnxaccel.bench import accuracy as acc
 from onnxaccel.bench.cells import CellResult, SweepCell, order_for_execution
 from onnxaccel.bench.concurrency import measure_concurrent
@@ -125,6 +126,8 @@ class Sweep:
         for group in order_for_execution(todo):
             for result in self._run_group(group, index, len(todo)):
                 self.report.add(result)
+                if self.report.startup is None:  # this process's start-up, to its first measured result
+                    self.report.startup = startup.summary(first_result="first run").to_dict()
                 self.write()
                 self.on_event(SweepEvent("cell-done", index=index, total=len(todo), cell=result.cell, result=result))
                 index += 1

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from onnxaccel import startup
 from onnxaccel.bench.stats import LatencyStats
 from onnxaccel.engines.base import BoundRun, Runner
 
@@ -85,12 +86,14 @@ def measure_call(
     ``duration`` seconds, at least 2). ``calls_per_sample`` None = automatic (see module doc)."""
     clock = time.perf_counter
     start = clock()
-    call()
+    with startup.stage("first run", detail=f"b{batch}"):
+        call()
     first = clock() - start
     warm_start = clock()
     extra = max(0, warmup - 1)
-    for _ in range(extra):
-        call()
+    with startup.stage("warm-up", detail=f"{extra} run(s)"):
+        for _ in range(extra):
+            call()
     per_call = (clock() - warm_start) / extra if extra else first
     k = calls_per_sample or (max(1, min(1000, math.ceil(FAST_CALL_S / per_call))) if per_call > 0 else 1)
     total = runs if runs is not None else 0

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeE
 from rich.table import Table
 from rich.text import Text
 
-from onnxaccel import providers
+from onnxaccel import providers, startup
 from onnxaccel.bench.baseline import compare_reports
 from onnxaccel.bench.cells import grid
 from onnxaccel.bench.report import clean, load_report
@@ -251,10 +251,12 @@ def render_report(report) -> None:
     env = report.environment
     console.print(f"[bold]{escape(str(report.model.get('source')))}[/]: onnxruntime {env.get('onnxruntime')}, "
                   f"{escape(str(env.get('cpu')))}")
-    table, startup = bench_tables(report)
+    table, sessions = bench_tables(report)
     console.print(table)
-    if startup.row_count:
-        console.print(startup)
+    if sessions.row_count:
+        console.print(sessions)
+    if report.startup:
+        console.print(startup.Startup.from_dict(report.startup).line(), markup=False, highlight=False)
     _render_notes(report)
     base = report.baseline
     if base:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from onnxaccel import __version__
+from onnxaccel import __version__, startup
 from onnxaccel.cli import (
     batch, bench, cache, check, compare, doctor, inspect, loadtest, monitor, optimize, profile, run, serve, tune, zoo,
 )
@@ -41,6 +41,7 @@ def root(
                                           "(hidden by default; --json output on stdout stays JSON).")] = False,
 ) -> None:
     """Global options, applied before any command runs."""
+    startup.record_import()  # the interpreter's start and every import, up to here
     STATE["debug"] = debug
     STATE["verbose"] = verbose
 

@@ -11,6 +11,7 @@ import numpy as np
 import typer
 from rich.markup import escape
 
+from onnxaccel import startup
 from onnxaccel.cli.args_data import RUN_IMAGE_HELP, InputArgs, OutputArgs, PreprocessArgs, RunnerArgs
 from onnxaccel.cli.args_model import ConfigArgs, ShapeArgs, SourceArg, TargetArgs
 from onnxaccel.cli.common import console, handle_errors, note, print_json, warn
@@ -122,6 +123,8 @@ class RunResult:
     postprocess: dict | None = None
     #: What ran: the ExecutionPlan (plan.py ExecutionPlan.to_dict).
     plan: dict | None = None
+    #: Where the time to the first result went (startup.py Startup.to_dict).
+    startup: dict | None = None
 
     def to_dict(self) -> dict:
         """The result as `run --json` prints it (schema onnxaccel.run/1)."""
@@ -131,6 +134,7 @@ class RunResult:
             "input_shapes": self.input_shapes, "placement": self.placement,
             "inputs": self.inputs, "preprocess": self.preprocess, "outputs": [o.to_dict() for o in self.outputs],
             "postprocess": self.postprocess, "warnings": self.warnings, "saved": self.saved, "plan": self.plan,
+            "startup": self.startup,
         }
 
 
@@ -184,8 +188,10 @@ def run_command(model, given, target, shapes, want, execution, preprocess, tuned
                        value_ranges=given.value_ranges)
     runner = prepared.runner
     start = time.perf_counter()
-    outputs = prepared.run(iobinding=execution.iobinding)
+    with startup.stage("first run", detail="IO binding" if execution.iobinding else "numpy in/out"):
+        outputs = prepared.run(iobinding=execution.iobinding)
     latency = (time.perf_counter() - start) * 1e3
+    started = startup.summary(first_result=True)
     warnings = list(prepared.warnings) + [o.note for o in prepared.origins if o.note]
     images = [(Path(o.image.source), o.image) for o in prepared.origins if o.image is not None and o.image.source]
     kind, why = choose_postprocess(want.postprocess, prepared.model.metadata, outputs)
@@ -206,6 +212,7 @@ def run_command(model, given, target, shapes, want, execution, preprocess, tuned
         warnings=warnings, saved=saved, inputs=[o.to_dict() for o in prepared.origins],
         preprocess={o.name: o.image.to_dict() for o in prepared.origins if o.image is not None},
         postprocess=post.to_dict(), plan=prepared.plan.to_dict() if prepared.plan else None,
+        startup=started.to_dict(),
     )
     if as_json:
         print_json(result.to_dict())
@@ -270,6 +277,8 @@ def _render(result: RunResult) -> None:
     console.print(f"placement: {result.placement['summary']}", markup=False)
     console.print(f"session created in {result.compile_seconds * 1e3:.1f} ms; first run "
                   f"{result.latency_ms:.2f} ms ({'IO binding' if result.iobinding else 'numpy in/out'})")
+    if result.startup:
+        console.print(startup.Startup.from_dict(result.startup).line(), markup=False, highlight=False)
     table = columns(new_table("outputs"), ("name", "dtype", "shape", "min", "max", "mean", "NaN/Inf"),
                     numbers=("min", "max", "mean", "NaN/Inf"))
     for out in result.outputs:

@@ -140,6 +140,10 @@ def _announce(source: str, plan, as_json: bool):
             state = "[green]READY[/]" if model["state"] == "READY" else f"[red]{model['state']}[/]"
             reason = f": {escape(model.get('reason', ''))}" if model.get("reason") else ""
             console.print(f"  {escape(model['name'])} {state}{reason}")
+        if result.startup:
+            from onnxaccel.startup import Startup
+
+            note(Startup.from_dict(result.startup).line())
         console.print("[dim]SIGTERM or Ctrl+C drains in-flight requests and stops.[/]")
 
     return on_ready

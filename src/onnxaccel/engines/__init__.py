@@ -4,7 +4,7 @@ Several runners of one model run side by side through a :class:`RunnerPool` (eng
 
 from __future__ import annotations
 
-from onnxaccel import providers
+from onnxaccel import providers, startup
 from onnxaccel.engines.base import BoundRun, Engine, PlacedNode, Placement, ProbeResult, Runner
 from onnxaccel.engines.migraphx import MigraphxEngine
 from onnxaccel.engines.ort import OrtEngine, import_ort, probe_provider
@@ -25,7 +25,14 @@ def compile_model(model: Model, target: Target, *, strict: bool = False) -> Runn
     engine = REGISTRY.get(target.engine)
     if engine is None:
         raise TargetError(f"Unknown engine '{target.engine}'.", f"Use one of: {', '.join(ENGINES)}.")
-    return engine.compile(model, target, strict=strict)
+    with startup.stage("session", detail=f"{target.device}/{target.precision}{_batch_of(model)}"):
+        return engine.compile(model, target, strict=strict)
+
+
+def _batch_of(model: Model) -> str:
+    """" b64" for a model whose first input is bound to batch 64 (a start-up span's detail); "" otherwise."""
+    shape = next(iter(model.input_shapes.values()), None) if model.is_bound else None
+    return f" b{shape[0]}" if shape and isinstance(shape[0], int) else ""
 
 
 def best_target() -> tuple[Target, list[str]]:

@@ -31,6 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from onnxaccel import startup
 from onnxaccel.engines.base import Runner
 from onnxaccel.engines.gpu_runtime import runtime_for
 from onnxaccel.engines.hostmem import DEVICE_TO_DEVICE, GPU_WAIT, HOST_TO_DEVICE, DeviceCopier, HostMemory, is_pinned
@@ -275,8 +276,11 @@ class RunnerPool:
             bound = self.bound.get((index, size))
             if bound is None:  # at warm-up: bind, and run until ONNX Runtime has captured the graph
                 bound = self.bound[(index, size)] = runner.bind(feeds, fixed_outputs=self._output_shapes(size))
-                for _ in range(GRAPH_WARM_RUNS):
-                    bound.run()
+                with startup.stage("first run", model=self.name, detail=f"b{size}"):
+                    bound.run()  # the regular runs before the capture (algorithm search, compile)
+                with startup.stage("graph capture", model=self.name, detail=f"b{size}"):
+                    for _ in range(GRAPH_WARM_RUNS - 1):
+                        bound.run()
             bound.update(feeds)
             return self._replay(index, bound, start)
         outputs = runner.run_unchecked(feeds)  # checked by the pool's caller
@@ -338,7 +342,12 @@ class RunnerPool:
 
     def _warm(self, index: int, feeds: Mapping[str, np.ndarray]) -> None:
         with self.warm_turn():
-            self._execute(index, feeds)
+            if self.graph:  # _execute times the first run and the capture apart
+                self._execute(index, feeds)
+                return
+            size = next(iter(feeds.values())).shape[0] if feeds else 0
+            with startup.stage("first run", model=self.name, detail=f"b{size}"):
+                self._execute(index, feeds)
 
     def _shrink_arenas(self, runners: Sequence[Runner]) -> None:
         """With ``arena_shrinkage`` (not under graphs: a captured graph keeps its memory), each runner once."""

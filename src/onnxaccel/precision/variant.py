@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from onnxaccel import providers
+from onnxaccel import providers, startup
 from onnxaccel.errors import TargetError
 from onnxaccel.model import Model
 from onnxaccel.paths import runtime_models_dir
@@ -68,9 +68,11 @@ def convert_for_target(model: Model, target: Target) -> PrecisionVariant:
         return PrecisionVariant(model, target)
     if target.precision == "fp16":
         # Probe the provider the model will run on for missing FP16 kernels (when it is installed here).
-        return PrecisionVariant(to_fp16(model, provider=target.provider), target, converted=True)
+        with startup.stage("variant", detail="fp16 converted"):
+            return PrecisionVariant(to_fp16(model, provider=target.provider), target, converted=True)
     if target.device == "cpu":
-        return PrecisionVariant(to_int8_dynamic(model), target, converted=True)
+        with startup.stage("variant", detail="int8 converted"):
+            return PrecisionVariant(to_int8_dynamic(model), target, converted=True)
     raise TargetError(
         f"INT8 on {target.device} needs a provider with INT8 kernels; ONNX Runtime's {target.provider} runs "
         "quantized models only partly or not at all (Hugging Face Optimum's GPU guide: \"it is not possible to "

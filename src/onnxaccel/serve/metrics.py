@@ -68,6 +68,11 @@ class ServerMetrics:
                                        ["model"], registry=reg, multiprocess_mode="livesum")
         self.model_ready = prom.Gauge("onnxaccel_model_ready", "1 when the model is loaded and ready.",
                                       ["model"], registry=reg, multiprocess_mode="livemin")
+        self.startup_seconds = prom.Gauge("onnxaccel_startup_seconds", "Seconds each start-up stage took in "
+                                          "a process (summed over its models, instances and sizes).",
+                                          ["process", "stage"], registry=reg, multiprocess_mode="max")
+        self.ready_seconds = prom.Gauge("onnxaccel_time_to_ready_seconds", "Seconds from a process's start until "
+                                        "it was ready.", ["process"], registry=reg, multiprocess_mode="max")
         if self._gpu is not None and multiprocess_dir is None:
             reg.register(self._gpu)
         #: Labelled children by (metric, labels): ``labels()`` takes a lock and builds its key on every call,
@@ -81,6 +86,13 @@ class ServerMetrics:
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found
+
+    def observe_startup(self, process: str, started: dict) -> None:
+        """Set the start-up gauges from ``Startup.to_dict()`` of ``process`` (a worker, the model process)."""
+        for row in started.get("stages", ()):
+            self.startup_seconds.labels(process, row["stage"]).set(row["seconds"])
+        if started.get("to_ready_s") is not None:
+            self.ready_seconds.labels(process).set(started["to_ready_s"])
 
     def observe_request(self, model: str, protocol: str, code: int | str, seconds: float) -> None:
         """Count one request of ``model`` over ``protocol`` with its status ``code`` and time it; a failure

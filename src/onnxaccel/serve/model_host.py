@@ -32,6 +32,7 @@ import weakref
 
 import numpy as np
 
+from onnxaccel import startup
 from onnxaccel.engines.pool import pin_for_copies, unpin_for_copies
 from onnxaccel.errors import OnnxAccelError
 from onnxaccel.serve.config import ModelConfig, ServerConfig
@@ -134,7 +135,7 @@ class ModelHost:
         """Load, serve the workers until stopped; True when every worker disconnected in time."""
         self._stop, self._no_workers = asyncio.Event(), asyncio.Event()
         self._no_workers.set()
-        metrics = ServerMetrics(multiprocess_dir=self.multiprocess_dir)
+        self.metrics = metrics = ServerMetrics(multiprocess_dir=self.multiprocess_dir)
         self.repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer)
         self.repository.require_models()
         _set_gpu_wait(self.repository.defaults.target_value, self.config.gpu_wait)
@@ -355,7 +356,10 @@ def host_main(source: str, model_defaults: ModelConfig, config: ServerConfig, so
     host = ModelHost(source, model_defaults, config, socket_path, multiprocess_dir)
 
     def on_ready(ready: ModelHost) -> None:
-        events.put(("models-ready", -1, {"models": ready.repository.index(), "loaded": time.time()}))
+        started = startup.summary(ready=True).to_dict()
+        ready.metrics.observe_startup("model process", started)
+        events.put(("models-ready", -1, {"models": ready.repository.index(), "loaded": time.time(),
+                                         "startup": started, "process_start": startup.PROCESS_START}))
 
     runner = asyncio.run
     with contextlib.suppress(ImportError):

@@ -19,6 +19,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from onnxaccel import startup
 from onnxaccel.engines.pool import set_gpu_wait
 from onnxaccel.errors import MissingDependencyError, UsageError
 from onnxaccel.serve.auth import uvicorn_tls
@@ -49,11 +50,16 @@ class ServeResult:
     drained: bool = True
     warnings: list[str] = field(default_factory=list)
     workers: int = 1
+    #: Where the time to ready went, every process's stages (startup.py Startup.to_dict), and when this process
+    #: started (time.time(): a supervisor places another process's spans with it).
+    startup: dict | None = None
+    process_start: float = field(default_factory=lambda: startup.PROCESS_START)
 
     def to_dict(self) -> dict:
         """JSON-ready form of the result (schema ``SCHEMA``)."""
         return {"schema": SCHEMA, "http_url": self.http_url, "grpc_address": self.grpc_address,
-                "models": self.models, "drained": self.drained, "warnings": self.warnings, "workers": self.workers}
+                "models": self.models, "drained": self.drained, "warnings": self.warnings, "workers": self.workers,
+                "startup": self.startup, "process_start": self.process_start}
 
 
 #: What one request body may hold in uvicorn's buffer before it stops reading the socket (its own default is
@@ -204,6 +210,8 @@ class InferenceServer:
             if not worker:
                 await service.load_all()
             self._require_a_model(repository)
+            self.startup = startup.summary(ready=True).to_dict()
+            service.metrics.observe_startup("worker" if worker else "server", self.startup)
             if self.on_ready is not None:
                 self.on_ready(self)
             await self._stop.wait()
@@ -251,7 +259,8 @@ class InferenceServer:
         models = service.repository.index() if service else []
         warnings = [w for e in service.repository.entries.values() for w in e.warnings] if service else []
         grpc = f"{self.config.host}:{self.grpc_port}" if self.grpc_port else None
-        return ServeResult(f"http://{self.config.host}:{self.http_port}", grpc, models, self.drained, warnings)
+        return ServeResult(f"http://{self.config.host}:{self.http_port}", grpc, models, self.drained, warnings,
+                           startup=getattr(self, "startup", None))
 
 
 def require_a_model(repository, allow_unavailable: bool) -> None:

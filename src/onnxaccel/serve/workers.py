@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import wait
 
+from onnxaccel import startup
 from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.serve.config import ModelConfig, ServerConfig
 from onnxaccel.serve.model_host import host_main
@@ -201,6 +202,8 @@ class WorkerPool:
             self.worker_config = replace(self.worker_config, model_socket=os.path.join(self.socket_dir, "models.sock"))
         self.processes: dict[int, multiprocessing.Process] = {}
         self.ready_reports: dict[int, dict] = {}
+        #: Where the time to ready went (every process's spans), once every worker reported ready.
+        self.startup: dict | None = None
         self.stopping = False
         self.restarts: list[float] = []
 
@@ -246,6 +249,7 @@ class WorkerPool:
                 message, hint = payload
                 raise UsageError(f"Model process: {message}", hint or "See the log above.")
             if kind == "models-ready":
+                self._merge_startup("model process", payload)
                 return
         raise _Stopped()
 
@@ -277,14 +281,23 @@ class WorkerPool:
                 raise UsageError(f"Server worker {index}: {message}", hint or "--workers 1 runs the same server in "
                                  "one process, with the full error.")
             self.ready_reports[index] = payload
+            if len(self.ready_reports) == 1:
+                self._merge_startup(f"worker {index}", payload)
         self.all_ready.set()
+
+    def _merge_startup(self, process: str, report: dict) -> None:
+        """Place another process's start-up spans on this one's time scale, labelled ``process``."""
+        started = report.get("startup") or {}
+        offset = float(report.get("process_start", startup.PROCESS_START)) - startup.PROCESS_START
+        startup.merge(started.get("spans", ()), offset=offset, process=process)
 
     def result(self) -> ServeResult:
         """The serve result, from the first worker's ready report."""
         first = self.ready_reports.get(min(self.ready_reports)) if self.ready_reports else {}
         grpc = f"{self.config.host}:{self.grpc_port}" if self.grpc_port else None
         return ServeResult(f"http://{self.config.host}:{self.http_port}", grpc, first.get("models", []),
-                           True, list(first.get("warnings", [])), workers=len(self.processes))
+                           True, list(first.get("warnings", [])), workers=len(self.processes),
+                           startup=self.startup)
 
     def supervise(self) -> None:
         """Until stopping: replace a worker that dies; give up (UsageError) when workers keep dying, as
@@ -414,7 +427,9 @@ def serve_workers(source: str, model_defaults: ModelConfig, config: ServerConfig
             pool.wait_host()
         for index in range(config.workers):
             pool.start(index)
-        pool.wait_ready()
+        with startup.stage("workers", detail=f"{config.workers} process(es)"):
+            pool.wait_ready()
+        pool.startup = startup.summary(ready=True).to_dict()
         if not pool.stopping:
             if on_ready is not None:
                 on_ready(pool)
