@@ -15,7 +15,7 @@ from onnxaccel.model import load_model
 from onnxaccel.target import parse_target
 from onnxaccel.transform.cached_compile import compile_cached
 from onnxaccel.transform.compile_cache import KEY_FILE, cache_key, list_entries
-from onnxaccel.transform.runtime_info import runtime_versions
+from onnxaccel.engines.runtime_info import runtime_versions
 
 CPU = parse_target("cpu")
 

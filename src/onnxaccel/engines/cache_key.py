@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from onnxaccel import providers
+from onnxaccel.engines.runtime_info import host_id, runtime_versions
 from onnxaccel.model import Model, content_hash
 from onnxaccel.paths import cache_root
 from onnxaccel.target import Target
@@ -82,3 +84,36 @@ def compile_key(kind: str, model: Model, target: Target, shapes: Mapping[str, Se
         shapes={k: [d if isinstance(d, str) else int(d) for d in v] for k, v in sorted(shapes.items())},
         runtime=dict(sorted(runtime.items())), host=host, calibration=calibration,
     )
+
+
+def cache_options() -> frozenset[str]:
+    """Options that only point at caches (every registered provider's cache options, and the optimizer level a
+    cached, already optimized model is loaded with); they are not part of what a program was compiled from."""
+    return frozenset({"graph_optimization_level"}.union(
+        *(s.compile_cache.options for s in providers.all_specs() if s.compile_cache)))
+
+
+def cache_kind(target: Target) -> str | None:
+    """Which cache a target uses (its provider spec's compile_cache), or None when there is none (native
+    MIGraphX engine, ROCm EP)."""
+    if target.engine != "ort":
+        return None
+    cache = providers.get(target.device).compile_cache
+    return cache.kind if cache else None
+
+
+def cache_key(model: Model, target: Target, *, runtime: dict[str, str] | None = None, host: str | None = None
+              ) -> CompileKey:
+    """The key for compiling ``model`` (bound) for ``target`` through its provider's cache.
+
+    ``runtime`` and ``host`` default to what is installed here (:func:`runtime_versions`, :func:`host_id`);
+    passing them explicitly is how a caller (or a test) asks what the key would be under another runtime.
+    """
+    kind = cache_kind(target)
+    if kind is None:
+        raise ValueError(f"{target} has no compile cache")
+    if not model.is_bound:
+        model = model.bind()
+    return compile_key(kind, model, target, model.input_shapes,
+                       runtime=runtime if runtime is not None else runtime_versions(target),
+                       host=host if host is not None else host_id(target), not_keyed=cache_options())

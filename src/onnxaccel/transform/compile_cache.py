@@ -26,45 +26,14 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onnxaccel import providers
-from onnxaccel.engines.cache_key import CompileKey, compile_cache_dir, compile_key
+# The key (cache_key, cache_kind, the options that only point at caches) lives in engines/cache_key.py, below
+# the pipeline, which keys the artifacts it loads (engines/artifacts.py) by it too; imported here for callers.
+from onnxaccel.engines.cache_key import CompileKey, cache_key, cache_kind, compile_cache_dir
+from onnxaccel.engines.cache_key import cache_options as _cache_options
+from onnxaccel.engines.runtime_info import runtime_versions
 from onnxaccel.model import Model
 from onnxaccel.paths import KEY_FILE, record_cache_use
 from onnxaccel.target import Target, parse_target
-from onnxaccel.transform.runtime_info import host_id, runtime_versions
-
-def _cache_options() -> frozenset[str]:
-    """Options that only point at caches (every registered provider's cache options, and the optimizer level a
-    cached, already optimized model is loaded with); they are not part of what a program was compiled from."""
-    return frozenset({"graph_optimization_level"}.union(
-        *(s.compile_cache.options for s in providers.all_specs() if s.compile_cache)))
-
-
-def cache_kind(target: Target) -> str | None:
-    """Which cache a target uses (its provider spec's compile_cache), or None when there is none (native
-    MIGraphX engine, ROCm EP)."""
-    if target.engine != "ort":
-        return None
-    cache = providers.get(target.device).compile_cache
-    return cache.kind if cache else None
-
-
-def cache_key(model: Model, target: Target, *, runtime: dict[str, str] | None = None, host: str | None = None
-              ) -> CompileKey:
-    """The key for compiling ``model`` (bound) for ``target``.
-
-    ``runtime`` and ``host`` default to what is installed here (:func:`runtime_versions`, :func:`host_id`);
-    passing them explicitly is how a caller (or a test) asks what the key would be under another runtime.
-    """
-    kind = cache_kind(target)
-    if kind is None:
-        raise ValueError(f"{target} has no compile cache")
-    if not model.is_bound:
-        model = model.bind()
-    return compile_key(kind, model, target, model.input_shapes,
-                       runtime=runtime if runtime is not None else runtime_versions(target),
-                       host=host if host is not None else host_id(target), not_keyed=_cache_options())
-
 
 @dataclass
 class CacheEntry:
