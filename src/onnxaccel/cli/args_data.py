@@ -21,7 +21,7 @@ VALUE_RANGE = option("value_range", list[str] | None, None, "--value-range", hel
                      "LOW..HIGH); repeatable.")
 SEED = option("seed", int, 0, help="Seed for synthesized inputs.")
 GPU = option("gpu", str | None, None, "--gpu", help="GPU model for the peak-TFLOP/s table when the telemetry cannot "
-             "tell, e.g. 'H200', 'MI300X'.")
+             "tell, e.g. 'H100', 'MI300X'.")
 
 
 class InputArgs(Group):

@@ -1,13 +1,13 @@
-"""One short flag, one meaning, across every command (issue 23), and the old spellings for one more release.
+"""One short flag, one meaning, across every command, and the old spellings for one more release.
 
 The scheme: ``-o`` is ``--output`` wherever a command writes a file named by an option (optimize, zoo get,
 tune, batch); ``-i`` is ``--input``; ``-c`` is ``--concurrency``; ``-n`` is ``--nodes``; ``--ep-option``,
 ``--protocol``, ``--interval``, ``--count``, ``--calibration`` and ``--keep-going`` have no short flag.
 ``tests/cli/test_flags.py`` walks every command's options and fails when a short flag means two things.
 
-Until then ``-o`` meant ``--ep-option`` in run/bench/serve/..., ``-O`` was ``--output`` in tune and batch, and
-``loadtest --protocol`` was ``-i``. :data:`DEPRECATED` keeps those spellings working: before a command parses
-its arguments, an old short flag the command no longer defines is rewritten to its long name, with a note on
+Before this scheme ``-o`` meant ``--ep-option`` in run/bench/serve/..., ``-O`` was ``--output`` in tune and
+batch, and ``loadtest --protocol`` was ``-i``. :data:`DEPRECATED` keeps those spellings working: before a command
+parses its arguments, an old short flag the command no longer defines is rewritten to its long name, with a note on
 stderr. A short flag the command does define keeps its new meaning (``tune -o`` is ``--output`` now).
 Remove :data:`DEPRECATED` in the release after next.
 """

@@ -1,11 +1,10 @@
 """Tables every command prints, built one way so they stay readable in an 80-column terminal.
 
 Rich shares a too-narrow terminal out among the columns that may wrap; a number that may wrap is printed as
-"120." over "745" and a header as "targe" over "t" (issue 23). So numbers never wrap here: a number column is
+"120." over "745" and a header as "targe" over "t". So numbers never wrap here: a number column is
 ``no_wrap``, right-justified and at least as wide as its header, and the space a narrow terminal lacks is
 taken from the text columns, which fold (a long target or node name continues on the next line). The box has
-no vertical rules and no edge padding and
-collapsed padding, which leaves 2 characters between columns instead of 3.
+no vertical rules, no edge padding and collapsed padding, which leaves 2 characters between columns instead of 3.
 """
 
 from __future__ import annotations

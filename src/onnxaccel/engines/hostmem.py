@@ -2,9 +2,9 @@
 
 A host-to-device copy from ordinary (pageable) memory goes through the driver's own staging buffer in chunks;
 from page-locked memory it is one DMA transfer, several times faster for the megabytes of an image batch.
-A buffer that is reused also costs no page faults: measured on the H200 machine, a batch joined into a
-freshly allocated array while another thread allocated took 62.8 ms instead of 3.7 ms
-(benchmarks/serve_session_probe.py).
+A buffer that is reused also costs no page faults: joining a batch into a freshly allocated array while another
+thread allocates is many times slower than joining it into a reused one (benchmarks/history/serve_session_probe.py
+measures both; figures in the history of docs/BENCHMARKS.md).
 
 ONNX Runtime's Python API has no allocator for pinned user buffers, so a buffer here is a numpy array that
 is registered with the GPU runtime: ``cudaHostRegister`` (CUDA runtime API) or ``hipHostRegister`` (HIP),
@@ -126,7 +126,7 @@ class HostMemory:
 #: (include/hip/hip_runtime_api.h, ROCm/HIP@50ec90c65cc383f676c099ecb0546e183851f6b1, rocm-6.2.0) share the values.
 GPU_WAIT = {"auto": 0x00, "spin": 0x01, "yield": 0x02, "block": 0x04}
 
-#: What each mode does, per runtime. CUDA: the driver's scheduling flags; ``block`` measured on the H200
+#: What each mode does, per runtime. CUDA: the driver's scheduling flags; ``block`` checked on an NVIDIA GPU
 #: (the primary context's flags read 0x4 and the server's CPU per request fell, docs/BENCHMARKS.md).
 #: ROCm, from the HIP runtime's source, never run on AMD hardware here. hipSetDeviceFlags
 #: (hipamd/src/hip_device_runtime.cpp, ROCm/clr@dd7f9576620569fc8847cef767efcc1f4bab9d1a, rocm-6.2.0; the same
@@ -245,8 +245,9 @@ class DeviceCopier:
     shared-memory arena page-locked with :func:`pin`) to their rows of the device input, by DMA, without a host
     copy. The copy calls keep the GIL (they only queue work, microseconds each); the wait releases it once per
     batch. A host-side join instead releases and retakes the GIL for every row, and next to other busy threads
-    each retake waits (measured on the H200 machine: ~0.2 ms per 600 kB row). Sources must be page-locked:
-    from ordinary memory an "asynchronous" copy is a synchronous staged one, with the GIL held.
+    each retake waits (a fraction of a millisecond per image-sized row: the history of docs/BENCHMARKS.md).
+    Sources must be page-locked: from ordinary memory an "asynchronous" copy is a synchronous staged one, with
+    the GIL held.
 
     Not run on AMD hardware: the HIP calls (hipStreamCreateWithFlags, hipMemcpyAsync, hipStreamSynchronize)
     are written to the HIP runtime API with CUDA's argument order and flag values.

@@ -69,7 +69,7 @@ _PATTERNS: tuple[tuple[re.Pattern, str, str], ...] = (
     (re.compile(r"Please install TensorRT libraries"),
      "the TensorRT libraries are not installed",
      "Install TensorRT 10 and put its libraries on LD_LIBRARY_PATH, or use --target cuda."),
-    # Added by the doctor (issue 3). The Python wrapper's warning when a provider is not in the build
+    # For the doctor: the Python wrapper's warning when a provider is not in the build
     # (onnxruntime_inference_collection.py, seen on 1.32.0 and 1.27.1).
     (re.compile(r"Specified provider '(\w+)' is not in available provider names"),
      "this onnxruntime build does not include {0}",

@@ -1,19 +1,16 @@
 """nvJPEG through NVIDIA DALI: the whole image path of a `batch` unit (file read, JPEG decode on the GPU's hardware
 decoder first, the preset's geometry) as one DALI pipeline that runs in DALI's own C++ threads.
 
-Why: in the job's process, a decoder driven from Python spends a third of its time taking the GIL back after each
-native call (issue 22, sixth session: py-spy --native on the H200, 34 % of the decoding threads' samples waiting in
-pthread_cond_timedwait under nvImageCodec's CodeStream, pybind11's gil_scoped_acquire and torch's operations). Here
-a batch is one ``feed_input`` of the file names and one ``run``: DALI reads the files, decodes and resizes without
-the GIL. Measured on the H200 (issue 22, batch 64, 10,000 JPEGs): seventh session 6,525 rows/s with 3 pipelines
-against nvImageCodec's 3,629 and torchvision's 6,060-6,222; eighth session, with every image of a batch given to the
-hardware decoder (HW_DECODER_LOAD) and fancy upsampling, 11,169 rows/s (67 % of `bench`) against nvImageCodec's
-5,272 and torchvision's 8,151. With FANCY_UPSAMPLING its pixels are as close to Pillow's as nvImageCodec's (PSNR
-56.5 dB at the 224 input, benchmarks/i22_pixels.py), so `auto` picks it where installed (prepost/decode.py
-_library). Each unit is fed and run on its own, one unit in flight per pipeline; feeding units ahead
-(``schedule_run`` up to 3 deep, commit f4e01d5) was slower inside the job (5,034-5,266 rows/s) and gained nothing
-alone (6,168 images/s), and was taken out. The pipeline is built and warmed at the job's batch size: DALI builds a
-pipeline per batch size, and one rebuilt inside the job cost more than half the rate at batch 256.
+Why: in the job's process, a decoder driven from Python spends much of its time taking the GIL back after each
+native call (py-spy --native showed the decoding threads waiting in pthread_cond_timedwait under nvImageCodec's
+CodeStream, pybind11's gil_scoped_acquire and torch's operations). Here a batch is one ``feed_input`` of the file
+names and one ``run``: DALI reads the files, decodes and resizes without the GIL, and inside `batch` it is the
+fastest of the GPU decoders. With FANCY_UPSAMPLING its pixels are as close to Pillow's as nvImageCodec's
+(benchmarks/decode_pixels.py), so `auto` picks it where installed (prepost/decode.py _library). Each unit is fed
+and run on its own, one unit in flight per pipeline: feeding units ahead (``schedule_run``) was slower inside the
+job and gained nothing alone, and was taken out. The pipeline is built and warmed at the job's batch size: DALI
+builds a pipeline per batch size, and one rebuilt inside the job cost more than half the rate. Rates and pixel
+differences: docs/BENCHMARKS.md ("Batch", "Decode") and its history.
 
 Geometry: the imagenet preset's resize + center crop is one ``fn.resize`` with a region of interest: output pixel
 i of the crop samples the input at center (top + i + 0.5) * h0 / nh, the same sampling and antialiasing scale as
@@ -86,7 +83,7 @@ def geometry(fn, types, dmath, encoded, images, height: int, width: int, pre: Im
 
 
 class DaliDecoder:
-    """The GPU decoder interface of prepost/decode.py's NvjpegDecoder (``decode_device(paths)``, ``decode(paths,
+    """The GPU decoder interface of prepost/nvjpeg.py's NvjpegDecoder (``decode_device(paths)``, ``decode(paths,
     out)``, ``phases``) through a DALI pipeline on ``device``: JPEG files (by name: DALI reads them) decoded with
     ``fn.decoders.image`` device "mixed" (the hardware decoder first, nvImageCodec's choice), the geometry on the
     GPU, copied into this decoder's own device buffer (DALI reuses its outputs at the next run). Other formats and
@@ -99,15 +96,13 @@ class DaliDecoder:
     CPU_THREADS = 4
     #: Share of a batch DALI gives the hardware JPEG decoder (fn.decoders.image hw_decoder_load; DALI's default
     #: 0.65, nvImageCodec's 0.9). The rest goes to nvJPEG's CUDA decoder, whose Huffman decoding is on the CPU.
-    #: H200, issue 22 eighth session, batch 64, 10,000 JPEGs, one lease: 1.0 gave 11,675 rows/s, 0.9 10,438.
+    #: 1.0 was faster than 0.9 inside `batch` (docs/BENCHMARKS.md, "Decode").
     HW_DECODER_LOAD = 1.0
     #: fn.decoders.image jpeg_fancy_upsampling: chroma upsampled by interpolation, as libjpeg-turbo (Pillow) does,
     #: instead of replicated; DALI passes it to nvImageCodec's CUDA and hardware decoders (NVIDIA/DALI
     #: dali/operators/imgcodec/image_decoder.h, "fancy_upsampling" for nvjpeg_cuda_decoder and nvjpeg_hw_decoder).
-    #: H200 (benchmarks/i22_pixels.py, 200 photographs against Pillow): whole images max |diff| 3 levels, PSNR
-    #: 74.4 dB with it, 58 levels and 43.2 dB without (torchvision's decode_jpeg is the same 43.2 dB); at the
-    #: imagenet 224 input 56.5 dB with it (nvImageCodec 56.3 dB), 47.9 dB without. And no slower: 10,914 rows/s
-    #: against 10,438 in the same lease.
+    #: Without it the pixels are as far from Pillow's as torchvision's decode_jpeg; with it as close as
+    #: nvImageCodec's, at no cost in rate (benchmarks/decode_pixels.py; figures in docs/BENCHMARKS.md, "Decode").
     FANCY_UPSAMPLING = True
     #: Warm-up JPEGs at photographs' sizes (ImageNet's are ~500x375, its larger ones 640x480): the hardware
     #: decoder's and nvJPEG's buffers grow to them in the warm-up, not in the job's first batches.
@@ -125,8 +120,8 @@ class DaliDecoder:
         self.pipe = None
         self.batch = 0
         #: The pipeline's batch size (DALI builds a pipeline for one): the job's, so the warm-up builds the
-        #: pipeline the job runs. Warmed at 64 and run at 256, each pipeline was rebuilt inside the job (issue 22,
-        #: eighth session, H200: 4,811 rows/s at batch 256 against 11,169 at 64).
+        #: pipeline the job runs. Warmed at 64 and run at 256, each pipeline was rebuilt inside the job and the
+        #: batch-256 rate fell to under half the batch-64 one (docs/BENCHMARKS.md, history of "Batch").
         self.min_batch = max(64, batch)
         self._fallback = None
         self.fallback_images = 0  # images the fallback decoder took (the job's report says how many)
@@ -137,7 +132,7 @@ class DaliDecoder:
             self.warm_up(max(NvjpegDecoder.WARM_UP, self.min_batch))
 
     def warm_up(self, count: int) -> None:
-        """Build the pipeline and run it on ``count`` JPEGs of WARM_SIZES (prepost/decode.py NvjpegDecoder.warm_up)."""
+        """Build the pipeline and run it on ``count`` JPEGs of WARM_SIZES (prepost/nvjpeg.py NvjpegDecoder.warm_up)."""
         from onnxaccel.prepost.nvjpeg import NvjpegDecoder
 
         NvjpegDecoder.warm_up(self, count)
@@ -219,8 +214,8 @@ class DaliDecoder:
 
 
 class CpuFallback:
-    """DaliDecoder's fallback where no GPU library is: each file decoded on the CPU (prepost/decode.py
-    decode_pixels, Pillow), a file that cannot be decoded a zero row with its message; the batch copied to
+    """DaliDecoder's fallback where no GPU library is: each file decoded on the CPU (prepost/cpu_decode.py
+    decode_files_into, Pillow), a file that cannot be decoded a zero row with its message; the batch copied to
     ``device``. The NvjpegDecoder interface DaliDecoder uses: ``decode_device``, ``phases``, ``library``."""
 
     library = "cpu"

@@ -26,8 +26,8 @@ logger = logging.getLogger(__name__)
 #: The environment variable naming the library nvJPEG is called through (NvjpegDecoder.LIBRARY; its values:
 #: prepost/decode.py LIBRARIES).
 LIBRARY_ENV = "ONNXACCEL_NVJPEG_LIBRARY"
-#: nvImageCodec's backend kinds by the names NvjpegDecoder.BACKENDS uses: the GPU's hardware JPEG engine (A100,
-#: H100/H200: baseline JPEG only), nvJPEG's CUDA decoder, its hybrid CPU/GPU decoder, the CPU (libjpeg-turbo).
+#: nvImageCodec's backend kinds by the names NvjpegDecoder.BACKENDS uses: the GPU's hardware JPEG engine (A100
+#: and Hopper GPUs: baseline JPEG only), nvJPEG's CUDA decoder, its hybrid CPU/GPU decoder, the CPU (libjpeg-turbo).
 NVJPEG_BACKENDS = {"hw": "HW_GPU_ONLY", "gpu": "GPU_ONLY", "hybrid": "HYBRID_CPU_GPU", "cpu": "CPU_ONLY"}
 
 

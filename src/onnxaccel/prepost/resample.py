@@ -3,12 +3,12 @@ different sizes as two batched matrix products on the GPU, whatever the number o
 
 Why: nvJPEG hands back one image per file, each its own size. Resizing them with ``F.interpolate`` needs one call
 per size (a batch of 64 photographs had ~30 sizes: ~8 GPU operations each), and inside `batch` every operation
-gives the GIL up and waits to take it back behind the job's other threads (issue 22: resize 1.6-1.9 s per 10,000
-images inside the job against 0.3 s per 4,096 alone). An antialiased bilinear resize is separable and linear: out =
-Wy @ X @ Wx^T per channel, with Wy [out_h, in_h] and Wx [out_w, in_w] holding a few taps per row. The crop (or the
-letterbox's placement) only picks which output rows and columns exist, so it folds into the same matrices. Images
-are placed in one padded batch (the padding is left unwritten: it meets zero weights); a batch whose padded copy
-would pass MAX_BATCH_BYTES (large photographs) is resampled in consecutive chunks.
+gives the GIL up and waits to take it back behind the job's other threads, so the same resize took several times
+longer inside the job than alone (docs/BENCHMARKS.md and its history). An antialiased bilinear resize is separable
+and linear: out = Wy @ X @ Wx^T per channel, with Wy [out_h, in_h] and Wx [out_w, in_w] holding a few taps per
+row. The crop (or the letterbox's placement) only picks which output rows and columns exist, so it folds into the
+same matrices. Images are placed in one padded batch (the padding is left unwritten: it meets zero weights); a
+batch whose padded copy would pass MAX_BATCH_BYTES (large photographs) is resampled in consecutive chunks.
 
 The weights are those of ``torch.nn.functional.interpolate(mode="bilinear", antialias=True, align_corners=False)``
 (aten/src/ATen/native/UpSample.h, ``compute_indices_weights_aa``), which follows Pillow's BILINEAR resize

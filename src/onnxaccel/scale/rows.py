@@ -184,8 +184,9 @@ def _load_npz(path: Path) -> dict[str, np.ndarray]:
 
 def read_npy_rows(path: Path, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
     """Rows ``start:stop`` of a .npy file, read with one seek and one ``readinto`` into a fresh array (a copy
-    out of ``np.load(mmap_mode="r")`` faults every 4 KiB page in: on the H200 host that capped `batch` at ~1.6
-    GB/s of uint8 images, the read stage 88% busy). Fortran-ordered or object arrays go through np.load.
+    out of ``np.load(mmap_mode="r")`` faults every 4 KiB page in, which capped `batch` on uint8 images with the
+    read stage nearly always busy: the history of docs/BENCHMARKS.md). Fortran-ordered or object arrays go
+    through np.load.
     ``out``: a reused C-contiguous buffer of at least the rows asked for, read into when the file's dtype and row
     shape are its own (its first rows are returned); otherwise ignored."""
     with open(path, "rb") as f:

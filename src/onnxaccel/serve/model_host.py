@@ -4,7 +4,7 @@ fed by all the decoding workers (Triton's layout: many request handlers, one sch
 Why: with ``--workers N`` alone every worker holds its own sessions and batches only the requests that reach
 it. With large tensors at high concurrency the workers are needed (one event loop decodes at most ~2,000
 ResNet-50 images a second), but N copies of a model split the load into N small batches that the GPU
-time-slices between N contexts (docs/BENCHMARKS.md, issue 7). Here the workers only decode and validate; the
+time-slices between N contexts (docs/BENCHMARKS.md, "Serve"). Here the workers only decode and validate; the
 model process owns the GPU, forms full batches from every worker's requests, and answers through a Unix socket
 (the wire and the shared-memory arenas: serve/model_link.py). Loading and unloading through the protocol's
 repository endpoints work again: there is one copy to change, and every worker is told.
