@@ -38,3 +38,17 @@ def test_run_batch_on_the_cpu_keeps_host_preprocessing_and_says_why(tmp_path, sq
     assert report.embedded is None and report.plan["embed_preprocess"] is None
     reason = next(c["reason"] for c in report.plan["choices"] if c["name"] == "embed_preprocess")
     assert "CPU target" in reason
+
+
+def test_a_batch_report_says_where_its_start_up_went(tmp_path, squeezenet, photo):
+    from onnxaccel import startup
+
+    startup.reset()
+    images = _jpegs(tmp_path / "images", photo, count=2)
+    report = run_batch(BatchJob(squeezenet, str(images), str(tmp_path / "out"), target="cpu", batch=2,
+                                preprocess=PreprocessRequest(preset="imagenet")))
+    started = report.to_dict()["startup"]
+    stages = {row["stage"] for row in started["stages"]}
+    assert {"model read", "session", "workers", "decoder warm-up"} <= stages, stages
+    assert 0 < started["to_first_result_s"]
+    assert report.to_dict()["rows_per_s_wall"] <= report.to_dict()["rows_per_s"]  # all-in and steady, both

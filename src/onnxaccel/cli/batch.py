@@ -190,6 +190,10 @@ def _render(report) -> None:
     console.print(f"[bold]{d['rows_per_s']:.1f} rows/s[/] once running ({d['rows_per_s_wall']:.1f} rows/s over "
                   f"{report.wall_s:.1f} s, of which {report.startup_s:.1f} s startup and {report.shutdown_s:.1f} s "
                   f"shutdown)")
+    if report.startup:
+        from onnxaccel.startup import Startup
+
+        console.print(Startup.from_dict(report.startup).line(), markup=False, highlight=False)
     if report.preprocess and not report.embedded:
         pre = report.preprocess
         note(f"images preprocessed on the host: {pre['preset']} ({pre['origin'] or 'as asked'})")
@@ -207,7 +211,7 @@ def _render(report) -> None:
         console.print(table)
 
 
-#: What each pipeline stage means, for the breakdown table (scale/pipeline.py).
+#: What each pipeline stage means, for the breakdown table (scale/stages.py StageTimes).
 _STAGE_TEXT = {"read": "reading and casting rows", "decode": "decoding images (share of all decoding processes)",
                "wait_for_device": "input ready, waiting for the model", "starved": "model waiting for input",
                "run": "model runs (copies in and out included)", "write": "parquet and manifest writes"}

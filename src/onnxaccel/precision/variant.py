@@ -68,11 +68,9 @@ def convert_for_target(model: Model, target: Target) -> PrecisionVariant:
         return PrecisionVariant(model, target)
     if target.precision == "fp16":
         # Probe the provider the model will run on for missing FP16 kernels (when it is installed here).
-        with startup.stage("variant", detail="fp16 converted"):
-            return PrecisionVariant(to_fp16(model, provider=target.provider), target, converted=True)
+        return PrecisionVariant(to_fp16(model, provider=target.provider), target, converted=True)
     if target.device == "cpu":
-        with startup.stage("variant", detail="int8 converted"):
-            return PrecisionVariant(to_int8_dynamic(model), target, converted=True)
+        return PrecisionVariant(to_int8_dynamic(model), target, converted=True)
     raise TargetError(
         f"INT8 on {target.device} needs a provider with INT8 kernels; ONNX Runtime's {target.provider} runs "
         "quantized models only partly or not at all (Hugging Face Optimum's GPU guide: \"it is not possible to "
@@ -141,13 +139,14 @@ def _cached_variant(model: Model, tag: str, convert: Callable[[onnx.ModelProto],
     # FP16 graphs) or no-ops (INT8 of a CNN), and must not be reused.
     path = runtime_models_dir() / f"{model.path.stem}-{model.cache_key()}-{tag}.onnx"
     proto = None
-    if not path.exists():
-        source = model.proto if _weights_in_memory(model.proto) else onnx.load(str(model.path))
-        written = convert(source)
-        save_model(written, path, converter=f"{tag} conversion for --precision")
-        proto = written if _weights_in_memory(written) else None
-    if proto is None:
-        proto = onnx.load(str(path), load_external_data=False)
+    with startup.stage("variant", detail=f"{tag}: {'cached copy read' if path.exists() else 'converted'}"):
+        if not path.exists():
+            source = model.proto if _weights_in_memory(model.proto) else onnx.load(str(model.path))
+            written = convert(source)
+            save_model(written, path, converter=f"{tag} conversion for --precision")
+            proto = written if _weights_in_memory(written) else None
+        if proto is None:
+            proto = onnx.load(str(path), load_external_data=False)
     return dataclasses.replace(model, path=Path(path), proto=proto, notes=model.notes + (f"{note} (cached at {path})",))
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from onnxaccel import startup
 from onnxaccel.errors import InputError, ModelError, UsageError
 from onnxaccel.inputs import ImagePreprocess, PreprocessRequest
 from onnxaccel.prepost.presets import resolve_preprocess
@@ -146,6 +147,7 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
              run_s: float, units_in: int, bad: list[BadInput] | None = None) -> None:
         if done["first"] is None:
             done["first"] = max(0.0, time.perf_counter() - start - read_s - run_s)
+            done["first_result"] = startup.now()  # the first rows computed, on the process's clock
         assembler.add(shard, rows, ids, outputs, bad)
         w = stats.setdefault(worker, WorkerStats(worker))
         w.units += units_in
@@ -187,6 +189,7 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
         workers=sorted(stats.values(), key=lambda w: w.name), ray=ray_info, warnings=warnings,
         shape_buckets=job.shape_buckets, errors=errors, rows_failed=done["bad"], on_error=job.on_error,
         stages=stages, embedded=embedded, plan=plan.to_dict(),
+        startup=startup.Startup(startup.spans(), done.get("first_result")).to_dict(),
         preprocess=job.preprocess.to_dict() if dataset.kind == "images" else None,
     )
 

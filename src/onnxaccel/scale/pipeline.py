@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
+from onnxaccel import startup
 from onnxaccel.engines.pool import set_gpu_wait
 from onnxaccel.scale.datasets import Unit
 from onnxaccel.scale.decode_sources import _decode_plan, _DeviceDecodeSource, _HybridSource, _source
@@ -57,7 +58,7 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
     # The import holds the GIL for seconds and the sessions' warm-up runs take it back after each run: with the
     # short switch interval they wait for it 0.5 ms at a time, not 5 (at Python's default the sessions took far
     # longer beside the import than alone: see docs/BENCHMARKS.md).
-    began = time.perf_counter()
+    began, began_at = time.perf_counter(), startup.now()
     target, execution = spec.target, spec.plan
     decoder = execution.decoder or "auto"
     worker = plan = None
@@ -73,7 +74,10 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
             times.run_instances = worker.instances
             times.notes.extend(worker.notes)
             plan, plan_s = planning.result()
+        decoding = f"decoder {plan.name}" if plan is not None else "no decoder"
+        startup.record("workers", plan_s, start=began_at, detail=f"{decoding}: chosen, processes started")
         source, source_s = _timed(_source, worker, spec, plan, depth, times)
+        startup.record("decoder warm-up", source_s, detail=f"{decoding}: readers up")
     except BaseException:
         if plan is None and planning.done():
             plan = None if planning.exception() else planning.result()[0]

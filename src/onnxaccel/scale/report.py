@@ -56,7 +56,7 @@ class BatchReport:
     #: Seconds after the last unit's rows were written: closing the decoders (a DALI pipeline's teardown) and
     #: the sessions, the output's final checks. Like start-up, a cost per run, not per row.
     shutdown_s: float = 0.0
-    #: In-process runs: the pipeline's stage times (scale/pipeline.py StageTimes.to_dict), None on Ray.
+    #: In-process runs: the pipeline's stage times (scale/stages.py StageTimes.to_dict), None on Ray.
     stages: dict | None = None
     #: The preprocessing embedded in the model run (uint8 NHWC pixels fed), None if none.
     embedded: dict | None = None
@@ -64,6 +64,9 @@ class BatchReport:
     preprocess: dict | None = None
     #: What ran: the job's ExecutionPlan (plan.py ExecutionPlan.to_dict).
     plan: dict | None = None
+    #: Where the time to the first rows computed went (startup.py Startup.to_dict): this process's stages (on
+    #: Ray, the actors' sessions are not in it).
+    startup: dict | None = None
 
     @property
     def steady_s(self) -> float:
@@ -94,5 +97,5 @@ class BatchReport:
             "rows_per_s_wall": self.rows_per_s_wall, "workers": [w.to_dict() for w in self.workers],
             "ray": self.ray, "warnings": self.warnings, "shape_buckets": self.shape_buckets,
             "on_error": self.on_error, "errors": self.errors, "stages": self.stages, "embedded": self.embedded,
-            "preprocess": self.preprocess, "plan": self.plan,
+            "preprocess": self.preprocess, "plan": self.plan, "startup": self.startup,
         }
