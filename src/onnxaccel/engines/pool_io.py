@@ -72,9 +72,9 @@ def join_rows(buffer: np.ndarray, values: list[np.ndarray], *, hold_gil: bool = 
     In the server this runs in a run thread while the event loop thread holds the GIL most of the time.
     numpy releases the GIL for each large copy and must then wait to get it back (up to the switch interval
     each time): joining 64 rows of 600 kB that way took 52 ms instead of 8 ms while another thread ran
-    Python (2-core development machine, switch interval 0.5 ms; benchmarks/serve_session_probe.py measures
-    it on the GPU machine). memmove calls that keep the GIL (``hold_gil``) wait once per switch interval of
-    copying instead of once per row. A pool's setting: where no event loop of the process decodes requests
+    Python (2-core development machine, switch interval 0.5 ms; benchmarks/history/serve_session_probe.py
+    measures it on the GPU machine). memmove calls that keep the GIL (``hold_gil``) wait once per switch interval
+    of copying instead of once per row. A pool's setting: where no event loop of the process decodes requests
     (serve's model process, whose loop only passes messages), releasing it lets several instances' joins and
     the loop run at the same time.
     """

@@ -17,7 +17,8 @@ import numpy as np
 from onnxaccel.inputs_files import ImagePreprocess
 from onnxaccel.prepost.cpu_decode import decode_files_into
 
-#: What the GPU decoding process calls to make its decoder (DecodePool gpu_decoder): gpu_decoder below.
+#: What the GPU decoding process calls to make its decoder (DecodePool gpu_decoder): prepost/decode.py's
+#: gpu_decoder.
 GPU_DECODER = "onnxaccel.prepost.decode:gpu_decoder"
 
 
@@ -127,7 +128,7 @@ class DecodePool:
             # Its own process: decoding there shares no GIL with the job's run and write threads, and writes into
             # the same ring as the CPU pool (hybrid). It decodes no faster here than in the reader thread: in a
             # process of its own, its CUDA context and the model's take turns on the GPU (time-slicing;
-            # benchmarks/nvjpeg_probe.py).
+            # benchmarks/history/nvjpeg_probe.py).
             self._gpu = ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_attach_gpu,
                                             initargs=(self._shm.name, self.shape, height, width, pre, gpu,
                                                       gpu_decoder))

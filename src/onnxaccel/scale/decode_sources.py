@@ -164,8 +164,8 @@ class _HybridSource(_PoolSource):
     pool, the rest to the GPU process, both writing into the unit's shared-memory slot at once, split by the
     rates each side reached so far. Inside the job nvJPEG reaches a fraction of its rate alone: in its own
     process, the GPU time-slices between its CUDA context and ONNX Runtime's, and nvJPEG's short synchronised
-    steps wait out the other context's slices (benchmarks/nvjpeg_probe.py; see docs/BENCHMARKS.md). Hybrid was
-    slower than nvJPEG alone (both sides lost rate: they share the cores)."""
+    steps wait out the other context's slices (benchmarks/history/nvjpeg_probe.py; see docs/BENCHMARKS.md).
+    Hybrid was slower than nvJPEG alone (both sides lost rate: they share the cores)."""
 
     def __init__(self, worker: BatchWorker, pool: DecodePool, split: bool = True):
         super().__init__(worker, pool)
@@ -242,7 +242,7 @@ class _DeviceDecodeSource:
     each): a unit's batch stays on the GPU and the run copies it device to device into its bound input
     (RunnerPool's direct copies), with no copy back to the host and none to the device again. In a process of its
     own, nvJPEG took turns with the model's context on the GPU (time-slicing) and lost most of its rate
-    (benchmarks/nvjpeg_probe.py); here its kernels and the model's share one context. A decode holds the
+    (benchmarks/history/nvjpeg_probe.py); here its kernels and the model's share one context. A decode holds the
     capture gate shared (no CUDA call of ours during a graph capture). ``inline``: height, width, preset, device.
     The decoder is GPU_DECODER_CLASS, made with (height, width, preset, device, batch=the job's batch), with
     ``decode_device(paths)``: an array on the device given through ``__cuda_array_interface__``, its work

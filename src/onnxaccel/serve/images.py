@@ -15,7 +15,7 @@ Decoding runs in a thread pool sized by the cores, off the event loop, so the lo
 while images decode. How far the threads run in parallel depends on Pillow releasing the GIL inside its C
 decoders and resampling; that was not checked against Pillow's source nor measured here (with ``--workers`` the
 processes give parallelism regardless).
-JPEGs are decoded at reduced size where the target is smaller (prepost/decode.py ``decode_pixels``).
+JPEGs are decoded at reduced size where the target is smaller (prepost/cpu_decode.py ``decode_pixels``).
 """
 
 from __future__ import annotations
