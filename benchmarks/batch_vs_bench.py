@@ -8,9 +8,12 @@ breakdown), and image decode rates (CPU process pool vs the GPU decoder alone). 
     python3 benchmarks/batch_vs_bench.py --tiny   # CPU: squeezenet, 200 JPEGs, proves the script end to end
 
 The JPEGs are scikit-image's sample photographs (skimage/data) re-encoded at ImageNet-like sizes (longer side
-400-500 px) and qualities (75-90); the goals are issue 22's: .npy >= 85% and JPEG >= 60% of bench at the same batch.
---variants names A/B switches of the pipeline's settings used by issue 22's sessions (docs/benchmarks-history/
-issue-22.md); "new" is the code as it is.
+400-500 px) and qualities (75-90); the goals (docs/BENCHMARKS.md, "Batch"): .npy >= 85% and JPEG >= 60% of bench
+at the same batch. --variants names A/B switches of the pipeline's settings (VARIANTS; the history of the runs that
+used them: docs/benchmarks-history/issue-22.md); "new" is the code as it is. The switches patch the settings where
+they live now (the plan, scale/decode_sources.py, prepost/nvjpeg.py, prepost/dali.py). "serialplan" and
+"serialplan_b" are gone: they turned off choosing the decoder in a thread beside the sessions' compile
+(scale/pipeline.py PLAN_IN_THREAD), and that switch no longer exists (the decoder is always chosen beside them).
 """
 
 from __future__ import annotations
@@ -119,74 +122,95 @@ def make_npy(folder: Path, rows: int, per_shard: int, size: int) -> Path:
     return folder
 
 
-#: A/B variants of the pipeline's settings (--variants), applied in the `batch` process before it runs:
-#: "new" is the code as it is; "old" undoes issue 22's third-session changes (read slots and page-locked decode
-#: memory with direct copies, blocking GPU wait, 0.5 ms GIL switch, one CPU thread per GPU session).
+#: A/B variants of the pipeline's settings (--variants): Python run in the `batch` process before the CLI, each
+#: assignment to a setting where it lives now (the plan's decisions in onnxaccel.plan, read when the job plans;
+#: the decode sources in onnxaccel.scale.decode_sources; the decoders' class settings in onnxaccel.prepost.nvjpeg
+#: and onnxaccel.prepost.dali). "new" is the code as it is; "old" undoes the page-locked slots with direct copies,
+#: the blocking GPU wait, the 0.5 ms GIL switch and the one CPU thread per GPU session. :func:`variant_problems`
+#: checks that every module and setting a variant names still exists (``--check-variants``; each run checks its own).
+_PLAN = "import onnxaccel.plan as plan; "
+_SOURCES = "import onnxaccel.scale.decode_sources as ds; "
+_NVJPEG = "from onnxaccel.prepost.nvjpeg import NvjpegDecoder as nv; "
+_DALI = "from onnxaccel.prepost.dali import DaliDecoder as dl; "
+_NO_DIRECT = ("import onnxaccel.scale.host_sources as hs, onnxaccel.scale.decode_sources as ds; "
+              "hs._direct_copies = ds._direct_copies = lambda w, every=False: 'off (A/B)'; ")
+_TRACE = "import sys; sys.path.insert(0, 'benchmarks/history'); import i22_trace; "
 VARIANTS = {
     "new": "",
-    "old": ("import onnxaccel.scale.pipeline as p, onnxaccel.scale.job as j; p._direct_copies = lambda w, every=False: 'off (A/B)'; "
-            "p.GIL_SWITCH_S = 0.005; p.GPU_WAIT_MODE = 'auto'; j.gpu_session_threads = lambda t: {}"),
-    "noslots": "import onnxaccel.scale.pipeline as p; p._direct_copies = lambda w, every=False: 'off (A/B)'",
-    "nvproc": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = False",
-    "inproc": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = True",
-    "inproc1": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = True; p.GPU_DECODE_THREADS = 1",
-    "inprio": ("import onnxaccel.scale.pipeline as p, onnxaccel.prepost.decode as d; p.NVJPEG_IN_PROCESS = True; "
-               "d.NvjpegDecoder.STREAM_PRIORITY = -1"),
-    "inprio1": ("import onnxaccel.scale.pipeline as p, onnxaccel.prepost.decode as d; p.NVJPEG_IN_PROCESS = True; "
-                "d.NvjpegDecoder.STREAM_PRIORITY = -1; p.GPU_DECODE_THREADS = 1"),
-    "serialplan": "import onnxaccel.scale.pipeline as p; p.PLAN_IN_THREAD = False",
-    "serialplan_b": "import onnxaccel.scale.pipeline as p; p.PLAN_IN_THREAD = False",
-    "tvision": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.LIBRARY = 'torchvision'",
-    "spin": "import onnxaccel.scale.pipeline as p; p.GPU_WAIT_MODE = 'auto'",
-    "inproc4": "import onnxaccel.scale.pipeline as p; p.NVJPEG_IN_PROCESS = True; p.GPU_DECODE_THREADS = 4",
-    "nic_hw": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.BACKENDS = ('hw',)",
-    "nic_hw_t2": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.BACKENDS = ('hw',); d.NvjpegDecoder.CPU_THREADS = 2",
-    "nic_hw_t2_prio": ("import onnxaccel.prepost.decode as d; d.NvjpegDecoder.BACKENDS = ('hw',); "
-                       "d.NvjpegDecoder.CPU_THREADS = 2; d.NvjpegDecoder.STREAM_PRIORITY = -1"),
-    "groups": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.GEOMETRY = 'groups'",
-    "tv_groups": ("import onnxaccel.prepost.decode as d; d.NvjpegDecoder.GEOMETRY = 'groups'; "
-                  "d.NvjpegDecoder.LIBRARY = 'torchvision'"),
-    "dali": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.LIBRARY = 'dali'",
-    "dali_t1": "import onnxaccel.prepost.decode as d, onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'dali'; p.GPU_DECODE_THREADS = 1",
-    "dali_t3": "import onnxaccel.prepost.decode as d, onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'dali'; p.GPU_DECODE_THREADS = 3",
-    "dali_cpu8": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; d.NvjpegDecoder.LIBRARY = 'dali'; "
-                  "dl.DaliDecoder.CPU_THREADS = 8"),
-    "dali_t4": ("import onnxaccel.prepost.decode as d, onnxaccel.scale.pipeline as p; "
-                "d.NvjpegDecoder.LIBRARY = 'dali'; p.GPU_DECODE_THREADS = 4"),
-    "dali_t3_cpu6": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl, "
-                     "onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.CPU_THREADS = 6; "
-                     "p.GPU_DECODE_THREADS = 3"),
-    "tv_t3": ("import onnxaccel.prepost.decode as d, onnxaccel.scale.pipeline as p; "
-              "d.NvjpegDecoder.LIBRARY = 'torchvision'; p.GPU_DECODE_THREADS = 3"),
-    "nic": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.LIBRARY = 'nvimgcodec'",
-    "dali_smallwarm": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
-                       "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.WARM_SIZES = d.NvjpegDecoder.WARM_SIZES"),
-    "dali_fancy": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
-                   "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.FANCY_UPSAMPLING = True"),
-    "dali_nofancy": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
-                     "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.FANCY_UPSAMPLING = False"),
-    "dali_hw09": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
-                  "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.HW_DECODER_LOAD = 0.9"),
-    "dali_hw10": ("import onnxaccel.prepost.decode as d, onnxaccel.prepost.dali as dl; "
-                  "d.NvjpegDecoder.LIBRARY = 'dali'; dl.DaliDecoder.HW_DECODER_LOAD = 1.0"),
-    "nowarm": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.WARM_UP = 0",
-    "tv_nowarm": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.WARM_UP = 0; d.NvjpegDecoder.LIBRARY = 'torchvision'",
-    "nic_gpu": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.BACKENDS = ('gpu',)",
-    "nic_t2": "import onnxaccel.prepost.decode as d; d.NvjpegDecoder.CPU_THREADS = 2",
-    "nic_t4": "import onnxaccel.scale.pipeline as p; p.GPU_DECODE_THREADS = 4",
-    "nic_t1": "import onnxaccel.scale.pipeline as p; p.GPU_DECODE_THREADS = 1",
-    "trace": "import sys; sys.path.insert(0, 'benchmarks/history'); import i22_trace; i22_trace.start('nic')",
-    "trace_tv": ("import sys; sys.path.insert(0, 'benchmarks/history'); import i22_trace, onnxaccel.prepost.decode as d; "
-                 "d.NvjpegDecoder.LIBRARY = 'torchvision'; i22_trace.start('tv')"),
-    "trace_dali3": ("import sys; sys.path.insert(0, 'benchmarks/history'); import i22_trace, onnxaccel.prepost.decode as d, "
-                    "onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'dali'; p.GPU_DECODE_THREADS = 3; "
+    "old": _NO_DIRECT + _PLAN + ("plan.GIL_SWITCH_MS = 5.0; plan.GPU_WAIT = 'auto'; "
+                                 "plan.gpu_session_threads = lambda t: {}"),
+    "noslots": _NO_DIRECT,
+    "nvproc": _SOURCES + "ds.NVJPEG_IN_PROCESS = False",
+    "inproc": _SOURCES + "ds.NVJPEG_IN_PROCESS = True",
+    "inproc1": _SOURCES + "ds.NVJPEG_IN_PROCESS = True; ds.GPU_DECODE_THREADS = 1",
+    "inproc4": _SOURCES + "ds.NVJPEG_IN_PROCESS = True; ds.GPU_DECODE_THREADS = 4",
+    "inprio": _SOURCES + _NVJPEG + "ds.NVJPEG_IN_PROCESS = True; nv.STREAM_PRIORITY = -1",
+    "inprio1": _SOURCES + _NVJPEG + "ds.NVJPEG_IN_PROCESS = True; nv.STREAM_PRIORITY = -1; ds.GPU_DECODE_THREADS = 1",
+    "tvision": _NVJPEG + "nv.LIBRARY = 'torchvision'",
+    "spin": _PLAN + "plan.GPU_WAIT = 'auto'",
+    "nic_hw": _NVJPEG + "nv.BACKENDS = ('hw',)",
+    "nic_hw_t2": _NVJPEG + "nv.BACKENDS = ('hw',); nv.CPU_THREADS = 2",
+    "nic_hw_t2_prio": _NVJPEG + "nv.BACKENDS = ('hw',); nv.CPU_THREADS = 2; nv.STREAM_PRIORITY = -1",
+    "groups": _NVJPEG + "nv.GEOMETRY = 'groups'",
+    "tv_groups": _NVJPEG + "nv.GEOMETRY = 'groups'; nv.LIBRARY = 'torchvision'",
+    "dali": _NVJPEG + "nv.LIBRARY = 'dali'",
+    "dali_t1": _NVJPEG + _SOURCES + "nv.LIBRARY = 'dali'; ds.GPU_DECODE_THREADS = 1",
+    "dali_t3": _NVJPEG + _SOURCES + "nv.LIBRARY = 'dali'; ds.GPU_DECODE_THREADS = 3",
+    "dali_t4": _NVJPEG + _SOURCES + "nv.LIBRARY = 'dali'; ds.GPU_DECODE_THREADS = 4",
+    "dali_cpu8": _NVJPEG + _DALI + "nv.LIBRARY = 'dali'; dl.CPU_THREADS = 8",
+    "dali_t3_cpu6": _NVJPEG + _DALI + _SOURCES + "nv.LIBRARY = 'dali'; dl.CPU_THREADS = 6; ds.GPU_DECODE_THREADS = 3",
+    "tv_t3": _NVJPEG + _SOURCES + "nv.LIBRARY = 'torchvision'; ds.GPU_DECODE_THREADS = 3",
+    "nic": _NVJPEG + "nv.LIBRARY = 'nvimgcodec'",
+    "dali_smallwarm": _NVJPEG + _DALI + "nv.LIBRARY = 'dali'; dl.WARM_SIZES = nv.WARM_SIZES",
+    "dali_fancy": _NVJPEG + _DALI + "nv.LIBRARY = 'dali'; dl.FANCY_UPSAMPLING = True",
+    "dali_nofancy": _NVJPEG + _DALI + "nv.LIBRARY = 'dali'; dl.FANCY_UPSAMPLING = False",
+    "dali_hw09": _NVJPEG + _DALI + "nv.LIBRARY = 'dali'; dl.HW_DECODER_LOAD = 0.9",
+    "dali_hw10": _NVJPEG + _DALI + "nv.LIBRARY = 'dali'; dl.HW_DECODER_LOAD = 1.0",
+    "nowarm": _NVJPEG + "nv.WARM_UP = 0",
+    "tv_nowarm": _NVJPEG + "nv.WARM_UP = 0; nv.LIBRARY = 'torchvision'",
+    "nic_gpu": _NVJPEG + "nv.BACKENDS = ('gpu',)",
+    "nic_t2": _NVJPEG + "nv.CPU_THREADS = 2",
+    "nic_t4": _SOURCES + "ds.GPU_DECODE_THREADS = 4",
+    "nic_t1": _SOURCES + "ds.GPU_DECODE_THREADS = 1",
+    "trace": _TRACE + "i22_trace.start('nic')",
+    "trace_tv": _TRACE + _NVJPEG + "nv.LIBRARY = 'torchvision'; i22_trace.start('tv')",
+    "trace_dali3": (_TRACE + _NVJPEG + _SOURCES + "nv.LIBRARY = 'dali'; ds.GPU_DECODE_THREADS = 3; "
                     "i22_trace.start('dali3')"),
-    "trace_tv3": ("import sys; sys.path.insert(0, 'benchmarks/history'); import i22_trace, onnxaccel.prepost.decode as d, "
-                  "onnxaccel.scale.pipeline as p; d.NvjpegDecoder.LIBRARY = 'torchvision'; p.GPU_DECODE_THREADS = 3; "
+    "trace_tv3": (_TRACE + _NVJPEG + _SOURCES + "nv.LIBRARY = 'torchvision'; ds.GPU_DECODE_THREADS = 3; "
                   "i22_trace.start('tv3')"),
-    "i1": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 1",
-    "i3": "import onnxaccel.scale.pipeline as p; p.GPU_INSTANCES = 3",
+    "i1": _PLAN + "plan.BATCH_GPU_INSTANCES = 1",
+    "i3": _PLAN + "plan.BATCH_GPU_INSTANCES = 3",
 }
+
+
+def variant_problems(code: str) -> list[str]:
+    """What a variant names that no longer exists: it runs the variant's imports (and ``sys.path`` changes), checks
+    that every attribute it assigns is already there and that every function it calls resolves, and assigns or
+    calls nothing. An assignment to a setting that was renamed or moved would otherwise pass silently."""
+    import ast
+
+    problems, names = [], {}
+    for node in ast.parse(code).body:
+        try:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                exec(compile(ast.Module([node], []), "<variant>", "exec"), names)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute):
+                        owner = eval(compile(ast.Expression(target.value), "<variant>", "eval"), names)
+                        if not hasattr(owner, target.attr):
+                            problems.append(f"{ast.unparse(target)}: {ast.unparse(target.value)} has no "
+                                            f"{target.attr}")
+            elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                if ast.unparse(node.value.func) == "sys.path.insert":
+                    exec(compile(ast.Module([node], []), "<variant>", "exec"), names)
+                else:
+                    eval(compile(ast.Expression(node.value.func), "<variant>", "eval"), names)
+        except (ImportError, AttributeError, NameError) as exc:
+            problems.append(f"{ast.unparse(node)}: {type(exc).__name__}: {exc}")
+    return problems
+
+
 LAUNCH = "import os, runpy; exec(os.environ.get('I22_PATCH', '')); runpy.run_module('onnxaccel.cli.main', run_name='__main__')"
 
 
@@ -224,7 +248,9 @@ def best_throughput(report) -> float | None:
 
 def decode_rates(folder: Path, count: int, batch: int) -> dict:
     from onnxaccel.inputs_files import ImagePreprocess
-    from onnxaccel.prepost.decode import DecodePool, decode_pixels, gpu_decoder, nvjpeg_missing, pool_size
+    from onnxaccel.prepost.cpu_decode import decode_pixels
+    from onnxaccel.prepost.decode import gpu_decoder, nvjpeg_missing
+    from onnxaccel.prepost.decode_pool import DecodePool, pool_size
 
     files = sorted(str(p) for p in folder.glob("*.jpg"))[:count]
     pre = ImagePreprocess(preset="imagenet")
@@ -284,7 +310,21 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="no bench, no isolated decode rates (a short lease)")
     p.add_argument("--check", type=int, default=0, help="first compare --target with cpu on this many JPEGs")
     p.add_argument("--tiny", action="store_true", help="CPU proof: squeezenet, 200 JPEGs, 256 .npy rows, batch 8")
+    p.add_argument("--check-variants", action="store_true",
+                   help="check that every variant's modules and settings exist, then exit")
     a = p.parse_args()
+    if a.check_variants:
+        problems = {v: variant_problems(VARIANTS[v]) for v in VARIANTS}
+        for v, found in problems.items():
+            print(f"{v}: {'; '.join(found) if found else 'ok'}")
+        raise SystemExit(1 if any(problems.values()) else 0)
+    asked = {*a.variants.split(","), *(a.npy_variants or "").split(",")} - {"", "none"}
+    unknown = sorted(asked - set(VARIANTS))
+    stale = {v: variant_problems(VARIANTS[v]) for v in sorted(asked & set(VARIANTS))}
+    wrong = [f"unknown variant {v} (known: {', '.join(VARIANTS)})" for v in unknown]
+    wrong += [f"variant {v}: {'; '.join(found)}" for v, found in stale.items() if found]
+    if wrong:
+        raise SystemExit("\n".join(wrong))
     if a.tiny:
         a.model, a.target, a.batches, a.jpegs, a.npy_rows, a.bench_args = "zoo:squeezenet", "cpu", "8", 200, 256, ""
         a.check = a.check or 21
