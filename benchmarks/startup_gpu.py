@@ -194,7 +194,8 @@ class Bench:
         for t in threads:
             t.start()
         time.sleep(2.0)
-        pids = subprocess.run(["pgrep", "-f", "onnxaccel-model"], capture_output=True, text=True).stdout.split()
+        # serve/processes.py name_process: the model process is named "onnxaccel-model" (/proc/PID/comm)
+        pids = subprocess.run(["pgrep", "-x", "onnxaccel-model"], capture_output=True, text=True).stdout.split()
         if not pids:
             self.figure("kill: model process", "not found (no --shared-models layout?)")
             stop.set()
@@ -233,8 +234,8 @@ class Bench:
         cache = self.fresh_cache("cache-batch")
         for run in ("cold", "warm"):
             out = self.out / f"batch-{run}"
-            cmd = [*self.oa, "batch", a.model, str(data), str(out), "-t", a.batch_target, "-b", str(a.npy_batch),
-                   "--embed-preprocess", "imagenet", "--overwrite", "--json"]
+            cmd = [*self.oa, "batch", a.model, "--input", str(data), "--output", str(out), "-t", a.batch_target,
+                   "--batch", str(a.npy_batch), "--embed-preprocess", "imagenet", "--overwrite", "--json"]
             wall, done = sh(cmd, self.env(cache))
             report = json.loads(done.stdout)
             self.figure(f"batch {run}: whole process s", wall)

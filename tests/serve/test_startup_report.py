@@ -67,3 +67,7 @@ def test_shared_models_server_reports_the_model_process_and_a_worker(mlp_path):
     # placed on the supervisor's time scale: after the supervisor started, before it was ready
     assert model_side and all(0 < s["start"] < event["startup"]["to_ready_s"] for s in model_side)
     assert 'process="model process"' in metrics
+    # The workers start while the model process loads (they used to be spawned only once it was ready).
+    worker_import = next(s for s in spans if s["process"].startswith("worker ") and s["stage"] == "import")
+    model_ready = max(s["start"] + s["seconds"] for s in model_side)
+    assert worker_import["start"] < model_ready, (worker_import, model_ready)

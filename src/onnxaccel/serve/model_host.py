@@ -349,6 +349,7 @@ def host_main(source: str, model_defaults: ModelConfig, config: ServerConfig, so
               events, supervisor: int) -> None:
     """The model process (spawned by the supervisor). Reports ("models-ready", -1, described) or
     ("error", -1, (message, hint)) on ``events``."""
+    startup.record_import()  # the spawned interpreter and its imports (unpickling the arguments), up to here
     die_with_parent(supervisor)
     name_process("onnxaccel-model")
     if config.gil_switch_ms > 0:

@@ -48,8 +48,6 @@ logger = logging.getLogger(__name__)
 
 #: Tensors smaller than this travel inside the message: a pickle copy is cheaper than an arena slot then.
 INLINE_BYTES = 16 * 1024
-#: Seconds a worker keeps trying to reach the model process at start-up before it gives up.
-CONNECT_TIMEOUT_S = 30.0
 
 #: Message framing: a 4-byte big-endian length, then the pickle (model_host.py reads it the same way).
 FRAME = struct.Struct("!I")
@@ -86,8 +84,10 @@ class ModelLink:
         self._closing = False
 
     async def start(self) -> None:
-        """Connect, and wait for the model process's first description of its models."""
-        await self._connect(CONNECT_TIMEOUT_S)
+        """Connect, and wait for the model process's first description of its models. Like a reconnection after a
+        restart, the first connection waits as long as the model process takes to load: the workers start beside
+        it, and the supervisor stops them when it fails (serve/workers.py)."""
+        await self._connect(None)
         self._task = asyncio.ensure_future(self._run())
         await self._described.wait()
 

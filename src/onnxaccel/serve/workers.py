@@ -134,6 +134,7 @@ def _worker_main(index: int, source: str, model_defaults: ModelConfig, config: S
                  metrics_dir: str, events, all_ready, supervisor: int) -> None:
     """One worker process: a whole server on the shared sockets. Reports ("ready", index, result) or
     ("error", index, message) on ``events``."""
+    startup.record_import()  # the spawned interpreter and its imports (unpickling the arguments), up to here
     die_with_parent(supervisor)
     name_process(f"onnxaccel-w{index}")
 
@@ -245,9 +246,15 @@ class WorkerPool:
                     raise UsageError(f"The model process exited with status {self.host.exitcode} while loading.",
                                      "See its error above.") from None
                 continue
+            if kind == "error" and _index >= 0:  # a worker, started beside the model process, failed first
+                message, hint = payload
+                raise UsageError(f"Server worker {_index}: {message}", hint or "--workers 1 runs the same server "
+                                 "in one process, with the full error.")
             if kind == "error":
                 message, hint = payload
                 raise UsageError(f"Model process: {message}", hint or "See the log above.")
+            if kind == "ready":  # not before the models are described, but kept if it were
+                self.ready_reports[_index] = payload
             if kind == "models-ready":
                 self._merge_startup("model process", payload)
                 return
@@ -422,12 +429,15 @@ def serve_workers(source: str, model_defaults: ModelConfig, config: ServerConfig
     for sig in (signal.SIGTERM, signal.SIGINT):
         previous[sig] = signal.signal(sig, request_stop)
     try:
-        if config.shared_models:
-            pool.start_host()
-            pool.wait_host()
-        for index in range(config.workers):
-            pool.start(index)
         with startup.stage("workers", detail=f"{config.workers} process(es)"):
+            if config.shared_models:
+                pool.start_host()
+            # The workers start (spawn, import) while the model process loads, and connect to it once it
+            # listens (serve/model_link.py retries): ready after the longer of the two, not after both.
+            for index in range(config.workers):
+                pool.start(index)
+            if config.shared_models:
+                pool.wait_host()
             pool.wait_ready()
         pool.startup = startup.summary(ready=True).to_dict()
         if not pool.stopping:
