@@ -81,7 +81,10 @@ class Bench:
         self.out.mkdir(parents=True, exist_ok=True)
         self.results: dict = {"args": vars(args), "figures": {}}
         self.zoo = self.out / "zoo-cache"
-        self.oa = [sys.executable, "-m", "onnxaccel"]
+        # python -m onnxaccel (trees before it had __main__.py: their CLI module)
+        main = "onnxaccel" if not args.src or (Path(args.src) / "onnxaccel" / "__main__.py").exists() else \
+            "onnxaccel.cli.main"
+        self.oa = [sys.executable, "-m", main]
 
     def env(self, cache: Path) -> dict:
         env = {**os.environ, "ONNXACCEL_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
