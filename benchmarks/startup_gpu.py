@@ -141,6 +141,7 @@ class Bench:
         self.figure("bench warm: whole process s", wall)
         self.figure("bench warm: to first result s", report["startup"]["to_first_result_s"])
         self.figure("bench warm: stages", stages(report["startup"]))
+        self.figure("bench warm: items/s", [c.get("throughput_items_per_s") for c in report["cells"]])
 
     def serve(self, kill: bool) -> None:
         cache = self.fresh_cache("cache-serve")
