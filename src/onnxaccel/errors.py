@@ -103,3 +103,22 @@ class PlacementError(OnnxAccelError):
 
 class InferenceError(OnnxAccelError):
     """The runtime failed while running the model."""
+
+
+class ArtifactError(OnnxAccelError):
+    """An artifacts directory (``onnxaccel compile -o DIR``, used read-only through ``ONNXACCEL_ARTIFACTS``)
+    cannot serve this start: not one, unreadable, or damaged. Never answered by compiling instead."""
+
+
+class ArtifactMismatchError(ArtifactError):
+    """The directory holds the artifact this start needs, made under other runtime versions or hardware.
+    ``differences``: (field, value here, value in the manifest) for every key field that differs."""
+
+    def __init__(self, message: str, hint: str | None = None, *, differences: list[tuple[str, str, str]] = (),
+                 details: str | None = None):
+        super().__init__(message, hint, details=details)
+        self.differences = list(differences)
+
+
+class ArtifactMissingError(ArtifactError):
+    """The directory holds no artifact for what this start compiles (another model, target, precision or shape)."""

@@ -8,6 +8,9 @@ import time
 from pathlib import Path
 
 CACHE_ENV = "ONNXACCEL_CACHE_DIR"
+#: A directory written by ``onnxaccel compile -o DIR``: every command builds its sessions from it, read-only, and
+#: refuses to start when it lacks what the command needs or was made elsewhere (engines/artifacts.py).
+ARTIFACTS_ENV = "ONNXACCEL_ARTIFACTS"
 
 
 def cache_root() -> Path:

@@ -160,10 +160,32 @@ class RunnerFromVariant:
         self.strict = strict
 
     def __call__(self) -> Runner:
-        """A new runner."""
+        """A new runner: from the active artifacts directory when there is one (``ONNXACCEL_ARTIFACTS`` or
+        ``engines.artifacts.use``: loaded, never compiled; see :meth:`from_artifacts`), else compiled from the
+        converted model. Counted either way (engines/build_counts.py)."""
+        from onnxaccel.engines import artifacts, build_counts  # here: the one place this method reaches for them
+
+        store = artifacts.active()
+        if store is not None:
+            return self.from_artifacts(store)
         variant = value_of(self.variant)
         runner = compile_model(variant.model, variant.engine_target, strict=self.strict)
+        build_counts.count_session(variant.engine_target.engine, loaded=False)
         runner.target = variant.target  # what the user asked for (cuda/fp16): the variant already computes in it
+        return runner
+
+    def from_artifacts(self, store) -> Runner:
+        """The runner ``store`` (engines/artifacts.py ArtifactStore) holds for this variant, keyed by the bound
+        model before conversion and the target asked: a start from the directory converts nothing either (the
+        saved artifact already has the precision). The variant itself is made only when a writable store
+        (``onnxaccel compile``) lacks the artifact and makes it."""
+        if isinstance(self.variant, ConvertedModel):
+            model, target = value_of(self.variant.model), self.variant.target
+        else:
+            made = value_of(self.variant)
+            model, target = made.model, made.target
+        runner = store.runner(model, target, strict=self.strict, variant=lambda: value_of(self.variant))
+        runner.target = target
         return runner
 
 

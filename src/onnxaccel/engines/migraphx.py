@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from onnxaccel.engines.base import PlacedNode, Placement, ProbeResult, Runner
+from onnxaccel.engines.build_counts import count_program
 from onnxaccel.engines.cache_key import CompileKey
 from onnxaccel.engines.migraphx_cache import ProgramCache, native_runtime_versions, program_key
 from onnxaccel.engines.migraphx_calibration import calibration_id, load_samples, quantize
@@ -42,7 +43,7 @@ from onnxaccel.engines.migraphx_program import (
 from onnxaccel.engines.migraphx_setup import (
     NATIVE, NativeOptions, check_device, import_migraphx, migraphx_target_name, migraphx_version, module_origin,
 )
-from onnxaccel.errors import PlacementError, TargetError
+from onnxaccel.errors import ArtifactError, PlacementError, TargetError
 from onnxaccel.feeds_check import conform
 from onnxaccel.model import Model
 from onnxaccel.target import Target
@@ -87,6 +88,20 @@ class MigraphxEngine:
     def probe(self, target: Target) -> ProbeResult:
         """A one-node program compiled and run on the engine's MIGraphX target (migraphx_probe.probe)."""
         return probe(target)
+
+    def key_for(self, model: Model, target: Target) -> CompileKey:
+        """The key of the first program :meth:`compile` builds (at the model's bound shapes) with the MIGraphX
+        installed here: what an artifacts directory is checked against before a runner is built from it."""
+        mgx = import_migraphx()
+        bound = model if model.is_bound else model.bind()
+        calibration = calibration_id(target.precision, None, NativeOptions.from_target(target))
+        return program_key(bound, target, bound.input_shapes, runtime=native_runtime(mgx), calibration=calibration)
+
+
+def native_runtime(mgx) -> dict[str, str]:
+    """What builds a program besides the model, for the module ``mgx`` here (migraphx_cache.native_runtime_versions:
+    version, build, ROCm, the MIGraphX target)."""
+    return native_runtime_versions(migraphx_version(mgx), module_origin(mgx), migraphx_target_name())
 
 
 class MigraphxRunner(Runner):
@@ -197,10 +212,12 @@ class MigraphxRunner(Runner):
     def _build(self, shapes: dict[str, tuple[int, ...]]) -> CompiledProgram:
         start = time.perf_counter()
         key = program_key(self.model, self.target, shapes, calibration=self._calibration_id(),
-                          runtime=native_runtime_versions(self.version, module_origin(self.mgx), self.target_name))
+                          runtime=native_runtime(self.mgx))
         build = ProgramBuild({k: list(v) for k, v in shapes.items()}, False, 0.0, key=key)
         prog = self._load(key, shapes, build) if self.cache else None
         if prog is None:
+            if self.cache is not None and self.cache.read_only:  # an artifacts directory: never compile here
+                raise self.cache.missing(key)
             prog = self._compile(shapes, build)
             if self.cache:
                 t0 = time.perf_counter()
@@ -214,6 +231,7 @@ class MigraphxRunner(Runner):
         build.seconds = time.perf_counter() - start
         if self.cache:
             self.cache.record(key, seconds=build.seconds, hit=build.cache_hit)
+        count_program(loaded=build.cache_hit)
         # Only the gpu target has device memory: a ref program takes and returns host buffers whatever
         # offload_copy says (src/targets/ref has no copy or allocation passes for it).
         return describe_program(prog, build, self.options.offload_copy or self.target_name != "gpu")
@@ -230,6 +248,10 @@ class MigraphxRunner(Runner):
                 if name not in params or list(params[name].lens()) != list(dims):
                     raise RuntimeError(f"parameter {name} is not {list(dims)} in the cached program")
         except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache entry is rebuilt, not fatal
+            if self.cache.read_only:  # ... except in an artifacts directory, which is never written
+                raise ArtifactError(f"The saved MIGraphX program {path} does not load: {short_message(str(exc))}.",
+                                    "Run onnxaccel compile again into a fresh directory on a machine like this "
+                                    "one.") from exc
             self.cache.discard(key)
             build.notes.append(f"discarded the cached program {path} ({short_message(str(exc))}); recompiling")
             self.warnings.append(build.notes[-1])

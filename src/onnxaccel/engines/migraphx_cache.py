@@ -14,6 +14,10 @@ Layout: ``<dir>/migraphx-native-<digest>/program.mxr`` and ``key.json``, the sam
 last_used, first_compile_seconds, warm_start_seconds, hits), keyed by the same :class:`CompileKey` as the EP
 caches (engines/cache_key.py). ``<dir>`` is ``<cache_root>/compile`` unless the target says
 ``model_cache_dir=DIR``.
+
+A root registered with :func:`serve_read_only` (the programs of an artifacts directory used read-only,
+engines/artifacts.py) is only read: no record is updated, a program that does not load is not discarded, and a
+program that is not there is an error (:meth:`ProgramCache.missing`) instead of a compile.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from onnxaccel.engines.cache_key import CompileKey, compile_cache_dir, compile_key
+from onnxaccel.errors import ArtifactMissingError
 from onnxaccel.model import Model
 from onnxaccel.paths import record_cache_use
 from onnxaccel.target import Target
@@ -127,11 +133,23 @@ def calibration_fingerprint(spec: str, samples: int) -> str:
     return hashlib.sha256(f"{path}|{samples}|{'|'.join(parts)}".encode()).hexdigest()[:20]
 
 
+#: Roots whose programs are loaded and never written (see the module docstring).
+_READ_ONLY: set[Path] = set()
+
+
+def serve_read_only(root: str | os.PathLike) -> None:
+    """Make every :class:`ProgramCache` over ``root`` read-only in this process (an artifacts directory's
+    programs: what is not there was not compiled ahead, and is an error)."""
+    _READ_ONLY.add(Path(root).expanduser().resolve())
+
+
 class ProgramCache:
-    """Entries under ``root`` (``<cache_root>/compile`` by default)."""
+    """Entries under ``root`` (``<cache_root>/compile`` by default); ``read_only`` where the root was registered
+    with :func:`serve_read_only`."""
 
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root).expanduser() if root else compile_cache_dir()
+        self.read_only = self.root.resolve() in _READ_ONLY
 
     def entry(self, key: CompileKey) -> Path:
         """The key's folder under this cache's root."""
@@ -164,6 +182,29 @@ class ProgramCache:
         with contextlib.suppress(FileNotFoundError):
             self.program_path(key).unlink()
 
-    def record(self, key: CompileKey, *, seconds: float, hit: bool) -> dict:
-        """Update ``key.json``: first-compile time on a miss, warm-start time and hit count on a hit."""
+    def record(self, key: CompileKey, *, seconds: float, hit: bool) -> dict | None:
+        """Update ``key.json``: first-compile time on a miss, warm-start time and hit count on a hit (nothing in
+        a read-only root)."""
+        if self.read_only:
+            return None
         return record_cache_use(self.entry(key), key.to_dict(), seconds=seconds, hit=hit)
+
+    def missing(self, key: CompileKey) -> ArtifactMissingError:
+        """The error for a program a read-only root does not hold: the shapes asked, and those it holds for the
+        same model and target (read from the entries' key.json)."""
+        held = []
+        for record in sorted(self.root.glob(f"{KIND}-*/key.json")):
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                other = json.loads(record.read_text())["key"]
+                if (other["model_sha256"], other["target"]) == (key.model_sha256, key.target):
+                    held.append(_shapes_text(other["shapes"]))
+        have = f"it holds this model's programs at {'; '.join(held)}" if held else "it holds none for this model"
+        return ArtifactMissingError(
+            f"No saved MIGraphX program for {key.target} at {_shapes_text(key.shapes)} in {self.root} (read-only "
+            f"artifacts: nothing is compiled on the request path); {have}.",
+            "Compile ahead for the shapes this start runs: onnxaccel compile with the same --target, --shape, "
+            "--max-batch or --shape-buckets, on a machine like this one.")
+
+
+def _shapes_text(shapes: Mapping[str, Sequence[int]]) -> str:
+    return ", ".join(f"{name}={'x'.join(str(d) for d in dims)}" for name, dims in shapes.items())

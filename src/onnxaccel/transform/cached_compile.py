@@ -65,18 +65,25 @@ def compile_cached(
     return runner, CacheUse(key, hit, seconds, notes)
 
 
+def save_optimized(model: Model, target: Target, path, *, purpose: str = "the compile cache") -> str:
+    """Write ONNX Runtime's graph of ``model`` optimized for ``target`` to ``path`` (checked, atomically); the
+    optimization level used. What the compile cache and an artifacts directory (``onnxaccel compile``) keep."""
+    max_ir, max_opset = runtime_limits()
+    readable = model.for_runtime(max_ir, max_opset, f"onnxruntime {ort_version()}")
+    # 'all' for the CPU this cache is keyed to (the host is in the key); CUDA takes extended rewrites.
+    level = "all" if target.device == "cpu" else "extended"
+    optimized = ort_optimize(onnx.load(str(readable.path)), level, target.provider)
+    save_model(optimized, path, converter=f"ONNX Runtime graph optimization ({level}) for {purpose}")
+    return level
+
+
 def _ort_optimized(key: CompileKey, model: Model, target: Target, strict: bool):
     entry = key.entry
     path = entry / OPTIMIZED_FILE
     hit = path.exists()
     notes = []
     if not hit:
-        max_ir, max_opset = runtime_limits()
-        readable = model.for_runtime(max_ir, max_opset, f"onnxruntime {ort_version()}")
-        # 'all' for the CPU this cache is keyed to (the host is in the key); CUDA takes extended rewrites.
-        level = "all" if target.device == "cpu" else "extended"
-        optimized = ort_optimize(onnx.load(str(readable.path)), level, target.provider)
-        save_model(optimized, path, converter=f"ONNX Runtime graph optimization ({level}) for the compile cache")
+        level = save_optimized(model, target, path)
         notes.append(f"optimized at level '{level}' and saved to {path}")
     cached = dataclasses.replace(model, path=path, proto=onnx.load(str(path), load_external_data=False))
     # The saved graph is already optimized: skip the optimizer on load (that is what the cache saves).

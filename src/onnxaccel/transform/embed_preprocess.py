@@ -210,12 +210,10 @@ def embedded_copy(model: str, preset: str) -> str:
     """The model with ``preset`` preprocessing embedded: ``<cache>/embedded/<model key>-<preset>.onnx``, made
     once (atomically) and checked against host preprocessing by embed_into_file. A model that has this preset
     embedded already is returned as is; another preset is an error. What `batch --embed-preprocess` runs, and
-    `batch`/`serve` on a GPU target given an image preset (plan.py embed_preset)."""
-    import os
-    import tempfile
-
+    `batch`/`serve` on a GPU target given an image preset (plan.py embed_preset). With an artifacts directory
+    active (engines/artifacts.py), the copy is the directory's (``onnxaccel compile`` put it there)."""
+    from onnxaccel.engines import artifacts
     from onnxaccel.model import load_model
-    from onnxaccel.paths import cache_root
 
     source = load_model(model)
     already = embedded_of(source.proto)
@@ -225,6 +223,19 @@ def embedded_copy(model: str, preset: str) -> str:
                              "cannot apply on top of it.", f"Drop --embed-preprocess (it runs {already.preset}), "
                              "or pass the model without embedded preprocessing.")
         return model
+    store = artifacts.active()
+    if store is not None:
+        return store.embedded(source, preset, lambda: _embedded_in_cache(source, preset))
+    return _embedded_in_cache(source, preset)
+
+
+def _embedded_in_cache(source, preset: str) -> str:
+    """``source`` with ``preset`` embedded, made once under ``<cache>/embedded``."""
+    import os
+    import tempfile
+
+    from onnxaccel.paths import cache_root
+
     folder = cache_root() / "embedded"
     path = folder / f"{source.cache_key()}-{preset}.onnx"
     if path.is_file():
