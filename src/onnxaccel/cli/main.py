@@ -10,6 +10,7 @@ from onnxaccel import __version__, startup
 from onnxaccel.cli import (
     batch, bench, cache, check, compare, doctor, inspect, loadtest, monitor, optimize, profile, run, serve, tune, zoo,
 )
+from onnxaccel.cli import compile as compile_cli
 from onnxaccel.cli.common import STATE
 from onnxaccel.cli.flags import DeprecatedFlagsGroup
 from onnxaccel.engines.ort import set_runtime_log_level
@@ -49,7 +50,7 @@ def root(
 
 
 for module in (doctor, run, inspect, optimize, bench, tune, compare, profile, serve, loadtest, batch, monitor,
-               cache, zoo, check):
+               cache, zoo, check, compile_cli):
     module.register(app)
 
 
