@@ -124,6 +124,25 @@ def test_compose_passes_amd_devices_and_groups():
     (device,) = cuda["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
     for name, service in compose["services"].items():
+        if name.endswith("-compile"):
+            continue
         assert "8000:8000" in service["ports"], name
         assert any(v.endswith(":/var/cache/onnxaccel") for v in service["volumes"]), name
         assert re.fullmatch(r"\d+s", service["stop_grace_period"]) and int(service["stop_grace_period"][:-1]) > 30
+
+
+@pytest.mark.parametrize("kind", ["rocm", "cuda", "cpu"])
+def test_compose_compiles_ahead_then_serves_from_the_artifacts_read_only(kind):
+    """issue 36: a one-shot `compile` service (the entrypoint's compile mode) on the same image, devices and target
+    fills the artifacts volume; the server waits for it and mounts the volume read-only through ONNXACCEL_ARTIFACTS."""
+    services = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]
+    compile_, serve = services[f"onnxaccel-{kind}-compile"], services[f"onnxaccel-{kind}"]
+    assert compile_["command"] == ["compile"] and "ports" not in compile_ and compile_["restart"] == "no"
+    for key in ("image", "build", "environment", "profiles", "devices", "group_add", "deploy"):
+        assert compile_.get(key) == serve.get(key), key
+    assert serve["environment"]["ONNXACCEL_ARTIFACTS"] == "/artifacts"
+    assert "onnxaccel-artifacts:/artifacts" in compile_["volumes"]
+    assert "onnxaccel-artifacts:/artifacts:ro" in serve["volumes"]
+    assert serve["depends_on"] == {f"onnxaccel-{kind}-compile": {"condition": "service_completed_successfully"}}
+    dockerfile = (DOCKER / f"Dockerfile.{kind}").read_text()
+    assert "/artifacts" in dockerfile  # made and owned by the image's user, so a fresh volume is writable

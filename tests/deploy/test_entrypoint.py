@@ -103,3 +103,52 @@ def test_doctor_json_for_cpu_is_ready(tmp_path):
                           capture_output=True, text=True, env=env(tmp_path), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["targets"][0]["ready"] is True
+
+
+def test_compile_then_serve_from_the_artifacts_directory(tmp_path, mlp_path):
+    """The init container's step (`compile` as the first argument), then the server started with
+    ONNXACCEL_ARTIFACTS: ready, answering, and the directory untouched by it."""
+    art = tmp_path / "artifacts"
+    settings = dict(ONNXACCEL_MODEL=str(mlp_path), ONNXACCEL_TARGET="cpu", ONNXACCEL_ARTIFACTS=str(art))
+    compiled = subprocess.run(["sh", str(SCRIPT), "compile", "--max-batch", "1", "--json"], capture_output=True,
+                              text=True, timeout=300, env=env(tmp_path, **settings))
+    assert compiled.returncode == 0, compiled.stderr
+    assert json.loads(compiled.stdout[compiled.stdout.index("{"):])["schema"] == "onnxaccel.compile/1"
+    before = {p: p.stat().st_mtime_ns for p in art.rglob("*")}
+    http = free_port()
+    proc = subprocess.Popen(["sh", str(SCRIPT), "--no-grpc", "--max-batch", "1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env(tmp_path, ONNXACCEL_HTTP_PORT=str(http),
+                                                                         **settings))
+    try:
+        deadline = time.monotonic() + 120
+        while get_or_none(f"http://127.0.0.1:{http}/v2/health/ready") != 200:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"not ready (exit {proc.poll()})")
+            time.sleep(0.5)
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]})
+        request = urllib.request.Request(f"http://127.0.0.1:{http}/v2/models/mlp/infer", body.encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            (output,) = json.loads(response.read())["outputs"]
+        assert output["name"] == "probs" and abs(sum(output["data"]) - 1) < 1e-5
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    assert {p: p.stat().st_mtime_ns for p in art.rglob("*")} == before
+
+    # The same directory claiming another ONNX Runtime: the model is refused with the field named, not compiled.
+    manifest = json.loads((art / "manifest.json").read_text())
+    for artifact in manifest["artifacts"]:
+        artifact["key"]["runtime"]["onnxruntime"] = "1.0.0"
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    refused = subprocess.run(["sh", str(SCRIPT), "--no-grpc", "--max-batch", "1"], capture_output=True, text=True,
+                             timeout=300, env=env(tmp_path, ONNXACCEL_HTTP_PORT=str(free_port()), **settings))
+    said = " ".join((refused.stdout + refused.stderr).split())
+    assert refused.returncode != 0 and "onnxruntime" in said and "here, 1.0.0 in the manifest" in said, said
+
+
+def get_or_none(url: str) -> int | None:
+    try:
+        return get(url)
+    except OSError:
+        return None

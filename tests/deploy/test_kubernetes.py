@@ -153,3 +153,22 @@ def test_inference_service_matches_the_kserve_sdk_models(tmp_path):
     bad = json.loads(subprocess.run([python, str(script), str(broken)], capture_output=True, text=True,
                                     timeout=120).stdout)
     assert bad["problems"] == ["$.spec.predictor.minReplica: not a field of V1beta1PredictorSpec"]
+
+
+@pytest.mark.parametrize(("name", "gpu"), [("onnxaccel-amd.yaml", "amd.com/gpu"),
+                                           ("onnxaccel-nvidia.yaml", "nvidia.com/gpu")])
+def test_an_init_container_compiles_ahead_and_the_server_starts_from_it_read_only(name, gpu):
+    """issue 36: `onnxaccel compile` (the entrypoint's `compile` mode) fills /artifacts; the server reads it through
+    ONNXACCEL_ARTIFACTS, mounted read-only; both on the same image and GPU kind, with the same target."""
+    spec = deployment(name)["spec"]["template"]["spec"]
+    (init,), (server,) = spec["initContainers"], spec["containers"]
+    assert init["args"] == ["compile"] and init["image"] == server["image"]
+    init_env = {e["name"]: e["value"] for e in init["env"]}
+    server_env = {e["name"]: e["value"] for e in server["env"]}
+    assert init_env == server_env and server_env["ONNXACCEL_ARTIFACTS"] == "/artifacts"
+    mounts = {c["name"]: {m["name"]: m for m in c["volumeMounts"]} for c in (init, server)}
+    assert mounts["compile"]["artifacts"]["mountPath"] == "/artifacts" and not mounts["compile"]["artifacts"].get(
+        "readOnly")
+    assert mounts[server["name"]]["artifacts"] == {"name": "artifacts", "mountPath": "/artifacts", "readOnly": True}
+    assert init["resources"]["limits"][gpu] == server["resources"]["limits"][gpu] == 1
+    assert {"name": "artifacts", "emptyDir": {"sizeLimit": "20Gi"}} in spec["volumes"]
