@@ -20,6 +20,7 @@ axis (serve's padded batch sizes) stays with :class:`onnxaccel.engines.pool.Runn
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +30,7 @@ import numpy as np
 
 from onnxaccel.engines.base import BoundRun, Runner
 from onnxaccel.errors import InputError, ShapeError
+from onnxaccel.feeds_check import FeedCheck
 from onnxaccel.model import Model
 from onnxaccel.target import Target
 
@@ -260,6 +262,11 @@ class BucketedRunner(Runner):
     """A Runner over shape buckets: ``run(feeds)`` pads the feeds to the smallest bucket they fit, runs that
     bucket's session and crops the outputs back; feeds that fit no bucket raise an InputError naming the buckets.
 
+    It follows the Runner template (engines/base.py): ``run`` and ``bind`` check the feeds once, with the bucket
+    sessions' rules (:attr:`feed_check`), then :meth:`_run` / :meth:`_bind` hand the padded feeds to the bucket's
+    session unchecked (the padding changes no name, element type or rank); ``run_unchecked`` checks nothing, and
+    a run the session refuses is worded by the check as on any runner.
+
     ``compile`` turns a bound Model into a Runner (the pipeline's RunnerFromVariant(ConvertedModel(...)), or
     engines.compile_model). ``per_bucket`` (default :func:`compiles_per_shape`) gives each bucket a session
     compiled at its bound shapes, so a compile cache keys each bucket by those shapes; otherwise one session,
@@ -329,23 +336,31 @@ class BucketedRunner(Runner):
         return {s.name: np.zeros(model.input_shapes[s.name], dtype=s.np_dtype)
                 for s in model.inputs if s.name in model.input_shapes}
 
+    @functools.cached_property
+    def feed_check(self) -> FeedCheck:
+        """The feed check with the rules of the buckets' sessions (their engine's ``casts_feeds`` and
+        ``checks_axes``), so a feed passes or fails here as it would on one of them alone."""
+        first = next(iter(self.runners.values()))
+        return FeedCheck(self.model.inputs, casts=first.casts_feeds, axes=first.checks_axes)
+
     def prepare(self, feeds: Mapping[str, np.ndarray]) -> tuple[tuple[int, ...], dict[str, int], dict]:
-        """The bucket ``feeds`` run in, their actual sizes, and the padded feeds."""
-        self.check_feeds(feeds)
+        """The bucket ``feeds`` run in, their actual sizes, and the padded feeds (not checked: the template's
+        entries check them)."""
         bucket, actual = self.buckets.bucket_for(self.model, feeds)
         return bucket, actual, self.buckets.pad(self.model, feeds, bucket, self.pad_values)
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """bucket_for -> pad -> run -> crop."""
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """bucket_for -> pad -> the bucket's session (unchecked: checked once by the template) -> crop."""
         bucket, actual, padded = self.prepare(feeds)
-        outputs = self.runner_for(bucket).run(padded)
+        outputs = self.runner_for(bucket).run_unchecked(padded)
         self._ran(bucket)
         return self.buckets.crop(self.model, outputs, bucket, actual)
 
-    def bind(self, feeds: Mapping[str, np.ndarray]) -> BoundRun:
-        """``feeds`` padded to their bucket and bound on that bucket's session; outputs come back cropped."""
+    def _bind(self, feeds: Mapping[str, np.ndarray], **options) -> BoundRun:
+        """``feeds`` padded to their bucket and bound on that bucket's session (its ``_bind``: checked once by the
+        template); outputs come back cropped."""
         bucket, actual, padded = self.prepare(feeds)
-        return _BucketBoundRun(self, bucket, actual, self.runner_for(bucket).bind(padded))
+        return _BucketBoundRun(self, bucket, actual, self.runner_for(bucket)._bind(padded, **options))
 
     def _ran(self, bucket: tuple[int, ...]) -> None:
         self.stats[bucket].runs += 1
