@@ -56,8 +56,8 @@ def test_the_second_start_loads_the_saved_programs_instead_of_compiling(real_mgx
     assert build_counts()["compiled"] == 0
     compile_s = sum(b.seconds for b in cold.programs())
     load_s = sum(b.seconds for b in warm.programs())
-    print(f"\nMIGraphX ref, {name} {precision}: first start {cold_s * 1e3:.1f} ms (programs compiled in {compile_s * 1e3:.1f} "
-          f"ms), second start {warm_s * 1e3:.1f} ms (programs loaded in {load_s * 1e3:.1f} ms): load/compile "
+    print(f"\nMIGraphX ref, {name} {precision}: first start {cold_s * 1e3:.1f} ms (programs compiled in "
+          f"{compile_s * 1e3:.1f} ms), second start {warm_s * 1e3:.1f} ms (programs loaded in {load_s * 1e3:.1f} ms): load/compile "
           f"{load_s / compile_s:.3f}, start ratio {warm_s / cold_s:.3f}")
 
 
