@@ -22,9 +22,12 @@ import json
 import shlex
 import sys
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
+
+if TYPE_CHECKING:
+    from importlib import metadata
 
 #: Files container runtimes create in a container's root: Docker's /.dockerenv, Podman's /run/.containerenv.
 CONTAINER_MARKERS = (Path("/.dockerenv"), Path("/run/.containerenv"))
@@ -65,6 +68,8 @@ def install_mode(distribution: metadata.Distribution | None = None, *, module_fi
     is installed, from where the package's source lies (``module_file``)."""
     container = any(p.exists() for p in markers)
     if distribution is None:
+        from importlib import metadata  # here, not at import: it loads email, zipfile and csv
+
         try:
             distribution = metadata.distribution("onnxaccel")
         except metadata.PackageNotFoundError:

@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from onnxaccel import startup
 from onnxaccel.cli.args_model import ConfigArgs
 from onnxaccel.cli.compose import Built, Group, option
 from onnxaccel.cli.groups import Inputs, Reports, Timing, floats, iobinding, iobinding_modes
 from onnxaccel.errors import InputError, UsageError
-from onnxaccel.prepost.presets import PreprocessRequest
+
+if TYPE_CHECKING:
+    from onnxaccel.prepost.presets import PreprocessRequest
 
 INPUT_HELP = ("NAME=FILE (.npy, .npz, .pb or an image) or NAME=VALUE (a number or JSON list, e.g. sr=16000); a "
               "bare .npz feeds every input it names. Inputs not given are synthesized (see docs/INPUTS.md).")
@@ -126,6 +129,9 @@ class PreprocessArgs(Group):
                                embed=getattr(v, "embed_preprocess", None))
 
     def _request(self, v: SimpleNamespace) -> PreprocessRequest | None:
+        with startup.stage("import", detail="presets (onnx, numpy)"):  # not needed to build the command
+            from onnxaccel.prepost.presets import PreprocessRequest
+
         if self.check:
             from onnxaccel.inputs_files import PRESETS
 

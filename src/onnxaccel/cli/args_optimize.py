@@ -10,9 +10,7 @@ from onnxaccel import providers
 from onnxaccel.cli.args_data import SEED
 from onnxaccel.cli.args_model import TargetArgs
 from onnxaccel.cli.compose import REQUIRED, Built, Group, option
-from onnxaccel.compare import DEFAULT_TOLERANCES, GateSpec
 from onnxaccel.errors import UsageError
-from onnxaccel.precision.int8 import Int8Settings
 from onnxaccel.target import NATIVE_PRECISION
 
 #: Default cosine floor for INT8 when no threshold is given: catches collapsed quantization (outputs rounded
@@ -24,6 +22,8 @@ def default_gate(precision: str, atol: float | None, rtol: float | None, max_err
                  min_topk_agreement: float | None, topk: int, min_cosine: float | None = None):
     """Tolerances default to `compare`'s per precision. INT8 checks elementwise only when asked, and a
     cosine floor when no threshold at all is given."""
+    from onnxaccel.compare import DEFAULT_TOLERANCES, GateSpec  # numpy: imported when the command runs
+
     d_atol, d_rtol = DEFAULT_TOLERANCES[precision]
     elementwise = precision != "int8" or atol is not None or rtol is not None
     given = (atol, rtol, max_error, min_topk_agreement, min_cosine)
@@ -112,6 +112,8 @@ class ConversionArgs(Group):
         fp16, amp, int8, native = _precision_from_target(ctx[TargetArgs], v.fp16, v.amp, v.int8, v.native)
         settings = None
         if int8:
+            from onnxaccel.precision.int8 import Int8Settings  # onnx: imported when the command runs
+
             settings = Int8Settings(mode=int8.lower(), method=v.calibration_method.lower(), per_channel=v.per_channel,
                                     activations=v.int8_activations.lower(), percentile=v.percentile,
                                     exclude_nodes=tuple(v.int8_exclude or ()))

@@ -4,13 +4,15 @@ process layout, the sessions' memory and Ray Serve."""
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from onnxaccel.cli.common import warn
 from onnxaccel.cli.compose import Built, Group, option
-from onnxaccel.engines.pool import GPU_WAIT_MODES as GPU_WAIT
 from onnxaccel.errors import UsageError
-from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.auth import LOOPBACK_HOSTS, TOKEN_ENV, check_tls_files, read_token
+
+if TYPE_CHECKING:  # the server and the engines are imported when the command runs
+    from onnxaccel.serve.config import ServerConfig
 
 MB = 1024 * 1024
 
@@ -64,6 +66,8 @@ class ServerArgs(Group):
 
     def build(self, v: SimpleNamespace, ctx: Built) -> ServerConfig:
         """The object the class docstring names, from the options' values."""
+        from onnxaccel.serve.config import ServerConfig
+
         config = ServerConfig(
             host=v.host, http_port=v.http_port, grpc_port=v.grpc_port if v.grpc else None,
             max_request_bytes=int(v.max_request_mb * MB), max_connections=v.max_connections,
@@ -141,6 +145,8 @@ class LayoutArgs(Group):
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
         """The object the class docstring names, from the options' values."""
+        from onnxaccel.engines.pool import GPU_WAIT_MODES as GPU_WAIT
+
         mode = v.gpu_wait.lower()
         if mode not in GPU_WAIT:
             raise UsageError(f"--gpu-wait {mode}: not a wait mode.", f"Use one of: {', '.join(GPU_WAIT)}.")

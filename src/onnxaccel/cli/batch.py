@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from onnxaccel import startup
 from onnxaccel.cli.args_data import OutputArgs, PreprocessArgs
 from onnxaccel.cli.args_model import ConfigArgs, ShapeArgs, SourceArg, TargetArgs
 from onnxaccel.cli.common import console, err_console, handle_errors, note, print_json, warn
@@ -102,7 +103,8 @@ def register(app: typer.Typer) -> None:
 )
 def batch_command(model, data, target, tuned, ray, shapes, preprocess, as_json) -> None:
     """Run MODEL over a dataset; options a --config can set resolve as flag > config > default (cli/groups.py)."""
-    from onnxaccel.scale import run_batch  # heavy: loaded per command (keeps --help fast)
+    with startup.stage("import", detail="the command's modules (onnx, numpy)"):  # deferred from start-up
+        from onnxaccel.scale import run_batch  # heavy: loaded per command (keeps --help fast)
 
     job = _job(model, data, target, ray, shapes, preprocess)
     with _Bar(disable=as_json) as bar:

@@ -13,10 +13,6 @@ from rich.table import Table
 from rich.text import Text
 
 from onnxaccel import providers, startup
-from onnxaccel.bench.baseline import compare_reports
-from onnxaccel.bench.cells import grid
-from onnxaccel.bench.report import clean, load_report
-from onnxaccel.bench.report_text import accuracy_text, partial_flops_note
 from onnxaccel.cli.args_data import GPU, AccuracyArgs, InputArgs, OutputArgs, ReportArgs, RunnerArgs, TimingArgs
 from onnxaccel.cli.args_model import BATCHES, ConfigArgs, PrecisionsArgs, ShapeArgs, SourceArg, TargetArgs
 from onnxaccel.cli.common import console, err_console, handle_errors, note, warn
@@ -83,6 +79,10 @@ def register(app: typer.Typer) -> None:
 def bench_command(model, targets, precisions, shapes, runner, timing, sweep, reports, gate, given, tuned,
                   as_json) -> None:
     """Measure MODEL over the sweep's cells; options a --config can set resolve as flag > config > default."""
+    with startup.stage("import", detail="the command's modules (onnx, numpy)"):  # deferred from start-up
+        from onnxaccel.bench.cells import grid
+        from onnxaccel.bench.report import clean
+
     if shapes.buckets or sweep.shape_sweep:
         _bench_buckets(model, targets, precisions, shapes, timing, given, runner.strict, sweep.shape_sweep, as_json)
         return
@@ -111,7 +111,11 @@ def bench_command(model, targets, precisions, shapes, runner, timing, sweep, rep
 def _sweep(model, cells, skipped, runner, timing, sweep, reports, gate, given, tuned, as_json):
     """Run the sweep's cells (resuming from the earlier report) and compare with --baseline: the report and
     the comparison (None without a baseline)."""
-    from onnxaccel.bench.sweep import Sweep, SweepSettings  # heavy: loaded per command (keeps --help fast)
+    from onnxaccel.bench.baseline import compare_reports
+    from onnxaccel.bench.report import load_report
+
+    with startup.stage("import", detail="the command's modules (onnx, numpy)"):
+        from onnxaccel.bench.sweep import Sweep, SweepSettings  # heavy: loaded per command (keeps --help fast)
 
     settings = SweepSettings(warmup=timing.warmup, runs=timing.runs, duration=timing.duration,
                              calls_per_sample=timing.calls_per_sample, gate=gate, seed=given.seed,
@@ -142,6 +146,7 @@ def _bench_buckets(model: str, targets, precisions, shapes, timing, given, stric
     import dataclasses
 
     from onnxaccel.bench.bucket_sweep import bench_buckets, bucket_table_rows
+    from onnxaccel.bench.report import clean
     from onnxaccel.engines.buckets import ShapeBuckets
     from onnxaccel.errors import UsageError
 
@@ -292,6 +297,8 @@ def bench_tables(report) -> tuple[Table, Table]:
 
 def terminal_row(cell) -> list[str]:
     """The cells of one table row for ``cell`` (rich markup escaped)."""
+    from onnxaccel.bench.report_text import accuracy_text
+
     target = cell.cell.effective_target
     io = ("on" if cell.cell.iobinding else "off") + (f" x{cell.cell.concurrency}" if cell.cell.concurrency > 1 else "")
     io += f" i{cell.cell.instances}" if cell.cell.instances > 1 else ""
@@ -316,6 +323,8 @@ def flops_rate_text(roof: dict) -> str:
 
 
 def _render_notes(report) -> None:
+    from onnxaccel.bench.report_text import partial_flops_note
+
     partial = partial_flops_note(report)
     if partial:
         note(partial)

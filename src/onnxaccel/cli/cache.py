@@ -17,10 +17,7 @@ from onnxaccel.cli.common import console, handle_errors, note, print_json
 from onnxaccel.cli.compose import Built, Group, composed, option
 from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.errors import UsageError
-from onnxaccel.inputs import synthesize
-from onnxaccel.model import load_model
 from onnxaccel.paths import runtime_models_dir
-from onnxaccel.transform.compile_cache import compile_cache_dir, list_entries, remove_entries
 
 SCHEMA = "onnxaccel.cache/1"
 
@@ -65,6 +62,8 @@ class CacheListing:
 
 def listing() -> CacheListing:
     """List the compile cache entries and the converted models kept beside them."""
+    from onnxaccel.transform.compile_cache import compile_cache_dir, list_entries  # onnx: imported when used
+
     converted = _converted_files()
     return CacheListing(str(compile_cache_dir()), list_entries(), len([p for p in converted if p.suffix == ".onnx"]),
                         sum(p.stat().st_size for p in converted))
@@ -111,6 +110,8 @@ def list_command(as_json: bool) -> None:
 @composed(ClearArgs(), OutputArgs())
 def clear_command(which, as_json: bool) -> None:
     """Delete compile cache entries (all, stale ones or by name) and optionally the converted models."""
+    from onnxaccel.transform.compile_cache import list_entries, remove_entries
+
     stale, entry, converted = which.stale, which.entry, which.converted
     chosen = list_entries()
     if stale:
@@ -142,6 +143,8 @@ def clear_command(which, as_json: bool) -> None:
           OutputArgs())
 def warm_command(model: str, tgt, shapes, as_json: bool) -> None:
     """Compile a model twice through its cache and report the cold and warm times."""
+    from onnxaccel.inputs import synthesize
+    from onnxaccel.model import load_model
     from onnxaccel.transform.cached_compile import compile_cached  # heavy: loaded per command
 
     bound = load_model(model).bind(shapes.shapes, batch=shapes.batch)

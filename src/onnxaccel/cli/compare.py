@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
 
-from onnxaccel.analysis.compare import TargetComparison, compare_targets
 from onnxaccel.cli.args_data import InputArgs, OutputArgs, RunnerArgs
 from onnxaccel.cli.args_model import ShapeArgs, SourceArg, TargetArgs, resolve_pair
 from onnxaccel.cli.common import console, err_console, handle_errors, note, print_json, warn
 from onnxaccel.cli.compose import Built, Group, composed, option
 from onnxaccel.cli.tables import columns, new_table
-from onnxaccel.compare import check_tolerances, default_tolerances
 from onnxaccel.errors import UsageError
+
+if TYPE_CHECKING:
+    from onnxaccel.analysis.compare import TargetComparison
 
 __all__ = ["compare_command", "register", "resolve_pair"]
 
@@ -40,6 +42,8 @@ class VerdictArgs(Group):
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
         """The object the class docstring names, from the options' values."""
+        from onnxaccel.compare import check_tolerances, default_tolerances  # numpy: imported when the command runs
+
         default_atol, default_rtol = default_tolerances(*ctx[TargetArgs])
         atol = default_atol if v.atol is None else v.atol
         rtol = default_rtol if v.rtol is None else v.rtol
@@ -69,6 +73,8 @@ def register(app: typer.Typer) -> None:
 )
 def compare_command(model, pair, given, shapes, verdict, runner, as_json) -> None:
     """Compare a model's outputs on two targets/precisions; exit 1 when they differ beyond tolerance."""
+    from onnxaccel.analysis.compare import compare_targets
+
     reference, candidate = pair
     comparison = compare_targets(model, reference, candidate, atol=verdict.atol, rtol=verdict.rtol, topk=verdict.topk,
                                  inputs=list(given.items), shapes=shapes.shapes, batch=shapes.batch, seed=given.seed,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 from rich.markup import escape as e
 
@@ -10,9 +12,11 @@ from onnxaccel.cli.args_model import TargetArgs
 from onnxaccel.cli.common import console, handle_errors, print_json
 from onnxaccel.cli.compose import composed
 from onnxaccel.cli.tables import columns, new_table
-from onnxaccel.engines.ort_flavour import OrtBuild, installed_build
-from onnxaccel.system.doctor import DoctorReport, run_doctor
 from onnxaccel.system.findings import ERROR, INFO, OK, WARN
+
+if TYPE_CHECKING:
+    from onnxaccel.engines.ort_flavour import OrtBuild
+    from onnxaccel.system.doctor import DoctorReport
 
 _MARK = {OK: "[green]ok[/]", INFO: "[blue]info[/]", WARN: "[yellow]warn[/]", ERROR: "[bold red]error[/]"}
 
@@ -30,6 +34,9 @@ def register(app: typer.Typer) -> None:
                      "rocm, tensorrt, with :ID or ?options); exit status 1 when it is not ready."), OutputArgs())
 def doctor_command(target: str | None, as_json: bool) -> None:
     """Check the machine (or one target) and print the findings; exit 1 when the target is not ready."""
+    from onnxaccel.engines.ort_flavour import installed_build  # the checks: imported when the command runs
+    from onnxaccel.system.doctor import run_doctor
+
     report = run_doctor(target)
     build = installed_build()
     if as_json:

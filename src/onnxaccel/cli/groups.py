@@ -28,15 +28,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from onnxaccel.bench.config import TunedConfig, load_config
-from onnxaccel.bench.report import BenchReport, check_report_paths, load_report
 from onnxaccel.cli.common import resolve_target, warn
 from onnxaccel.errors import InputError, UsageError
-from onnxaccel.inputs import parse_value_ranges
-from onnxaccel.model import parse_shape_bindings
 from onnxaccel.target import Target, parse_target
+
+if TYPE_CHECKING:  # the rest is imported where it is used: building the commands needs none of it
+    from onnxaccel.bench.config import TunedConfig
+    from onnxaccel.bench.report import BenchReport
 
 T = TypeVar("T")
 
@@ -107,7 +107,11 @@ def check_positive(label: str, value: float | None) -> None:
 
 def load_tuned(path: str | Path | None) -> TunedConfig | None:
     """The `tune` configuration at ``path`` (schema-checked; ConfigError with a hint), or None without one."""
-    return load_config(path) if path else None
+    if not path:
+        return None
+    from onnxaccel.bench.config import load_config
+
+    return load_config(path)
 
 
 def warn_if_not_tuned(tuned: TunedConfig | None, path: str | Path) -> None:
@@ -170,7 +174,11 @@ class Shapes:
     def resolve(cls, shape: list[str] | None, batch: int | list[str] | None, tuned: TunedConfig | None,
                 buckets: str | None = None) -> Shapes:
         """--shape, --batch (one int, or a list of texts) and --shape-buckets against the configuration."""
-        given_shapes = parse_shape_bindings(shape) if shape else None
+        given_shapes = None
+        if shape:
+            from onnxaccel.model import parse_shape_bindings  # onnx: imported only to parse a --shape
+
+            given_shapes = parse_shape_bindings(shape)
         tuned_shapes = dict(tuned.shapes) if tuned is not None else None
         if isinstance(batch, int):
             given_batches: list[int | None] | None = [batch]
@@ -225,7 +233,12 @@ class Inputs:
     @classmethod
     def resolve(cls, inputs: list[str] | None, value_range: list[str] | None = None, seed: int = 0) -> Inputs:
         """--input, --value-range and --seed (a configuration holds none of them)."""
-        return cls(items=tuple(inputs or ()), value_ranges=parse_value_ranges(value_range), seed=seed)
+        ranges = {}
+        if value_range:
+            from onnxaccel.inputs import parse_value_ranges  # onnx, numpy: imported only to parse a --value-range
+
+            ranges = parse_value_ranges(value_range)
+        return cls(items=tuple(inputs or ()), value_ranges=ranges, seed=seed)
 
 
 def iobinding(flag: bool | None, tuned: TunedConfig | None) -> bool:
@@ -296,7 +309,12 @@ class Reports:
     @classmethod
     def resolve(cls, report: list[str] | None, *, resume: bool, default_json: Path | None = None) -> Reports:
         """--report files; ``default_json`` (tune's OUTPUT.report.json) goes first when none of them is JSON."""
-        paths = check_report_paths(report or ([str(default_json)] if default_json else []))
+        given = report or ([str(default_json)] if default_json else [])
+        paths = []
+        if given:
+            from onnxaccel.bench.report import check_report_paths  # the engines, onnx: only to check a --report
+
+            paths = check_report_paths(given)
         if default_json is not None and not any(p.suffix.lower() == ".json" for p in paths):
             paths.insert(0, default_json)
         found = cls(tuple(paths), resume)
@@ -307,5 +325,7 @@ class Reports:
 
     def previous(self) -> BenchReport | None:
         """With --resume, the report written before (None when its file does not exist yet)."""
+        from onnxaccel.bench.report import load_report
+
         path = self.json_path
         return load_report(path) if self.resume and path is not None and path.exists() else None

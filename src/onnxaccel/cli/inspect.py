@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
 
 from onnxaccel import providers
-from onnxaccel.analysis.inspect import InspectResult, inspect_model
 from onnxaccel.cli.args_data import OutputArgs, RunnerArgs
 from onnxaccel.cli.args_model import ShapeArgs, SourceArg, TargetArgs
 from onnxaccel.cli.common import console, err_console, handle_errors, note, print_json, warn
 from onnxaccel.cli.compose import Built, Group, composed, option
 from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.errors import PlacementError
+
+if TYPE_CHECKING:
+    from onnxaccel.analysis.inspect import InspectResult
 
 #: The order of the options in --help.
 ORDER = "model target precision ep_option shape batch strict nodes all_nodes no_check as_json"
@@ -50,6 +53,8 @@ def register(app: typer.Typer) -> None:
 )
 def inspect_command(model, tgt, shapes, runner, shown, as_json) -> None:
     """Print a model's graph statistics and, with --target, where each node runs."""
+    from onnxaccel.analysis.inspect import inspect_model  # onnx, the runtime: imported when the command runs
+
     nodes, all_nodes, strict = shown.nodes, shown.all_nodes, runner.strict
     result = inspect_model(model, tgt, shapes=shapes.shapes, batch=shapes.batch, check=runner.check)
     if as_json:

@@ -13,7 +13,7 @@ from onnxaccel.cli import (
 from onnxaccel.cli import compile as compile_cli
 from onnxaccel.cli.common import STATE
 from onnxaccel.cli.flags import DeprecatedFlagsGroup
-from onnxaccel.engines.ort import set_runtime_log_level
+from onnxaccel.engines.ort_log import set_runtime_log_level
 
 app = typer.Typer(
     name="onnxaccel",

@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import typer
 from rich import box
@@ -24,9 +25,10 @@ from onnxaccel.cli.args_data import OutputArgs
 from onnxaccel.cli.common import console, handle_errors
 from onnxaccel.cli.compose import Built, Group, composed, option
 from onnxaccel.errors import OnnxAccelError, UsageError
-from onnxaccel.system.telemetry import TelemetryRecorder, TelemetrySummary, check_interval
 from onnxaccel.system.gpu_sample import GpuSample
-from onnxaccel.system.telemetry_backends import open_backends
+
+if TYPE_CHECKING:  # the backends (ONNX Runtime for AMD's probe) are imported when the command runs
+    from onnxaccel.system.telemetry import TelemetryRecorder, TelemetrySummary
 
 SCHEMA = "onnxaccel.monitor/1"
 
@@ -41,6 +43,8 @@ class ReadingsArgs(Group):
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
         """The object the class docstring names, from the options' values."""
+        from onnxaccel.system.telemetry import check_interval
+
         check_interval(v.interval)
         if v.count is not None and v.count < 1:
             raise UsageError(f"--count must be at least 1, got {v.count}.", "Leave it out to run until Ctrl-C.")
@@ -58,6 +62,9 @@ def register(app: typer.Typer) -> None:
 @composed(ReadingsArgs(), OutputArgs())
 def monitor_command(readings, as_json: bool) -> None:
     """Show live GPU readings until interrupted (or ``--count`` readings); exit 1 without a GPU."""
+    from onnxaccel.system.telemetry import TelemetryRecorder
+    from onnxaccel.system.telemetry_backends import open_backends
+
     interval, count = readings.interval, readings.count
     backends, notes = open_backends()
     if not backends:

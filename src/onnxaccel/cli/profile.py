@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
 
-from onnxaccel.analysis.kernels import choose_tool, run_kernel_profile
-from onnxaccel.analysis.profile import ProfileResult, profile_model
 from onnxaccel.cli.args_data import InputArgs, OutputArgs, RunnerArgs
 from onnxaccel.cli.args_model import ShapeArgs, SourceArg, TargetArgs
 from onnxaccel.cli.common import console, handle_errors, note, print_json, warn
 from onnxaccel.cli.compose import Built, Group, composed, option
 from onnxaccel.cli.tables import columns, new_table, number_column, text_column
 from onnxaccel.errors import UsageError
+
+if TYPE_CHECKING:
+    from onnxaccel.analysis.profile import ProfileResult
 
 #: The order of the options in --help.
 ORDER = "model target precision ep_option shape batch inputs runs warmup trace top kernels value_range strict as_json"
@@ -57,6 +59,9 @@ def register(app: typer.Typer) -> None:
 )
 def profile_command(how, model, tgt, bound, given, runner, as_json) -> None:
     """Profile a model with ONNX Runtime's profiler (or an external kernel profiler) and print the hotspots."""
+    from onnxaccel.analysis.kernels import choose_tool, run_kernel_profile  # imported when the command runs
+    from onnxaccel.analysis.profile import profile_model
+
     inputs, shapes, batch, runs, warmup = list(given.items), bound.shapes, bound.batch, how.runs, how.warmup
     result = profile_model(model, tgt, runs=runs, warmup=warmup, trace=how.trace, inputs=inputs, shapes=shapes,
                            batch=batch, strict=runner.strict, value_ranges=given.value_ranges)

@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
-import numpy as np
 import typer
 from rich.markup import escape
 
@@ -19,11 +19,13 @@ from onnxaccel.cli.compose import Built, Group, composed, option
 from onnxaccel.cli.groups import warn_if_not_tuned
 from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.errors import InputError
-from onnxaccel.model import Model
-from onnxaccel.pipeline import prepare
-from onnxaccel.prepost.detect import DEFAULT_CONF, DEFAULT_IOU
-from onnxaccel.prepost.post import POSTPROCESS, PostResult, choose_postprocess, postprocess
-from onnxaccel.protobuf_values import write_pb
+from onnxaccel.prepost.post_options import DEFAULT_CONF, DEFAULT_IOU, POSTPROCESS
+
+if TYPE_CHECKING:  # numpy, onnx, the pipeline and the decoders are imported when the command runs
+    import numpy as np
+
+    from onnxaccel.model import Model
+    from onnxaccel.prepost.post import PostResult
 
 SCHEMA = "onnxaccel.run/1"
 
@@ -50,6 +52,8 @@ class OutputSummary:
     @classmethod
     def of(cls, name: str, value, k: int) -> OutputSummary:
         """Summarize one output value (array, sequence, map or empty optional); top-``k`` for classifiers."""
+        import numpy as np
+
         if value is None:
             return cls(name, "none", [], None, None, None, 0, 0, kind="none")
         if isinstance(value, dict):
@@ -92,6 +96,8 @@ class OutputSummary:
 
 def _as_float(value: np.ndarray) -> np.ndarray | None:
     """float64 values of a numeric array (bool, ints, floats, ml_dtypes bfloat16/float8/int4); None otherwise."""
+    import numpy as np
+
     if not value.size or value.dtype.kind in "OUSc":
         return None
     try:
@@ -181,6 +187,10 @@ ORDER = ("model inputs value_range target precision ep_option shape batch topk s
 )
 def run_command(model, given, target, shapes, want, execution, preprocess, tuned, as_json) -> None:
     """Run MODEL once; options a --config can set resolve as flag > config > default (cli/groups.py)."""
+    with startup.stage("import", detail="the command's modules (onnx, numpy)"):  # deferred from start-up
+        from onnxaccel.pipeline import prepare
+        from onnxaccel.prepost.post import choose_postprocess
+
     if tuned is not None and not model.startswith("zoo:"):
         warn_if_not_tuned(tuned, model)
     prepared = prepare(model, target, inputs=list(given.items), shapes=shapes.shapes, batch=shapes.batch,
@@ -222,6 +232,8 @@ def run_command(model, given, target, shapes, want, execution, preprocess, tuned
 
 def postprocess_outputs(kind: str, why: str, outputs: dict, metadata: dict, **options) -> PostResult:
     """prepost.post.postprocess, checking the thresholds first (a clear error rather than no boxes)."""
+    from onnxaccel.prepost.post import postprocess
+
     for flag in ("conf", "iou"):
         if not 0 <= options[flag] <= 1:
             raise InputError(f"--{flag} must be between 0 and 1, got {options[flag]}.", f"e.g. --{flag} 0.5")
@@ -231,6 +243,10 @@ def postprocess_outputs(kind: str, why: str, outputs: dict, metadata: dict, **op
 def save_outputs(path: Path, outputs: dict, model: Model) -> tuple[str, list[str]]:
     """Write outputs to ``path``: a .npz of the arrays (returns the outputs a .npz cannot hold), or a folder
     (or ``FILE.pb`` for a single output) of ONNX protobufs ``output_K.pb``, K in the graph's output order."""
+    import numpy as np
+
+    from onnxaccel.protobuf_values import write_pb
+
     if path.suffix.lower() == ".npz":
         path.parent.mkdir(parents=True, exist_ok=True)
         arrays, skipped = {}, []

@@ -9,6 +9,7 @@ import sys
 import typer
 from rich.markup import escape
 
+from onnxaccel import startup
 from onnxaccel.cli.args_data import OutputArgs, PreprocessArgs
 from onnxaccel.cli.args_model import ConfigArgs, ShapeArgs, SourceArg, TargetArgs
 from onnxaccel.cli.args_serve import BatcherArgs, LayoutArgs, RayArgs, ServerArgs, SessionArgs
@@ -61,7 +62,8 @@ def register(app: typer.Typer) -> None:
 def serve_command(source, target, tuned, shapes, server, batcher, flags, preprocess, session, ray, as_json) -> None:
     """Serve SOURCE until SIGTERM; options a --config can set resolve as flag > config > default (cli/groups.py);
     a model's own config.json in a repository then overrides the result for that model."""
-    from onnxaccel.serve.launch import serve  # heavy (asyncio, ssl) and Ray below: loaded per command
+    with startup.stage("import", detail="the command's modules (onnx, numpy)"):  # deferred from start-up
+        from onnxaccel.serve.launch import serve  # heavy (asyncio, ssl) and Ray below: loaded per command
 
     defaults, plan = _model_defaults(target, tuned, shapes, batcher, flags, preprocess, session, ray.ray is not None)
     config = dataclasses.replace(server, workers=plan.workers, shared_models=plan.shared_models,

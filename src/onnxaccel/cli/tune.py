@@ -12,8 +12,6 @@ from types import SimpleNamespace
 import typer
 from rich.markup import escape
 
-from onnxaccel.bench.config import save_config
-from onnxaccel.bench.report import clean
 from onnxaccel.cli.args_data import GPU, AccuracyArgs, InputArgs, OutputArgs, ReportArgs, RunnerArgs
 from onnxaccel.cli.args_model import BATCHES, PrecisionsArgs, ShapeArgs, SourceArg, TargetArgs
 from onnxaccel.cli.bench import SweepProgress
@@ -114,6 +112,8 @@ def register(app: typer.Typer) -> None:
 )
 def tune_command(model, target, precisions, shapes, gate, search, output, reports, given, runner, as_json) -> None:
     """Search MODEL's fastest configuration on a target and write it (a `tune` reads no --config)."""
+    from onnxaccel.bench.config import save_config
+    from onnxaccel.bench.report import clean
     from onnxaccel.bench.tune import TuneSettings, tune  # heavy: loaded per command (keeps --help fast)
 
     settings = TuneSettings(

@@ -12,7 +12,6 @@ from onnxaccel.cli.args_model import SourceArg
 from onnxaccel.cli.common import console, handle_errors, print_json
 from onnxaccel.cli.compose import REQUIRED, Built, Group, composed, option
 from onnxaccel.cli.tables import columns, new_table
-from onnxaccel.zoo import export_model, list_models, zoo_cache_dir
 
 
 class ZooOutputArgs(Group):
@@ -37,6 +36,8 @@ def register(app: typer.Typer) -> None:
 @composed(OutputArgs())
 def list_command(as_json: bool) -> None:
     """Print the built-in models, as a table or as JSON."""
+    from onnxaccel.zoo import list_models, zoo_cache_dir  # the recipes (onnx, numpy): imported when used
+
     entries = list_models()
     if as_json:
         print_json({"schema": "onnxaccel.zoo/1", "cache_dir": str(zoo_cache_dir()),
@@ -53,6 +54,8 @@ def list_command(as_json: bool) -> None:
 @composed(SourceArg("Model name (with or without the zoo: prefix).", name="name"), ZooOutputArgs(), OutputArgs())
 def get_command(name: str, output: Path, as_json: bool) -> None:
     """Build a built-in model (once, cached) and write it to a file."""
+    from onnxaccel.zoo import export_model
+
     name = name.removeprefix("zoo:")
     path = export_model(name, output)
     if as_json:

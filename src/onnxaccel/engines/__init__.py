@@ -1,23 +1,86 @@
 """Engines compile a Model for a Target into a Runner: ONNX Runtime (``ort``) and native MIGraphX. Each
 implements :class:`Engine` (engines/base.py); :data:`REGISTRY` maps a target's ``@engine`` to its engine.
-Several runners of one model run side by side through a :class:`RunnerPool` (engines/pool.py)."""
+Several runners of one model run side by side through a :class:`RunnerPool` (engines/pool.py).
+
+Nothing heavy is imported with the package: each engine module (ONNX Runtime's with onnx and numpy, MIGraphX's)
+is imported when its engine is first used, and the classes named here on first access (PEP 562), so a module
+that needs only ``engines.ort_log`` or the CPU engine does not pay for the rest."""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import TYPE_CHECKING, Any
+
 from onnxaccel import providers, startup
-from onnxaccel.engines.base import BoundRun, Engine, PlacedNode, Placement, ProbeResult, Runner
-from onnxaccel.engines.migraphx import MigraphxEngine
-from onnxaccel.engines.ort import OrtEngine, import_ort, probe_provider
-from onnxaccel.engines.pool import RunnerPool
 from onnxaccel.errors import TargetError
-from onnxaccel.model import Model
-from onnxaccel.target import ENGINES, Target, parse_target
+from onnxaccel.target import ENGINES, parse_target
+
+if TYPE_CHECKING:
+    from onnxaccel.engines.base import BoundRun, Engine, PlacedNode, Placement, ProbeResult, Runner
+    from onnxaccel.engines.pool import RunnerPool
+    from onnxaccel.model import Model
+    from onnxaccel.target import Target
 
 __all__ = ["REGISTRY", "BoundRun", "Engine", "PlacedNode", "Placement", "ProbeResult", "Runner", "RunnerPool",
            "best_target", "compile_model"]
 
+#: Public class -> the module that defines it (imported on first access).
+_LAZY = {**dict.fromkeys(("BoundRun", "Engine", "PlacedNode", "Placement", "ProbeResult", "Runner"),
+                         "onnxaccel.engines.base"), "RunnerPool": "onnxaccel.engines.pool"}
+
+
+def __getattr__(name: str) -> Any:
+    """A public class, imported from its module on first access and kept here (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+class _Registry(MutableMapping):
+    """Engines by name, each made (and its module imported) on first use; otherwise a dict."""
+
+    def __init__(self, makers: dict[str, Callable[[], Engine]]):
+        self._makers = dict(makers)
+        self._made: dict[str, Engine] = {}
+
+    def __getitem__(self, name: str) -> Engine:
+        if name not in self._made:
+            self._made[name] = self._makers[name]()  # KeyError for an unknown name, as a dict
+        return self._made[name]
+
+    def __setitem__(self, name: str, engine: Engine) -> None:
+        self._makers[name] = lambda: engine
+        self._made[name] = engine
+
+    def __delitem__(self, name: str) -> None:
+        del self._makers[name]
+        self._made.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._makers)
+
+    def __len__(self) -> int:
+        return len(self._makers)
+
+
+def _ort_engine() -> Engine:
+    from onnxaccel.engines.ort import OrtEngine
+
+    return OrtEngine()
+
+
+def _migraphx_engine() -> Engine:
+    from onnxaccel.engines.migraphx import MigraphxEngine
+
+    return MigraphxEngine()
+
+
 #: ``Target.engine`` -> the engine that compiles it; its keys are target.ENGINES (a test holds them equal).
-REGISTRY: dict[str, Engine] = {engine.name: engine for engine in (OrtEngine(), MigraphxEngine())}
+REGISTRY: MutableMapping[str, Engine] = _Registry({"ort": _ort_engine, "migraphx": _migraphx_engine})
 
 
 def compile_model(model: Model, target: Target, *, strict: bool = False) -> Runner:
@@ -42,6 +105,8 @@ def best_target() -> tuple[Target, list[str]]:
     counts only if a session built with it keeps it first in ``get_providers()``; being listed by
     ``get_available_providers()`` says only how the wheel was built.
     """
+    from onnxaccel.engines.ort import import_ort, probe_provider
+
     ort = import_ort()
     skipped = []
     available = ort.get_available_providers()

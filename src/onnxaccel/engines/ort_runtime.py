@@ -1,4 +1,5 @@
-"""The installed ONNX Runtime: importing it, its version and limits, its own log, and probing a provider.
+"""The installed ONNX Runtime: importing it, its version and limits, its own log (engines/ort_log.py), and
+probing a provider.
 
 Split from engines/ort.py (the engine and its runner); ``onnxaccel.engines.ort`` re-exports every public name
 here, so callers keep importing from there.
@@ -9,11 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import os
 import re
-import sys
-import tempfile
-import threading
 import warnings
 from importlib import metadata
 
@@ -25,6 +22,10 @@ from onnxaccel.engines.base import CPU, ProbeResult
 from onnxaccel.engines.ort_ep_options import EpOptions, ep_environment, migraphx_options
 from onnxaccel.engines.ort_errors import diagnose, first_error_line
 from onnxaccel.engines.ort_flavour import installed_build
+from onnxaccel.engines.ort_log import (  # noqa: F401 - re-exported: engines/ort.py names them from here
+    RUNTIME_LOG_SEVERITY, _apply_default_logger, capture_native_stderr, runtime_log_level, runtime_log_severity,
+    set_runtime_log_level,
+)
 from onnxaccel.errors import MissingDependencyError, OnnxAccelError
 from onnxaccel.target import Target
 
@@ -89,100 +90,6 @@ def runtime_limits() -> tuple[int, int]:
     found = re.search(r"ai\.onnx is till opset (\d+)", op_msg)
     max_opset = int(found.group(1)) if found else onnx.defs.onnx_opset_version()
     return max_ir, max_opset
-
-
-# -- ONNX Runtime's own log -------------------------------------------------------------------------------
-# ONNX Runtime writes its log lines ("[W:onnxruntime:...]", "[E:onnxruntime:...]", ANSI-coloured) to file
-# descriptor 2, from two loggers: each session's (severity from SessionOptions.log_severity_level, fixed at
-# creation and inherited by its runs) and the process-wide default logger (set_default_logger_severity; used
-# while providers are created and by some kernels). Severities: 0 verbose, 1 info, 2 warning, 3 error,
-# 4 fatal (microsoft/onnxruntime include/onnxruntime/core/common/logging/severity.h, 1.32).
-
-#: How much of the runtime's log reaches stderr, by level: "quiet" (nothing: failures reach the user as our
-#: own errors, with the runtime's text in their details), "verbose" (warnings and errors), "debug" (all).
-RUNTIME_LOG_SEVERITY = {"quiet": 4, "verbose": 2, "debug": 0}
-_runtime_log = {"level": "quiet", "explicit": False, "applied": None}
-_capture_lock = threading.Lock()
-_capture_depth = 0
-
-
-def set_runtime_log_level(level: str) -> None:
-    """Choose how much of ONNX Runtime's own log reaches stderr ("quiet", "verbose" or "debug"); the CLI calls
-    this from --verbose/--debug. Sessions built afterwards use it, and so does the process-wide default logger
-    (which is left alone until this is called)."""
-    if level not in RUNTIME_LOG_SEVERITY:
-        raise ValueError(f"runtime log level must be one of {', '.join(RUNTIME_LOG_SEVERITY)}, not {level!r}")
-    _runtime_log.update(level=level, explicit=True)
-    ort = sys.modules.get("onnxruntime")
-    if ort is not None:
-        _apply_default_logger(ort)
-
-
-def runtime_log_level() -> str:
-    """The level set by set_runtime_log_level ("quiet" until the CLI says otherwise)."""
-    return _runtime_log["level"]
-
-
-def runtime_log_severity() -> int:
-    """The ONNX Runtime severity for sessions: 4 (fatal only) unless --verbose (2) or --debug (0)."""
-    return RUNTIME_LOG_SEVERITY[_runtime_log["level"]]
-
-
-def _apply_default_logger(ort, severity: int | None = None) -> None:
-    if not _runtime_log["explicit"]:
-        return
-    if severity is None and _capture_depth > 0:
-        return  # a capture has opened the default logger to warnings: keep it so until the capture ends
-    severity = runtime_log_severity() if severity is None else severity
-    if _runtime_log["applied"] != severity and hasattr(ort, "set_default_logger_severity"):
-        ort.set_default_logger_severity(severity)
-        _runtime_log["applied"] = severity
-
-
-class _Captured:
-    def __init__(self):
-        self.file = tempfile.TemporaryFile(mode="w+b")
-
-    def text(self) -> str:
-        self.file.seek(0)
-        return self.file.read().decode(errors="replace")
-
-
-@contextlib.contextmanager
-def capture_native_stderr():
-    """Capture what native code writes to file descriptor 2 (ONNX Runtime logs there).
-
-    The text is kept for diagnosis (why a provider did not load), so while capturing, the default logger
-    logs warnings even when the runtime log is quiet. The captured text is echoed to stderr afterwards only
-    with --verbose or --debug."""
-    global _capture_depth
-    captured = _Captured()
-    try:
-        fd = os.dup(2)
-    except OSError:  # no stderr at all
-        yield captured
-        return
-    ort = sys.modules.get("onnxruntime")
-    with _capture_lock:
-        _capture_depth += 1
-        if ort is not None and _capture_depth == 1:
-            _apply_default_logger(ort, min(runtime_log_severity(), 2))
-    try:
-        sys.stderr.flush()
-        os.dup2(captured.file.fileno(), 2)
-        yield captured
-    finally:
-        os.dup2(fd, 2)
-        os.close(fd)
-        with _capture_lock:
-            _capture_depth -= 1
-            if ort is not None and _capture_depth == 0:
-                _apply_default_logger(ort)
-        if _runtime_log["level"] != "quiet":
-            text = captured.text()
-            if text:
-                sys.stderr.write(text if text.endswith("\n") else text + "\n")
-                sys.stderr.flush()
 
 
 def probe_model() -> bytes:

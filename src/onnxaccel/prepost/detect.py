@@ -14,9 +14,7 @@ import numpy as np
 
 from onnxaccel.errors import InputError
 from onnxaccel.image_geometry import Letterbox
-
-DEFAULT_CONF = 0.25
-DEFAULT_IOU = 0.45
+from onnxaccel.prepost.post_options import DEFAULT_CONF, DEFAULT_IOU
 
 
 @dataclass(frozen=True)

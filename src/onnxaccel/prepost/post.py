@@ -14,12 +14,11 @@ import numpy as np
 
 from onnxaccel.errors import InputError
 from onnxaccel.inputs_files import ImageInfo
-from onnxaccel.prepost.detect import DEFAULT_CONF, DEFAULT_IOU, Detection, decode_yolov8
+from onnxaccel.prepost.detect import Detection, decode_yolov8
 from onnxaccel.prepost.draw import draw_detections
+from onnxaccel.prepost.post_options import DEFAULT_CONF, DEFAULT_IOU, POSTPROCESS
 from onnxaccel.prepost.presets import ultralytics_meta
 from onnxaccel.prepost.topk import IMAGENET_CLASSES, Ranked, classifier_rows, topk
-
-POSTPROCESS = ("topk", "detect", "none")
 
 
 @dataclass

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hmac
 import os
-import ssl
 from pathlib import Path
 
 from onnxaccel.errors import UsageError
@@ -60,6 +59,8 @@ def check_tls_files(cert: str | None, key: str | None, client_ca: str | None) ->
                          "Add --tls-cert and --tls-key.")
     if not cert:
         return
+    import ssl  # here: the command line imports this module to build `serve`, with or without TLS
+
     try:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(cert, key)
@@ -78,6 +79,8 @@ def uvicorn_tls(config) -> dict:
         return {}
     options = {"ssl_certfile": config.tls_cert, "ssl_keyfile": config.tls_key}
     if config.tls_client_ca:
+        import ssl
+
         options.update(ssl_ca_certs=config.tls_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
     return options
 
