@@ -60,24 +60,11 @@ print([o.shape for o in out])
 
 
 def small_mlp(path: Path) -> Path:
-    """The test suite's MLP (x[batch, 4] -> MatMul -> Relu -> MatMul -> Softmax), built with onnx.helper."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    """The test suite's MLP (x[batch, 4] -> MatMul -> Relu -> MatMul -> Softmax): tests/model_builders.py."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from model_builders import make_mlp
 
-    rng = np.random.default_rng(0)
-    w1 = numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "w1")
-    w2 = numpy_helper.from_array(rng.standard_normal((8, 3)).astype(np.float32), "w2")
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("MatMul", ["r", "w2"], ["logits"]),
-             helper.make_node("Softmax", ["logits"], ["probs"], axis=-1)]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 3])],
-                              initializer=[w1, w2])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
+    return make_mlp(path)
 
 
 def cached_squeezenet() -> Path | None:
