@@ -20,13 +20,18 @@ with the model, the host and what the user asked.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from onnxaccel import providers
 from onnxaccel.model import Model
+from onnxaccel.plan_types import Choice, Host, PlanRequest
+from onnxaccel.plan_sizes import (DEFAULT_BATCH, DEFAULT_GPU_BATCH, batch_size, batch_sizes_for, fixed_batch,
+                                  fixed_shapes_but_batch, has_batch_axis, padded_sizes, warm_at_load)
 from onnxaccel.target import Target, gpu_session_threads
+
+__all__ = ["BATCH_GPU_INSTANCES", "COMMANDS", "DEFAULT_BATCH", "DEFAULT_GPU_BATCH", "EMBEDDABLE", "GIL_SWITCH_MS",
+           "GPU_WAIT", "INSTANCE_WEIGHTS_LIMIT", "SCHEMA", "Choice", "ExecutionPlan", "Host", "PlanRequest",
+           "batch_size", "embed_preset", "fixed_shapes_but_batch", "has_batch_axis", "padded_sizes", "plan_execution"]
 
 SCHEMA = "onnxaccel.plan/1"
 
@@ -45,81 +50,9 @@ INSTANCE_WEIGHTS_LIMIT = 2 << 30
 #: readers and decoders; a short switch interval lets a run thread whose call returned take the GIL back soon.
 GPU_WAIT = "block"
 GIL_SWITCH_MS = 0.5
-#: `batch`'s rows per call when neither the model nor the user fixes it.
-DEFAULT_BATCH = {"cpu": 8}
-DEFAULT_GPU_BATCH = 32
 #: Image presets that can be embedded in a model's graph (transform/embed_preprocess.py implements them).
 EMBEDDABLE = ("imagenet", "yolo", "scale01")
 COMMANDS = ("run", "bench", "tune", "serve", "batch", "compare", "profile")
-
-
-@dataclass(frozen=True)
-class Host:
-    """The facts of the machine a plan is made for."""
-
-    cores: int
-
-    @classmethod
-    def here(cls) -> Host:
-        """This machine."""
-        return cls(cores=os.cpu_count() or 1)
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One decision of the plan: its name, its value and why."""
-
-    name: str
-    value: object
-    reason: str
-    #: The plan did not do what the user asked (e.g. graph capture dropped for this model): a note to show.
-    overrides: bool = False
-
-    def to_dict(self) -> dict:
-        """JSON-ready form."""
-        value = self.value
-        if isinstance(value, Target):
-            value = str(value)
-        elif isinstance(value, tuple):
-            value = list(value)
-        return {"name": self.name, "value": value, "reason": self.reason, "overrides": self.overrides}
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    """What the user asked for, as given: None means "not given, the plan decides"."""
-
-    command: str = "run"
-    #: Rows per call (run, bench, batch); serve batches dynamically up to ``max_batch``.
-    batch: int | None = None
-    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    shape_buckets: str | None = None
-    instances: int | None = None
-    max_batch: int | None = None
-    max_padding: float | None = None
-    session_per_batch_size: bool = True
-    #: The image preset of host preprocessing (``--preprocess``), and whether to embed it: "auto" (embed on GPU
-    #: targets), "none", or a preset to embed whatever the target.
-    preprocess: str | None = None
-    embed_preprocess: str | None = None
-    #: What the input holds (batch): "images", "arrays", "table"; embedding is automatic only for images.
-    input_kind: str | None = None
-    workers: int | None = None
-    shared_models: bool | None = None
-    on_ray: bool = False
-    gpu_wait: str | None = None
-    gil_switch_ms: float | None = None
-    arena_extend_strategy: str | None = None
-    gpu_mem_limit: int | None = None
-    arena_shrinkage: bool = False
-    decoder: str | None = None
-    #: Turn on the provider's graph capture where it has one and the plan allows it (serve's automatic layout
-    #: does; an explicit ``enable_cuda_graph=0`` in the target always wins).
-    auto_graph: bool | None = None
-
-    def layout_given(self) -> bool:
-        """Whether the user set any of serve's layout flags (then none is chosen for them)."""
-        return self.workers is not None or self.shared_models is not None or self.instances is not None
 
 
 @dataclass(frozen=True)
@@ -140,6 +73,8 @@ class ExecutionPlan:
     shape_buckets: str | None
     #: The batch sizes sessions run at: serve's padded sizes, batch's one size, () where batches run as given.
     batch_sizes: tuple[int, ...]
+    #: The sizes warmed before a server says it is ready (the rest warm in the background); all elsewhere.
+    warm_at_load: tuple[int, ...]
     max_padding: float | None
     instances: int
     workers: int
@@ -174,7 +109,7 @@ class ExecutionPlan:
             "host": {"cores": self.host.cores}, "precision": self.precision,
             "precision_native": self.precision_native, "embed_preprocess": self.embed_preprocess,
             "shapes": {k: list(v) for k, v in self.shapes}, "shape_buckets": self.shape_buckets,
-            "batch_sizes": list(self.batch_sizes), "max_padding": self.max_padding, "instances": self.instances,
+            "batch_sizes": list(self.batch_sizes), "warm_at_load": list(self.warm_at_load), "max_padding": self.max_padding, "instances": self.instances,
             "workers": self.workers, "shared_models": self.shared_models, "graph_capture": self.graph_capture,
             "graph_option": self.graph_option, "gpu_wait": self.gpu_wait, "gil_switch_ms": self.gil_switch_ms,
             "arena_shrinkage": self.arena_shrinkage, "decoder": self.decoder,
@@ -209,7 +144,8 @@ def plan_execution(target: Target, request: PlanRequest | None = None, *, model:
                           target.precision != "fp32" else "fp32: the model as it is" if target.precision == "fp32"
                           else "a converted model (the provider computes in the model's types)"))
     workers, shared, instances = _layout(target, request, host, choices)
-    batch_sizes = _batch_sizes(target, request, model, choices)
+    batch_sizes = batch_sizes_for(target, request, model, choices)
+    warm = warm_at_load(request, batch_sizes, choices)
     effective, graph, graph_option = _graph_capture(target, request, model, batch_sizes, spec, choices)
     effective = _arena(effective, request, spec, graph, choices)
     threads = gpu_session_threads(effective) if request.command in ("serve", "batch") else {}
@@ -238,7 +174,7 @@ def plan_execution(target: Target, request: PlanRequest | None = None, *, model:
         command=request.command, requested=target, target=effective, host=host, precision=target.precision,
         precision_native=precision_native, embed_preprocess=embed,
         shapes=tuple(sorted((k, tuple(v)) for k, v in request.shapes.items())), shape_buckets=request.shape_buckets,
-        batch_sizes=batch_sizes, max_padding=request.max_padding, instances=instances, workers=workers,
+        batch_sizes=batch_sizes, warm_at_load=warm, max_padding=request.max_padding, instances=instances, workers=workers,
         shared_models=shared, graph_capture=graph, graph_option=graph_option, gpu_wait=gpu_wait, gil_switch_ms=gil,
         arena_shrinkage=request.arena_shrinkage and not graph, decoder=decoder, choices=tuple(choices))
 
@@ -266,84 +202,6 @@ def _layout(target: Target, request: PlanRequest, host: Host, choices: list[Choi
                                   f"{instances} instances", "as given" if request.layout_given() else
                                   "CPU target: one process" if not target.is_gpu else "on Ray: one replica per GPU"))
     return workers, shared, instances
-
-
-def has_batch_axis(model: Model) -> bool:
-    """Whether every input and output has a variable first axis, so requests can be joined along it."""
-    specs = list(model.inputs) + list(model.outputs)
-    return bool(specs) and all(s.shape is not None and len(s.shape) >= 1 and not isinstance(s.shape[0], int)
-                               for s in specs)
-
-
-def fixed_shapes_but_batch(model: Model) -> bool:
-    """A batch axis, and every other axis of every input and output fixed: what a captured graph, which replays
-    one shape at fixed device addresses, needs when batches are padded to a few sizes."""
-    specs = list(model.inputs) + list(model.outputs)
-    return has_batch_axis(model) and all(all(isinstance(d, int) for d in s.shape[1:]) for s in specs)
-
-
-def padded_sizes(max_batch: int) -> tuple[int, ...]:
-    """The batch sizes a GPU server runs at: powers of two up to ``max_batch``, and ``max_batch`` itself. Every new
-    input shape costs a kernel search on GPUs (cuDNN's algorithm search, a MIGraphX recompile), so batches are
-    padded to a few sizes, each warmed once at load, as Triton's preferred batch sizes do."""
-    sizes = {1, max_batch}
-    size = 2
-    while size < max_batch:
-        sizes.add(size)
-        size *= 2
-    return tuple(sorted(sizes))
-
-
-def _batch_sizes(target: Target, request: PlanRequest, model: Model | None, choices: list[Choice]
-                 ) -> tuple[int, ...]:
-    if request.command == "serve":
-        max_batch = request.max_batch or 1
-        if model is not None and not has_batch_axis(model):
-            choices.append(Choice("batch_sizes", (), "the model has a fixed first axis: each request runs as sent"))
-            return ()
-        if max_batch <= 1 or not target.is_gpu:
-            choices.append(Choice("batch_sizes", (), "CPU target: batches run as joined" if max_batch > 1 else
-                                  "max_batch 1: no batching"))
-            return ()
-        sizes = padded_sizes(max_batch)
-        choices.append(Choice("batch_sizes", sizes, "GPU target: batches padded to these sizes, each warmed at load "
-                              f"(at most {request.max_padding if request.max_padding is not None else 0.25:g} of a "
-                              "batch padding)" + ("; a session per size" if request.session_per_batch_size else "")))
-        return sizes
-    if request.command != "batch":  # run, bench...: the feeds bound the model; the plan records the size
-        fixed = _fixed_batch(model) if model is not None else None
-        batch = request.batch or fixed or 1
-        choices.append(Choice("batch", batch, "given" if request.batch is not None else "the bound model's"))
-        return (batch,)
-    batch = batch_size(target, request, model)
-    choices.append(Choice("batch", batch, "given" if request.batch is not None else
-                          "the model's fixed batch axis" if model is not None and _fixed_batch(model) is not None
-                          else f"default for {target.device}"))
-    return (batch,)
-
-
-def _fixed_batch(model: Model) -> int | None:
-    spec = model.inputs[0] if model.inputs else None
-    return spec.shape[0] if spec is not None and spec.shape and isinstance(spec.shape[0], int) else None
-
-
-def batch_size(target: Target, request: PlanRequest, model: Model | None) -> int:
-    """Rows per call: the model's fixed batch axis, else the request's, else the device's default (batch)."""
-    from onnxaccel.errors import UsageError
-
-    fixed = _fixed_batch(model) if model is not None else None
-    batch = request.batch
-    if fixed is not None:
-        if batch is not None and batch != fixed:
-            raise UsageError(f"The model's batch axis is fixed to {fixed}; --batch {batch} cannot apply.",
-                             f"Drop --batch (it runs {fixed} row(s) per call), or export the model with a dynamic "
-                             "batch axis.")
-        return fixed
-    if batch is not None:
-        if batch < 1:
-            raise UsageError(f"--batch must be at least 1, got {batch}.", "e.g. --batch 32")
-        return batch
-    return DEFAULT_BATCH.get(target.device, DEFAULT_GPU_BATCH)
 
 
 def _graph_capture(target: Target, request: PlanRequest, model: Model | None, batch_sizes: tuple[int, ...],
@@ -388,7 +246,7 @@ def _capture_possible(request: PlanRequest, model: Model | None, batch_sizes: tu
     if request.command == "batch":
         if request.shape_buckets:
             return False, "shape buckets run several shapes per session"
-        if model is not None and _fixed_batch(model) is not None:
+        if model is not None and fixed_batch(model) is not None:
             return False, "the model's batch axis is fixed: batches are not padded"
         return True, ""
     return True, ""

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 
 
 def die_with_parent(supervisor: int) -> None:
@@ -26,3 +28,52 @@ def name_process(name: str) -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15])  # 15 = PR_SET_NAME
+
+
+#: The file naming the supervisor that made a temporary folder; a later start removes the folder once that
+#: process is gone (a SIGKILLed supervisor runs no cleanup of its own).
+OWNER_FILE = "owner.pid"
+STALE_PREFIXES = ("onnxaccel-metrics-", "onnxaccel-models-")
+
+
+def owned_tempdir(prefix: str, where: str | None = None) -> str:
+    """A private temporary folder with OWNER_FILE naming this process."""
+    path = tempfile.mkdtemp(prefix=prefix, dir=where)
+    with open(os.path.join(path, OWNER_FILE), "w") as out:
+        out.write(str(os.getpid()))
+    return path
+
+
+def reap_stale_dirs(where: str | None = None) -> list[str]:
+    """Remove the temporary folders of supervisors that died without cleaning up (this user's, whose owner pid
+    no longer runs); the removed paths."""
+    removed = []
+    for root in {where or tempfile.gettempdir(), "/tmp"}:
+        try:
+            names = os.listdir(root)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(root, name)
+            if not name.startswith(STALE_PREFIXES) or not _owner_gone(path):
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _owner_gone(path: str) -> bool:
+    try:
+        if os.stat(path).st_uid != os.getuid():
+            return False
+        with open(os.path.join(path, OWNER_FILE)) as handle:
+            pid = int(handle.read().strip())
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

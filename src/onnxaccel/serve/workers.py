@@ -29,7 +29,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -39,7 +38,7 @@ from onnxaccel import startup
 from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.serve.config import ModelConfig, ServerConfig
 from onnxaccel.serve.model_host import host_main
-from onnxaccel.serve.processes import die_with_parent, name_process
+from onnxaccel.serve.processes import die_with_parent, name_process, owned_tempdir, reap_stale_dirs
 from onnxaccel.serve.server import InferenceServer, ServeResult, run_server
 
 #: Seconds the supervisor waits for a worker beyond the drain timeout before killing it.
@@ -59,55 +58,6 @@ def _bind(host: str, port: int, *, what: str, hint: str, reuse_port: bool = Fals
         sock.close()
         raise UsageError(f"Cannot listen for {what} on {host}:{port}: {exc.strerror}.", hint) from None
     return sock
-
-
-#: The file naming the supervisor that made a temporary folder; a later start removes the folder once that
-#: process is gone (a SIGKILLed supervisor runs no cleanup of its own).
-OWNER_FILE = "owner.pid"
-STALE_PREFIXES = ("onnxaccel-metrics-", "onnxaccel-models-")
-
-
-def owned_tempdir(prefix: str, where: str | None = None) -> str:
-    """A private temporary folder with OWNER_FILE naming this process."""
-    path = tempfile.mkdtemp(prefix=prefix, dir=where)
-    with open(os.path.join(path, OWNER_FILE), "w") as out:
-        out.write(str(os.getpid()))
-    return path
-
-
-def reap_stale_dirs(where: str | None = None) -> list[str]:
-    """Remove the temporary folders of supervisors that died without cleaning up (this user's, whose owner pid
-    no longer runs); the removed paths."""
-    removed = []
-    for root in {where or tempfile.gettempdir(), "/tmp"}:
-        try:
-            names = os.listdir(root)
-        except OSError:
-            continue
-        for name in names:
-            path = os.path.join(root, name)
-            if not name.startswith(STALE_PREFIXES) or not _owner_gone(path):
-                continue
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
-
-
-def _owner_gone(path: str) -> bool:
-    try:
-        if os.stat(path).st_uid != os.getuid():
-            return False
-        with open(os.path.join(path, OWNER_FILE)) as handle:
-            pid = int(handle.read().strip())
-    except (OSError, ValueError):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 def _bind_http(host: str, port: int) -> socket.socket:
