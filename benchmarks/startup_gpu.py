@@ -156,13 +156,17 @@ class Bench:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, env=self.env(cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         url = f"http://127.0.0.1:{port}"
+        lines: list[tuple[float, str]] = []  # stderr, each line with its arrival (read on: the pipe never fills)
+        reader = threading.Thread(target=lambda: lines.extend((time.perf_counter() - start, line) for line in
+                                                             iter(proc.stderr.readline, "")), daemon=True)
+        reader.start()
         try:
             line = ""
             while not line and proc.poll() is None and time.perf_counter() - start < 600:
                 if select.select([proc.stdout], [], [], 0.2)[0]:
                     line = proc.stdout.readline()
             if not line:
-                raise RuntimeError(f"serve never got ready: {proc.stderr.read()[-3000:] if proc.poll() is not None else ''}")
+                raise RuntimeError("serve never got ready: " + "".join(l for _, l in lines)[-3000:])
             ready_event = time.perf_counter() - start
             event = json.loads(line)
             while _status(f"{url}/v2/health/ready") != 200:
@@ -172,6 +176,15 @@ class Bench:
             self.figure(f"serve {run}: to ready (its own startup report) s", (event.get("startup") or {}).get("to_ready_s"))
             self.figure(f"serve {run}: stages", stages(event.get("startup")))
             self.results.setdefault("serve_events", {})[run] = event
+            plan = event.get("plan") or {}
+            later = len(plan.get("batch_sizes") or ()) - len(plan.get("warm_at_load") or plan.get("batch_sizes") or ())
+            if later > 0:  # sizes warmed after ready (--log-level info says when each is in use)
+                while time.perf_counter() - start < 300 and sum("in use" in l for _, l in lines) < later:
+                    time.sleep(0.1)
+                times = [round(t, 2) for t, l in lines if "in use" in l]
+                self.figure(f"serve {run}: sizes warm after ready, at s", times)
+            if "steady" in a.parts.split(",") and run == "warm":
+                self.steady(url, event)
             if kill:
                 self.kill(url, event)
         finally:
@@ -180,6 +193,18 @@ class Bench:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+    def steady(self, url: str, event: dict) -> None:
+        """The served rate once everything is warm: onnxaccel loadtest at concurrency 1, 64 and 256 (binary
+        tensors, one row per request), so a faster start shows it did not cost steady-state speed."""
+        model = event["models"][0]["name"]
+        _, done = sh([*self.oa, "loadtest", url, "-m", model, "-c", "1,64,256", "-d", "6", "--warmup", "2", "--json"],
+                     self.env(self.zoo), timeout=120)
+        levels = json.loads(done.stdout)["levels"]
+        self.figure("serve warm: steady inferences/s at c1,c64,c256",
+                    [round(level["inferences_per_s"], 1) for level in levels])
+        self.figure("serve warm: p50 ms at c1,c64,c256",
+                    [round((level.get("latency") or {}).get("p50_ms", 0), 2) for level in levels])
 
     def kill(self, url: str, event: dict) -> None:
         """SIGKILL the model process under load; seconds until requests succeed again."""

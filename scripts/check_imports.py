@@ -32,7 +32,7 @@ MAX_LINES = 450
 LAYERS: dict[str, int] = {
     "errors": 1, "paths": 1, "install": 1, "__version__": 1, "startup": 1,
     "target": 2, "providers": 2, "protobuf_values": 2, "zoo": 2,
-    "model": 3, "model_shapes": 3, "model_data": 3, "synthesis": 4, "image_geometry": 4, "inputs": 5, "inputs_files": 5, "feeds_check": 4, "prepost": 5, "calibration": 5,
+    "model": 3, "model_shapes": 3, "model_data": 3, "model_memo": 2, "synthesis": 4, "image_geometry": 4, "inputs": 5, "inputs_files": 5, "feeds_check": 4, "prepost": 5, "calibration": 5,
     "engines": 6, "precision": 6,
     "compare": 7, "pipeline": 7, "plan": 7, "plan_types": 7, "plan_sizes": 7,
     "bench": 8, "serve": 8, "loadtest": 8, "analysis": 8, "transform": 8, "system": 8, "scale": 8,

@@ -32,8 +32,11 @@ ALLOWED: dict[str, str] = {}
 
 def option_keys() -> frozenset[str]:
     """Every option key of every registered provider (table and newer keys), less the GENERIC ones."""
-    sys.path.insert(0, str(ROOT.parent))
-    from onnxaccel import providers
+    try:  # the installed package; src/ only when none is (src/ first on sys.path hides the installed metadata)
+        from onnxaccel import providers
+    except ImportError:
+        sys.path.insert(0, str(ROOT.parent))
+        from onnxaccel import providers
 
     return frozenset(k for s in providers.all_specs() for k in s.all_options()) - GENERIC
 

@@ -21,7 +21,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import helper
 
-from onnxaccel import startup, zoo
+from onnxaccel import model_memo, startup, zoo
 from onnxaccel.model_data import check_tensor_data
 from onnxaccel.errors import (
     ModelFormatError,
@@ -249,8 +249,9 @@ def load_model(source: str | os.PathLike, *, check: bool = True) -> Model:
     with startup.stage("model read", detail=path.name):
         proto = _parse(path)
         check_tensor_data(proto, path)
-        if check:
-            _check_graph(path)
+        if check and model_memo.facts(path).get("checked") != onnx.__version__:
+            _check_graph(path)  # once per unchanged file and onnx version (model_memo.py)
+            model_memo.remember(path, _data_files(proto, path), checked=onnx.__version__)
     return Model(
         source=text,
         path=path,
@@ -275,7 +276,7 @@ def parse_shape_bindings(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
 
 
 def content_hash(path: Path) -> str:
-    """sha256 of the model file and its external data files (memoized on path, size and mtime)."""
+    """sha256 of the model file and its external data files (kept while the files are unchanged: model_memo.py)."""
     path = Path(path).resolve()
     st = path.stat()
     return _content_hash(str(path), st.st_size, st.st_mtime_ns)
@@ -283,19 +284,28 @@ def content_hash(path: Path) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _content_hash(path: str, size: int, mtime_ns: int) -> str:
-    files = [Path(path)]
-    proto = onnx.load(path, load_external_data=False)
-    for tensor in onnx.external_data_helper._get_all_tensors(proto):
-        if onnx.external_data_helper.uses_external_data(tensor):
-            location = next((e.value for e in tensor.external_data if e.key == "location"), None)
-            if location and Path(path).parent / location not in files:
-                files.append(Path(path).parent / location)
+    known = model_memo.facts(Path(path)).get("sha256")
+    if known:
+        return known
+    files = [Path(path), *_data_files(onnx.load(path, load_external_data=False), Path(path))]
     digest = hashlib.sha256()
     for file in files:
         with open(file, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
+    model_memo.remember(Path(path), files[1:], sha256=digest.hexdigest())
     return digest.hexdigest()
+
+
+def _data_files(proto: onnx.ModelProto, path: Path) -> list[Path]:
+    """The external data files beside ``path`` that ``proto``'s tensors name, each once."""
+    files: list[Path] = []
+    for tensor in onnx.external_data_helper._get_all_tensors(proto):
+        if onnx.external_data_helper.uses_external_data(tensor):
+            location = next((e.value for e in tensor.external_data if e.key == "location"), None)
+            if location and path.parent / location not in files and (path.parent / location).exists():
+                files.append(path.parent / location)
+    return files
 
 
 # --- loading -------------------------------------------------------------------------------------------

@@ -100,8 +100,9 @@ def warm_at_load(request: PlanRequest, sizes: tuple[int, ...], choices: list[Cho
     them with ``warm_all_sizes``. Elsewhere (batch, run, bench) every size the plan has."""
     if request.command != "serve" or len(sizes) < 2:
         return sizes
-    if request.warm_all_sizes:
-        choices.append(Choice("warm_at_load", sizes, "given (--warm-all-sizes): ready once every size is warm"))
+    if request.warm_all_sizes or request.shape_buckets:
+        choices.append(Choice("warm_at_load", sizes, "given (--warm-all-sizes): ready once every size is warm"
+                              if request.warm_all_sizes else "shape buckets: every bucket at every size, at load"))
         return sizes
     choices.append(Choice("warm_at_load", sizes[-1:], f"the largest size first (every batch fits it): ready after "
                           f"it; {','.join(map(str, sizes[:-1]))} warm in the background, each used once warm"))

@@ -13,7 +13,6 @@ import threading
 import time
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from host_libraries import library_loads
 
@@ -22,22 +21,7 @@ import onnxaccel.engines.pool_io as pool_io
 from onnxaccel.engines.pool import (CaptureGate, RunnerPool, pin_for_copies, set_gpu_wait, unpin_for_copies)
 from onnxaccel.engines.pool_io import join_rows
 from onnxaccel.errors import InputError
-from onnxaccel.pipeline import compile_only
 from onnxaccel.target import parse_target
-
-
-@pytest.fixture()
-def compiled(mlp_path):
-    """The mlp bound at batch 1 and compiled for the CPU; ``new_runner()`` makes further sessions."""
-    made = compile_only(str(mlp_path), parse_target("cpu"), batch=1)
-    yield made
-    made.close()
-
-
-@pytest.fixture(scope="module")
-def reference(mlp_path):
-    session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
-    return lambda x: session.run(None, {"x": x})[0]
 
 
 def rows(*counts: int, seed: int = 0) -> list[dict[str, np.ndarray]]:

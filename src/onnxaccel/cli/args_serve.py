@@ -39,7 +39,8 @@ class ServerArgs(Group):
                "requests."),
         option("strict_readiness", bool, False, "--strict-readiness", help="Ready only when every model loaded "
                "(default: when at least one did)."),
-        option("log_level", str, "warning", "--log-level", help="uvicorn log level."),
+        option("log_level", str, "warning", "--log-level", help="uvicorn's log level, and onnxaccel's messages on "
+               "stderr at info or debug (a model loaded, a padded batch size warm and in use)."),
         option("header_timeout", float, 10.0, "--header-timeout", min=0.1, help="Seconds a request's line and "
                "headers may take; then 408 and the connection is closed (slow clients cannot hold connections)."),
         option("body_timeout", float, 30.0, "--body-timeout", min=0.1, help="Seconds allowed between two reads of "
@@ -95,7 +96,8 @@ def _model_control(mode: str) -> str:
 
 
 class BatcherArgs(Group):
-    """Each model's dynamic batcher and queue: --max-batch, --max-queue-delay-ms, --max-padding, --instances
+    """Each model's dynamic batcher and queue: --max-batch, --max-queue-delay-ms, --max-padding, --warm-all-sizes,
+    --instances
     (None unless given), --max-queue, --timeout-ms. Builds their values."""
 
     PARAMS = (
@@ -105,6 +107,8 @@ class BatcherArgs(Group):
         option("max_padding", float, 0.25, "--max-padding", min=0.0, max=1.0, help="GPUs (batches padded to "
                "powers of two): the largest share of a batch that may be padding; above it the batch is cut to the "
                "size below and the rest wait for the next one. 1 never cuts."),
+        option("warm_all_sizes", bool, False, "--warm-all-sizes", help="GPUs: warm every padded batch size before "
+               "ready (default: the largest, which every batch fits; the others warm in the background)."),
         option("instances", int | None, None, "--instances", min=1, help="Sessions per model running batches in "
                "parallel (default 1, or the count in --config)."),
         option("max_queue", int, 256, "--max-queue", help="Requests waiting per model before 429."),

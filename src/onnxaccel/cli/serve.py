@@ -20,7 +20,7 @@ from onnxaccel.errors import UsageError
 
 #: The order of the options in --help.
 ORDER = ("source target precision ep_option config shape shape_buckets allow_unavailable host http_port grpc_port "
-         "grpc max_batch max_queue_delay_ms max_padding instances workers shared_models preprocess embed_preprocess "
+         "grpc max_batch max_queue_delay_ms max_padding warm_all_sizes instances workers shared_models preprocess embed_preprocess "
          "max_queue timeout_ms max_request_mb max_connections drain_timeout arena_strategy arena_limit "
          "arena_shrinkage session_per_batch_size strict_readiness log_level gil_switch_ms gpu_wait direct_copy "
          "header_timeout body_timeout keep_alive max_inflight_mb max_json_mb auth_token_file auth_metrics tls_cert "
@@ -100,6 +100,7 @@ def _model_defaults(target, tuned, shapes, batcher, flags, preprocess, session, 
         instances = instance_count(None, tuned)
     plan = plan_execution(target, PlanRequest(
         command="serve", max_batch=batcher.max_batch, max_padding=batcher.max_padding, instances=instances,
+        warm_all_sizes=batcher.warm_all_sizes,
         workers=flags.workers, shared_models=flags.shared_models, on_ray=on_ray,
         session_per_batch_size=session.get("session_per_batch_size", True), preprocess=preprocess.preset,
         embed_preprocess=_embed_mode(preprocess.embed), gpu_wait=flags.gpu_wait, gil_switch_ms=flags.gil_switch_ms),
@@ -108,6 +109,7 @@ def _model_defaults(target, tuned, shapes, batcher, flags, preprocess, session, 
     defaults = model_defaults({
         "target": served, "max_batch": batcher.max_batch,
         "max_queue_delay_ms": batcher.max_queue_delay_ms, "max_padding": batcher.max_padding,
+        "warm_all_sizes": batcher.warm_all_sizes,
         "instances": plan.instances, "max_queue": batcher.max_queue,
         "timeout_ms": batcher.timeout_ms, "shapes": {k: list(v) for k, v in shapes.shapes.items()}, **session,
         "shape_buckets": shapes.buckets or None, "preprocess": preprocess.preset,

@@ -8,7 +8,8 @@ buffers that batches are joined into, and direct copies from page-locked memory 
 captures take the process's one :data:`CAPTURE_GATE` exclusively; padded GPU runs hold it shared.
 
 Built as Polygraphy builds runners: construction (``RunnerPool.build``: a factory called in each instance's
-thread) apart from activation (``warm_up``). ``run(index, feeds)`` and ``run_rows(index, parts)`` are called
+thread) apart from activation (``warm_up``; ``warm_step`` for sizes warmed after the pool went into service:
+engines/pool_warm.py). ``run(index, feeds)`` and ``run_rows(index, parts)`` are called
 in instance ``index``'s thread (``submit`` puts work there): serve's batcher runs batches through them, and
 bench's ``--instances``/``--concurrency`` loops take ``call(index, feeds)`` for their timed calls.
 
@@ -39,6 +40,7 @@ from onnxaccel.engines.hostmem import pin, unpin
 from onnxaccel.engines.hostmem import set_gpu_wait as _set_gpu_wait
 from onnxaccel.engines.pool_io import (CAPTURE_GATE, CaptureGate, device_address, join_rows, on_device, real_rows,
                                       to_host)
+from onnxaccel.engines.pool_warm import WarmLater, make_instances
 from onnxaccel.model import Model
 from onnxaccel.target import Target
 
@@ -109,31 +111,37 @@ class RunnerPool:
         #: Per instance, the seconds of each phase of its last run (join and run, or copy_in, replay and
         #: copy_out with graphs); read after the run (serve's batch-phase metric).
         self.phases: list[dict[str, float]] = [{} for _ in range(count)]
+        #: Bucket sizes still to build and warm (RunnerPool.build ``warm_now``), None when there are none.
+        self.later: WarmLater | None = None
         self._shrunk: set[int] = set()
         self._shrink_arenas(self.runners)
 
     @classmethod
     def build(cls, make: Callable[[], Runner], count: int, *, buckets: Sequence[int] = (),
-              session_per_bucket: bool = False, name: str = "pool", **settings) -> RunnerPool:
-        """``count`` instances, each runner made by ``make()`` in the thread that will run it, one instance after
-        the other (and with ``session_per_bucket`` one runner per bucket size, the first being the instance's).
-        Everything built so far is closed again if one fails. Warm up with :meth:`warm_up`."""
+              session_per_bucket: bool = False, warm_now: Sequence[int] | None = None, name: str = "pool",
+              **settings) -> RunnerPool:
+        """``count`` instances, each runner made by ``make()`` in the thread that will run it, the first instance
+        alone and then the others side by side (engines/pool_warm.py make_instances; with ``session_per_bucket``
+        one runner per bucket size). ``warm_now``: the bucket sizes used from the start (default: all); the
+        others are built and warmed later by :meth:`warm_step`, and used once warm on every instance. Warm up
+        with :meth:`warm_up`."""
         threads = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"run-{name}-{i}") for i in range(count)]
-        sizes = tuple(buckets) if session_per_bucket else ()
-        built: list[dict[int | None, Runner]] = []
+        now = tuple(sorted(warm_now)) if warm_now is not None else tuple(buckets)
+        later = [size for size in buckets if size not in now]
+        sizes = now if session_per_bucket else ()
         try:
-            for thread in threads:
-                built.append(thread.submit(_make_instance, make, sizes).result())
+            built = make_instances(make, threads, sizes)
         except BaseException:
-            for instance in built:
-                for runner in instance.values():
-                    runner.close()
             for thread in threads:
                 thread.shutdown(wait=True)
             raise
         runners = [instance.pop(None) for instance in built]
         sessions = [{sizes[0]: runner, **instance} for runner, instance in zip(runners, built)] if sizes else []
-        return cls(runners, sessions=sessions, buckets=buckets, name=name, threads=threads, **settings)
+        pool = cls(runners, sessions=sessions, buckets=now if buckets else (), name=name, threads=threads,
+                   **settings)
+        if later:
+            pool.later = WarmLater(later, count, make if session_per_bucket else None)
+        return pool
 
     def __len__(self) -> int:
         return len(self.runners)
@@ -274,13 +282,10 @@ class RunnerPool:
         start = time.perf_counter()
         if self.graph:
             bound = self.bound.get((index, size))
-            if bound is None:  # at warm-up: bind, and run until ONNX Runtime has captured the graph
+            if bound is None:  # a size warm_up never ran: bind, and run until ONNX Runtime has captured
                 bound = self.bound[(index, size)] = runner.bind(feeds, fixed_outputs=self._output_shapes(size))
-                with startup.stage("first run", model=self.name, detail=f"b{size}"):
-                    bound.run()  # the regular runs before the capture (algorithm search, compile)
-                with startup.stage("graph capture", model=self.name, detail=f"b{size}"):
-                    for _ in range(GRAPH_WARM_RUNS - 1):
-                        bound.run()
+                for _ in range(GRAPH_WARM_RUNS):
+                    bound.run()
             bound.update(feeds)
             return self._replay(index, bound, start)
         outputs = runner.run_unchecked(feeds)  # checked by the pool's caller
@@ -324,30 +329,68 @@ class RunnerPool:
 
     # -- activation ---------------------------------------------------------------------------------------
 
-    def warm_up(self) -> list[int]:
-        """Run every bucket size once on every instance, in the instance's thread, one at a time (graph
-        captures holding the gate exclusively), so no real run pays for a kernel search or a capture. The
-        sizes warmed."""
+    def warm_up(self, sizes: Sequence[int] | None = None) -> list[int]:
+        """Run each of ``sizes`` (default: every bucket size) once on every instance, in the instances' threads and
+        side by side, so no real run pays for a kernel search or a capture (captures hold the gate exclusively,
+        one at a time). The sizes warmed."""
         self._shrink_arenas([r for sizes in self.sessions for r in sizes.values()])
-        for size in sorted(self.buckets, reverse=True):  # largest first: one buffer, then views of it
-            for index in range(len(self.runners)):
-                feeds = {}
-                for spec in self.model.inputs:
-                    trailing = self.model.input_shapes.get(spec.name, ())[1:]
-                    # From the instance's own buffers, so they are allocated (and pinned) before real work.
-                    feeds[spec.name] = self.buffer(index, spec.name, (size, *trailing), np.dtype(spec.dtype))
-                    feeds[spec.name][...] = 0
-                self.submit(index, self._warm, index, feeds).result()
-        return sorted(self.buckets)
+        for size in sorted(self.buckets if sizes is None else sizes, reverse=True):  # largest first: one buffer
+            futures = [self.submit(index, self._warm, index, size) for index in range(len(self.runners))]
+            errors = [f.exception() for f in futures]
+            if any(errors):
+                raise next(e for e in errors if e is not None)
+        return sorted(self.buckets if sizes is None else sizes)
 
-    def _warm(self, index: int, feeds: Mapping[str, np.ndarray]) -> None:
-        with self.warm_turn():
-            if self.graph:  # _execute times the first run and the capture apart
+    def warm_step(self, index: int) -> bool:
+        """In instance ``index``'s thread, while it has nothing to run: build (with a session per size) and warm
+        the next size of :attr:`later`; a size warm on every instance joins :attr:`buckets`. False when there was
+        nothing for this instance to do now (done, or enough instances are warming)."""
+        later = self.later
+        size = later.next_for(index) if later is not None else None
+        if size is None:
+            return False
+        runner = None
+        try:
+            if later.make is not None and size not in self.sessions[index]:
+                with self.gate.shared(), startup.stage("session", model=self.name, detail=f"b{size} after ready"):
+                    runner = later.make()
+                self.sessions[index][size] = runner
+                self._shrink_arenas([runner])
+            self._warm(index, size)
+        except Exception as exc:  # noqa: BLE001 - the size is not used; larger ones still serve its batches
+            if runner is not None:
+                self.sessions[index].pop(size, None)
+                self.bound.pop((index, size), None)
+                runner.close()
+            later.done(index, size, str(exc))
+            logger.warning("'%s': batch size %d could not be warmed on instance %d (%s); its batches run padded "
+                           "to a larger size", self.name, size, index, exc)
+            return True
+        if later.done(index, size):
+            self.buckets = tuple(sorted({*self.buckets, size}))
+            logger.info("'%s': batch size %d warm on every instance, in use", self.name, size)
+        return True
+
+    def _warm(self, index: int, size: int) -> None:
+        feeds = {}
+        for spec in self.model.inputs:
+            trailing = self.model.input_shapes.get(spec.name, ())[1:]
+            # From the instance's own buffers, so they are allocated (and pinned) before real work.
+            feeds[spec.name] = self.buffer(index, spec.name, (size, *trailing), np.dtype(spec.dtype))
+            feeds[spec.name][...] = 0
+        if not self.graph:
+            with self.warm_turn(), startup.stage("first run", model=self.name, detail=f"b{size}"):
                 self._execute(index, feeds)
-                return
-            size = next(iter(feeds.values())).shape[0] if feeds else 0
+            return
+        runner = self.sessions[index].get(size, self.runners[index]) if self.sessions else self.runners[index]
+        with self.gate.shared():  # the first run (kernel search, compile) goes alongside the others' runs
+            bound = runner.bind(feeds, fixed_outputs=self._output_shapes(size))
             with startup.stage("first run", model=self.name, detail=f"b{size}"):
-                self._execute(index, feeds)
+                bound.run()
+        with self.gate.exclusive(), startup.stage("graph capture", model=self.name, detail=f"b{size}"):
+            for _ in range(GRAPH_WARM_RUNS - 1):  # ONNX Runtime captures after its first regular runs
+                bound.run()
+        self.bound[(index, size)] = bound
 
     def _shrink_arenas(self, runners: Sequence[Runner]) -> None:
         """With ``arena_shrinkage`` (not under graphs: a captured graph keeps its memory), each runner once."""
@@ -359,8 +402,7 @@ class RunnerPool:
                 runner.shrink_arenas()
 
     def close(self) -> None:
-        """Wait for every instance's thread, release copiers, bindings and host buffers, and (``owns``) the
-        runners."""
+        """Wait for the instances' threads, release copiers, bindings, host buffers and (``owns``) runners."""
         for thread in self.threads:
             thread.shutdown(wait=True)
         for copier in self.copiers:
@@ -377,20 +419,6 @@ class RunnerPool:
             if id(runner) not in closed:
                 closed.add(id(runner))
                 runner.close()
-
-
-def _make_instance(make: Callable[[], Runner], sizes: tuple[int, ...]) -> dict[int | None, Runner]:
-    """In an instance's thread: its runner (key None) and, per further bucket size, a runner of its own."""
-    made: dict[int | None, Runner] = {}
-    try:
-        made[None] = make()
-        for size in sizes[1:]:
-            made[size] = make()
-    except BaseException:
-        for runner in made.values():
-            runner.close()
-        raise
-    return made
 
 
 # -- the process's GPU runtime, for callers outside engines ------------------------------------------------

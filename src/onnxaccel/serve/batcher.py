@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from onnxaccel.serve.protocol import ProtocolError
 logger = logging.getLogger(__name__)
 #: Failed batches logged with their traceback per model; later ones are counted in the log line only.
 LOGGED_FAILURES = 5
+#: Seconds an idle instance waits before it looks again for a padded size to warm (another instance warming).
+WARM_POLL_S = 0.05
 
 
 @dataclass
@@ -127,6 +130,14 @@ class DynamicBatcher:
     async def _worker(self, index: int) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            if self.instance.warm_pending(index):  # idle time first warms the sizes left for after ready
+                if not self._work.is_set() and await loop.run_in_executor(
+                        self.instance.threads[index], self.instance.warm_step, index):
+                    continue
+                with contextlib.suppress(asyncio.TimeoutError):  # another instance warms: look again soon
+                    await asyncio.wait_for(self._work.wait(), WARM_POLL_S)
+                if not self._work.is_set():
+                    continue
             await self._work.wait()
             async with self._forming:
                 self._drop_abandoned()

@@ -3,6 +3,7 @@
 A model's config::
 
     {"target": "cuda:0", "precision": "fp16", "max_batch": 32, "max_queue_delay_ms": 2, "max_padding": 0.25,
+     "warm_all_sizes": false,
      "instances": 1, "shapes": {"sequence": 128}, "max_queue": 256, "timeout_ms": 30000,
      "arena_extend_strategy": "kSameAsRequested", "gpu_mem_limit": 8589934592, "arena_shrinkage": true,
      "session_per_batch_size": true, "shape_buckets": "sequence=32,64,128,256",
@@ -46,6 +47,9 @@ class ModelConfig:
     #: waiting rows would need more, the batch is cut to the padded size below and the rest wait for the next
     #: batch (17 rows: 16 now and 1 next, instead of 32 with 15 rows of padding). 1 never cuts.
     max_padding: float = 0.25
+    #: GPUs: warm every padded size before the model is ready; False: the largest (every batch fits it, padded),
+    #: the others in the background, each used once warm on every instance (plan_sizes.warm_at_load).
+    warm_all_sizes: bool = False
     instances: int = 1
     shapes: dict[str, list[int] | int] = field(default_factory=dict)
     #: Requests waiting in this model's queue before new ones are refused with 429.
@@ -101,6 +105,7 @@ class ModelConfig:
         instances, automatic graph capture) was planned before the models loaded; this plan refines it for the
         model's signature."""
         request = PlanRequest(command="serve", max_batch=self.max_batch, max_padding=self.max_padding,
+                              warm_all_sizes=self.warm_all_sizes,
                               instances=self.instances, session_per_batch_size=self.session_per_batch_size,
                               shapes=self.shape_bindings(), shape_buckets=self.shape_buckets_text,
                               preprocess=self.preprocess, embed_preprocess=self.embed_preprocess,

@@ -83,7 +83,7 @@ class ModelInstance:
         started = time.perf_counter()
         settings = cls._pool_settings(config, model, plan)
         pool = RunnerPool.build(make, max(1, config.instances), session_per_bucket=config.session_per_batch_size,
-                                **settings)
+                                warm_now=plan.warm_at_load or None, **settings)
         return cls(config, model, pool.runners, list(warnings), time.perf_counter() - started, pool.sessions, pool,
                    plan=plan)
 
@@ -216,8 +216,18 @@ class ModelInstance:
         return feeds
 
     def warm_up(self) -> list[int]:
-        """Run every padded batch size once on every instance, so no request pays for a kernel search."""
+        """Run the padded batch sizes the plan warms at load (``warm_at_load``) once on every instance, so no
+        request pays for a kernel search; the others follow in the background (:meth:`warm_step`)."""
         return self.pool.warm_up()
+
+    def warm_pending(self, index: int) -> bool:
+        """Whether instance ``index`` still has a padded size to build and warm in the background."""
+        return self.pool.later is not None and self.pool.later.pending_for(index)
+
+    def warm_step(self, index: int) -> bool:
+        """In instance ``index``'s thread, while it has no batch: build and warm its next padded size (see
+        engines/pool_warm.py); False when it had nothing to do now."""
+        return self.pool.warm_step(index)
 
     def close(self) -> None:
         """Stop the run threads and release buffers and sessions."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from onnxaccel.serve.config import ModelConfig, ServerConfig, model_defaults as as_defaults
+from onnxaccel.serve.processes import log_level
 from onnxaccel.serve.server import InferenceServer, ServeResult, run_server
 from onnxaccel.serve.workers import serve_workers
 
@@ -19,6 +20,7 @@ def serve(source: str, model_defaults: ModelConfig | dict, config: ServerConfig,
     With ``config.workers`` > 1, a supervisor runs that many server processes (serve/workers.py).
     ``model_defaults``: what every model gets (serve/config.py model_defaults), typed once here."""
     model_defaults = as_defaults(model_defaults)
+    log_level(config.log_level)
     if config.workers > 1 or config.shared_models:
         return serve_workers(source, model_defaults, config, on_ready)
     return run_server(InferenceServer(source, model_defaults, config, on_ready))

@@ -38,7 +38,7 @@ from onnxaccel.errors import OnnxAccelError
 from onnxaccel.serve.config import ModelConfig, ServerConfig
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.model_link import FRAME, HELLO, pack
-from onnxaccel.serve.processes import die_with_parent, name_process
+from onnxaccel.serve.processes import die_with_parent, log_level, name_process
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import ModelRepository
 from onnxaccel.serve.server import _set_gpu_wait, require_a_model
@@ -352,6 +352,7 @@ def host_main(source: str, model_defaults: ModelConfig, config: ServerConfig, so
     startup.record_import()  # the spawned interpreter and its imports (unpickling the arguments), up to here
     die_with_parent(supervisor)
     name_process("onnxaccel-model")
+    log_level(config.log_level)
     if config.gil_switch_ms > 0:
         sys.setswitchinterval(config.gil_switch_ms / 1e3)
     host = ModelHost(source, model_defaults, config, socket_path, multiprocess_dir)

@@ -21,6 +21,23 @@ def die_with_parent(supervisor: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def log_level(level: str) -> None:
+    """At ``--log-level`` info or debug, onnxaccel's own messages (a model loaded, a padded size warm and in use)
+    go to stderr too, with the time and the process's name; at warning and above Python's default already prints
+    onnxaccel's warnings. Call it once per process (the server, each worker, the model process)."""
+    import logging
+
+    value = logging.getLevelName(level.upper())
+    if not isinstance(value, int) or value > logging.INFO:
+        return
+    logger = logging.getLogger("onnxaccel")
+    logger.setLevel(value)
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(processName)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+
+
 def name_process(name: str) -> None:
     """Name this process for ps, top and /proc/PID/comm (Linux prctl PR_SET_NAME, 15 bytes), so an operator
     (and benchmarks/serve_throughput.py's CPU breakdown) tells the model process from the decoding workers."""

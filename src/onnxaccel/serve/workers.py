@@ -38,7 +38,7 @@ from onnxaccel import startup
 from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.serve.config import ModelConfig, ServerConfig
 from onnxaccel.serve.model_host import host_main
-from onnxaccel.serve.processes import die_with_parent, name_process, owned_tempdir, reap_stale_dirs
+from onnxaccel.serve.processes import die_with_parent, log_level, name_process, owned_tempdir, reap_stale_dirs
 from onnxaccel.serve.server import InferenceServer, ServeResult, run_server
 
 #: Seconds the supervisor waits for a worker beyond the drain timeout before killing it.
@@ -87,6 +87,7 @@ def _worker_main(index: int, source: str, model_defaults: ModelConfig, config: S
     startup.record_import()  # the spawned interpreter and its imports (unpickling the arguments), up to here
     die_with_parent(supervisor)
     name_process(f"onnxaccel-w{index}")
+    log_level(config.log_level)
 
     def on_ready(server: InferenceServer) -> None:
         events.put(("ready", index, server.result().to_dict()))
