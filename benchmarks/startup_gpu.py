@@ -66,7 +66,8 @@ def sh(cmd, env, timeout=900) -> tuple[float, subprocess.CompletedProcess]:
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - start
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {done.returncode}:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {done.returncode}:\n{done.stderr[-3000:]}"
+                           f"\n{done.stdout[-3000:]}")
     return wall, done
 
 
@@ -168,6 +169,8 @@ class Bench:
             if not line:
                 raise RuntimeError("serve never got ready: " + "".join(l for _, l in lines)[-3000:])
             ready_event = time.perf_counter() - start
+            if not line.startswith("{\"") and proc.wait(30) is not None:  # an error report (indented JSON)
+                raise RuntimeError(f"serve failed: {line}{proc.stdout.read()[-3000:]}")
             event = json.loads(line)
             while _status(f"{url}/v2/health/ready") != 200:
                 time.sleep(0.05)

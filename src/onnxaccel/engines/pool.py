@@ -176,15 +176,13 @@ class RunnerPool:
         return bound.outputs if bound is not None else None
 
     def warm_turn(self):
-        """The context a warm-up runs in: the capture gate held exclusively when captures must not overlap
-        (graphs, or separate sessions warming one after the other), else nothing."""
+        """The context a warm-up runs in: the capture gate held exclusively where asked, else nothing."""
         return self.gate.exclusive() if self.one_capture_at_a_time else contextlib.nullcontext()
 
     # -- running ------------------------------------------------------------------------------------------
 
     def run(self, index: int, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
-        """Run ``feeds`` on instance ``index`` (padded to a bucket where there are buckets): the outputs of the
-        real rows and the seconds of the run. Call it in that instance's thread."""
+        """:meth:`run_rows` of one part: the outputs of its real rows and the seconds (in ``index``'s thread)."""
         return self.run_rows(index, [feeds])
 
     def run_rows(self, index: int, parts: list[Mapping[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], float]:
@@ -373,13 +371,15 @@ class RunnerPool:
 
     def _warm(self, index: int, size: int) -> None:
         feeds = {}
-        for spec in self.model.inputs:
-            trailing = self.model.input_shapes.get(spec.name, ())[1:]
-            # From the instance's own buffers, so they are allocated (and pinned) before real work.
-            feeds[spec.name] = self.buffer(index, spec.name, (size, *trailing), np.dtype(spec.dtype))
-            feeds[spec.name][...] = 0
-        if not self.graph:
-            with self.warm_turn(), startup.stage("first run", model=self.name, detail=f"b{size}"):
+        with self.gate.shared():  # page-locking is a CUDA call: never during another instance's capture
+            for spec in self.model.inputs:
+                trailing = self.model.input_shapes.get(spec.name, ())[1:]
+                # From the instance's own buffers, so they are allocated (and pinned) before real work.
+                feeds[spec.name] = self.buffer(index, spec.name, (size, *trailing), np.dtype(spec.dtype))
+                feeds[spec.name][...] = 0
+        if not self.graph:  # alone where asked (warm_turn), else shared: another model of the process may capture
+            turn = self.warm_turn() if self.one_capture_at_a_time else self.gate.shared()
+            with turn, startup.stage("first run", model=self.name, detail=f"b{size}"):
                 self._execute(index, feeds)
             return
         runner = self.sessions[index].get(size, self.runners[index]) if self.sessions else self.runners[index]
