@@ -383,13 +383,13 @@ class RunnerPool:
                 self._execute(index, feeds)
             return
         runner = self.sessions[index].get(size, self.runners[index]) if self.sessions else self.runners[index]
-        with self.gate.shared():  # the first run (kernel search, compile) goes alongside the others' runs
+        with self.gate.exclusive():  # alone: ORT's first Run already captures (it runs again until captured)
             bound = runner.bind(feeds, fixed_outputs=self._output_shapes(size))
             with startup.stage("first run", model=self.name, detail=f"b{size}"):
-                bound.run()
-        with self.gate.exclusive(), startup.stage("graph capture", model=self.name, detail=f"b{size}"):
-            for _ in range(GRAPH_WARM_RUNS - 1):  # ONNX Runtime captures after its first regular runs
-                bound.run()
+                bound.run()  # kernel search, compile and the capture
+            with startup.stage("graph capture", model=self.name, detail=f"b{size}"):
+                for _ in range(GRAPH_WARM_RUNS - 1):  # replays (older runtimes capture on a later run)
+                    bound.run()
         self.bound[(index, size)] = bound
 
     def _shrink_arenas(self, runners: Sequence[Runner]) -> None:

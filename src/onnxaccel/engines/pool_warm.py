@@ -8,9 +8,9 @@ ready. Here:
 
 * instances are made side by side, each in its own thread (the first one alone, so caches it writes, a converted
   variant or a compiled engine, are written once and read by the others);
-* first runs go side by side too; only graph captures take the process's capture gate exclusively (a capture
-  fails if another thread makes a CUDA call meanwhile: engines/pool_io.py CaptureGate), the runs before them hold
-  it shared;
+* first runs go side by side too (holding the process's capture gate shared), except where the pool captures
+  graphs: ONNX Runtime captures during a session's first Run already, and a capture fails if another thread
+  makes a CUDA call meanwhile (engines/pool_io.py CaptureGate), so those hold the gate alone, one at a time;
 * a server warms only the sizes its plan names in ``warm_at_load`` (plan_sizes.py: the largest, which every batch
   fits padded) before it is ready; :class:`WarmLater` keeps the others, and each instance, while it has nothing
   to run, builds and warms the next one (smallest first). A size is used once it is warm on every instance.
