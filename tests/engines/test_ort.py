@@ -121,6 +121,44 @@ def test_native_stderr_of_the_runtime_is_captured(mlp_path):
     assert "All nodes placed on [CPUExecutionProvider]" in log.text()
 
 
+def test_captures_that_overlap_out_of_order_give_stderr_back():
+    """Instances build sessions side by side, each capturing fd 2: A opens, B opens, A closes, B closes. Each
+    capture dup2-ing and restoring on its own left fd 2 on A's closed capture file: the serving process's stderr
+    (its warnings and logs) was lost on the H100."""
+    import os
+    import threading
+
+    before = os.fstat(2)
+    a_open, b_open, a_closed = threading.Event(), threading.Event(), threading.Event()
+    texts = {}
+
+    def a():
+        with capture_native_stderr() as log:
+            os.write(2, b"from A\n")
+            a_open.set()
+            b_open.wait(5)
+        a_closed.set()
+        texts["a"] = log.text()
+
+    def b():
+        a_open.wait(5)
+        with capture_native_stderr() as log:
+            b_open.set()
+            a_closed.wait(5)
+            os.write(2, b"from B\n")
+        texts["b"] = log.text()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    after = os.fstat(2)
+    assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)  # stderr is stderr again
+    assert "from A" in texts["a"] and "from B" in texts["b"]
+    assert "from B" not in texts["a"]  # A's text ends where A closed
+
+
 # Real messages recorded in research/rocm_facts.md (§1.4: onnxruntime-migraphx 1.27.1 and onnxruntime-rocm
 # 1.22.2 without ROCm; §7: onnxruntime-gpu 1.31.1 without CUDA).
 MIGRAPHX_LOAD = ("[ONNXRuntimeError] : 1 : FAIL : Failed to load library .../libonnxruntime_providers_migraphx.so "

@@ -155,3 +155,12 @@ def test_one_instance_stays_free_while_others_warm():
     assert later.sizes == [2] and later.pending_for(0)
     alone = WarmLater([1], 1, None)
     assert alone.next_for(0) == 1  # a single instance may warm (nothing else could serve meanwhile either)
+
+
+def test_a_size_dropped_on_one_instance_is_not_counted_on_another():
+    later = WarmLater([1], 2, None)
+    assert later.next_for(0) == 1
+    later._busy.add(1)  # instance 1 warms size 1 at the same time
+    assert not later.done(0, 1, "out of memory")
+    assert not later.done(1, 1)  # it finished after size 1 was dropped: ignored, not a KeyError
+    assert later.to_dict() == {"pending": [], "failed": {"1": "out of memory"}}

@@ -97,3 +97,36 @@ def test_log_level_info_puts_onnxaccel_messages_on_stderr_once(capfd):
     finally:
         logger.setLevel(before[0])
         logger.handlers[:] = before[1]
+
+
+def test_a_warm_step_that_raises_stops_warming_and_the_instance_serves_on(mlp_path, caplog):
+    instance = load_instance(ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=8,
+                                         max_queue_delay_ms=0, instances=1))
+    pool = instance.pool
+    pool.buckets = (8,)
+    pool.later = WarmLater([1, 2], 1, None)
+
+    def broken(index):
+        raise RuntimeError("unexpected")
+
+    pool.warm_step = broken
+    x = np.ones((1, 4), dtype=np.float32)
+
+    async def scenario():
+        batcher = DynamicBatcher(instance)
+        try:
+            for _ in range(100):
+                if pool.later is None:
+                    break
+                await asyncio.sleep(0.01)
+            outputs, _ = await asyncio.wait_for(batcher.submit({"x": x}, 1), 10)
+            return outputs
+        finally:
+            await batcher.close()
+
+    try:
+        outputs = asyncio.run(scenario())
+    finally:
+        instance.close()
+    assert outputs["probs"].shape == (1, 3) and pool.later is None
+    assert "warming padded sizes after ready stopped" in caplog.text

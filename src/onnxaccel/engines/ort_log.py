@@ -59,12 +59,21 @@ def _apply_default_logger(ort, severity: int | None = None) -> None:
 
 
 class _Captured:
-    def __init__(self):
-        self.file = tempfile.TemporaryFile(mode="w+b")
+    """What native code wrote to file descriptor 2 during one capture: the shared file from ``start`` on."""
+
+    def __init__(self, file, start: int):
+        self.file, self.start, self.end = file, start, None
 
     def text(self) -> str:
-        self.file.seek(0)
-        return self.file.read().decode(errors="replace")
+        with _capture_lock:
+            end = self.end if self.end is not None else os.lseek(self.file.fileno(), 0, os.SEEK_END)
+            return os.pread(self.file.fileno(), max(0, end - self.start), self.start).decode(errors="replace")
+
+
+#: While captures are open: the saved descriptor 2 and the one file they all write to. Captures overlap when
+#: instances build sessions side by side (engines/pool_warm.py); each dup2-ing and restoring fd 2 on its own left
+#: it pointing at a closed capture's file once they ended out of order (the process's stderr was lost).
+_shared: dict = {}
 
 
 @contextlib.contextmanager
@@ -73,30 +82,40 @@ def capture_native_stderr():
 
     The text is kept for diagnosis (why a provider did not load), so while capturing, the default logger
     logs warnings even when the runtime log is quiet. The captured text is echoed to stderr afterwards only
-    with --verbose or --debug."""
+    with --verbose or --debug. Captures in several threads at once share one redirect: the first redirects fd 2,
+    the last restores it; each gets what was written while it was open (others' lines included)."""
     global _capture_depth
-    captured = _Captured()
-    try:
-        fd = os.dup(2)
-    except OSError:  # no stderr at all
-        yield captured
-        return
     ort = sys.modules.get("onnxruntime")
     with _capture_lock:
+        if _capture_depth == 0:
+            try:
+                saved = os.dup(2)
+            except OSError:  # no stderr at all
+                saved = None
+            file = tempfile.TemporaryFile(mode="w+b")
+            sys.stderr.flush()
+            if saved is not None:
+                os.dup2(file.fileno(), 2)
+            _shared.update(saved=saved, file=file)
+            if ort is not None:
+                _apply_default_logger(ort, min(runtime_log_severity(), 2))
         _capture_depth += 1
-        if ort is not None and _capture_depth == 1:
-            _apply_default_logger(ort, min(runtime_log_severity(), 2))
+        captured = _Captured(_shared["file"], os.lseek(_shared["file"].fileno(), 0, os.SEEK_END))
     try:
-        sys.stderr.flush()
-        os.dup2(captured.file.fileno(), 2)
         yield captured
     finally:
-        os.dup2(fd, 2)
-        os.close(fd)
         with _capture_lock:
+            sys.stderr.flush()
+            captured.end = os.lseek(captured.file.fileno(), 0, os.SEEK_END)
             _capture_depth -= 1
-            if ort is not None and _capture_depth == 0:
-                _apply_default_logger(ort)
+            if _capture_depth == 0:
+                saved = _shared.pop("saved")
+                _shared.pop("file")  # each capture keeps its own reference for text()
+                if saved is not None:
+                    os.dup2(saved, 2)
+                    os.close(saved)
+                if ort is not None:
+                    _apply_default_logger(ort)
         if _runtime_log["level"] != "quiet":
             text = captured.text()
             if text:

@@ -105,10 +105,12 @@ class WarmLater:
         instance). True when ``size`` is now warm on every instance."""
         with self._lock:
             self._busy.discard(index)
+            if size not in self.warm_on:  # dropped meanwhile: it failed on another instance
+                return False
             if error:
                 self.failed[size] = error
                 self.sizes.remove(size)
-                self.warm_on.pop(size, None)
+                del self.warm_on[size]
                 return False
             self.warm_on[size].add(index)
             if len(self.warm_on[size]) < self.count:

@@ -131,8 +131,14 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         while True:
             if self.instance.warm_pending(index):  # idle time first warms the sizes left for after ready
-                if not self._work.is_set() and await loop.run_in_executor(
-                        self.instance.threads[index], self.instance.warm_step, index):
+                try:
+                    if not self._work.is_set() and await loop.run_in_executor(
+                            self.instance.threads[index], self.instance.warm_step, index):
+                        continue
+                except Exception:  # noqa: BLE001 - the warm sizes serve on; nothing more is warmed
+                    logger.exception("model '%s': warming padded sizes after ready stopped",
+                                     self.instance.config.name)
+                    self.instance.pool.later = None
                     continue
                 with contextlib.suppress(asyncio.TimeoutError):  # another instance warms: look again soon
                     await asyncio.wait_for(self._work.wait(), WARM_POLL_S)

@@ -103,3 +103,32 @@ def test_shape_buckets_get_a_session_each_on_a_per_shape_compiling_target(fake_m
             np.testing.assert_allclose(out["y"], 2 * x)
     finally:
         instance.close()
+
+
+def test_an_idle_served_model_warms_the_other_sizes_by_itself(fake_mgx, mlp_file):
+    """The path a server takes (plan -> load_instance -> DynamicBatcher) on a GPU target: ready with the largest
+    size, and the batcher's idle workers build and warm the others without any request."""
+    import asyncio
+
+    from onnxaccel.serve.batcher import DynamicBatcher
+
+    instance = load_instance(ModelConfig(name="mlp", source=str(mlp_file), target="migraphx@migraphx", max_batch=8,
+                                         instances=2))
+
+    async def idle():
+        batcher = DynamicBatcher(instance)
+        try:
+            for _ in range(300):
+                if instance.buckets == (1, 2, 4, 8):
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            await batcher.close()
+
+    try:
+        assert instance.buckets == (8,)
+        asyncio.run(idle())
+        assert instance.buckets == (1, 2, 4, 8)
+        assert [sorted(s) for s in instance.size_runners] == [[1, 2, 4, 8]] * 2
+    finally:
+        instance.close()
