@@ -103,7 +103,7 @@ def test_partitions_count_islands_and_breaks(mlp_path):
 
 
 def test_one_cpu_node_with_memcpy_blocks_cuda_graphs_and_is_named():
-    # What the H200 showed for BERT: one node on the CPU, a Memcpy on each side of it.
+    # What a CUDA GPU showed for BERT: one node on the CPU, a Memcpy on each side of it.
     placement = _placement(CUDA, cuda=[("MatMul", "qkv"), ("MemcpyToHost", "Memcpy"),
                                        ("MemcpyFromHost", "Memcpy_1"), ("Softmax", "sm")],
                            cpu=[("Range", "/embeddings/Range")])

@@ -85,7 +85,7 @@ def test_optionals_compare_presence_then_value():
 
 
 def test_nan_outputs_are_named_in_the_summary_not_reported_as_max_abs_zero():
-    # An FP16 overflow on the H200 read "1000/1000 off, max abs 0, rel 0": every value NaN, no finite error.
+    # An FP16 overflow on a GPU read "1000/1000 off, max abs 0, rel 0": every value NaN, no finite error.
     policy = TolerancePolicy()
     check = check_array("prob", np.full(1000, 0.001, np.float32), np.full(1000, np.nan, np.float32), policy)
     assert not check.passed and check.mismatched == 1000

@@ -1,9 +1,10 @@
 """Host memory of the engines (engines/hostmem.py, engines/gpu_runtime.py): reused (page-locked where a GPU
 runtime allows) buffers, page-locking memory the caller owns, direct copies, and the GPU wait mode.
 
-Page-locking itself needs a GPU: it is measured on the H200 (benchmarks/history/serve_session_probe.py, "host memory":
-pinned true). Here the runtimes are missing or refuse, and the tests check that the buffers still work, are
-reused, and say why they are not pinned, with the runtime's own words.
+Page-locking itself needs a GPU: it is measured on one (docs/BENCHMARKS.md;
+benchmarks/history/serve_session_probe.py, "host memory": pinned true). Here the runtimes are missing or refuse,
+and the tests check that the buffers still work, are reused, and say why they are not pinned, with the runtime's
+own words.
 """
 
 from __future__ import annotations

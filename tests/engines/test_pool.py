@@ -3,7 +3,8 @@ capture gate, a session per bucket, bound sessions replayed, direct copies, the 
 arena shrinkage, and the process-level helpers (GPU wait, pinning) that callers outside engines use.
 
 ONNX Runtime's CPU provider binds inputs and outputs the same way a GPU provider does but captures nothing;
-the graph path here is therefore the bind/update/replay logic, not a CUDA graph (measured on the H200)."""
+the graph path here is therefore the bind/update/replay logic, not a CUDA graph (measured on GPUs:
+docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
 

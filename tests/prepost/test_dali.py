@@ -127,7 +127,7 @@ def test_dali_pipeline_that_cannot_be_built_is_an_error_not_a_silent_fallback(mo
 def test_dali_pipeline_is_built_at_the_jobs_batch(monkeypatch):
     """DALI builds a pipeline per batch size: a decoder made for a job at batch 256 (``min_batch``, which its
     warm-up runs at) builds at 256 for any unit up to that, so the job never rebuilds after the warm-up (warmed at
-    64 and run at 256, the H200 ran 4,811 rows/s against 11,169 at batch 64); a larger unit still gets its size."""
+    64 and run at 256, a GPU ran 4,811 rows/s against 11,169 at batch 64); a larger unit still gets its size."""
     built = []
 
     def build(batch):

@@ -266,9 +266,9 @@ def library_state(monkeypatch):
 
 
 def test_auto_prefers_dali_where_installed_with_a_fallback_library(monkeypatch, library_state):
-    """auto: DALI first (fastest inside `batch` on the H200, pixels as close to Pillow's as nvImageCodec's with fancy
-    upsampling), but only beside nvImageCodec or torchvision, which take the files and batches DALI refuses; then
-    nvImageCodec, then torchvision."""
+    """auto: DALI first (fastest inside `batch` on GPUs, docs/BENCHMARKS.md; pixels as close to Pillow's as
+    nvImageCodec's with fancy upsampling), but only beside nvImageCodec or torchvision, which take the files and
+    batches DALI refuses; then nvImageCodec, then torchvision."""
     decode = library_state
     _installed(monkeypatch, "nvidia.dali", "nvidia.nvimgcodec")
     assert decode.choose_decoder("cuda") == ("nvjpeg", "nvJPEG through DALI on the CUDA target")

@@ -79,7 +79,7 @@ def test_report_breaks_time_down_by_stage(tmp_path, squeezenet, photo):
 
 def test_shutdown_is_left_out_of_the_steady_rate_like_start_up(tmp_path, squeezenet, photo, monkeypatch):
     """Seconds after the last rows are written (closing decoders and sessions: a DALI pipeline's teardown took
-    ~0.4 s on the H200, a quarter of a 10,000-image run) are a cost per run, reported as shutdown_s and left out of
+    ~0.4 s on a GPU machine, a quarter of a 10,000-image run) are a cost per run, reported as shutdown_s and left out of
     rows_per_s as start-up is; rows_per_s_wall still counts every second."""
     import time
 

@@ -277,7 +277,7 @@ def render_report(report) -> None:
 def bench_tables(report) -> tuple[Table, Table]:
     """The report's main table (latency, throughput, FLOP/s, accuracy) and its startup table (session creation
     and first run). Two tables, because eleven columns of numbers do not fit in 80 columns without splitting
-    numbers (issue 23)."""
+    numbers."""
     table = new_table()
     text_column(table, "target", min_width=6)
     number_column(table, "batch")

@@ -173,7 +173,7 @@ class Runner(abc.ABC):
     Whichever entry ran, a run the engine refused is worded by the check where the feeds do not fit (fixed axes
     included), so a runtime that checks feeds itself (ONNX Runtime) costs nothing more on the runs it takes.
 
-    A runner that replaces :meth:`run` whole (``buckets.BucketedRunner``, which checks in its own way) needs no
+    A runner that replaces :meth:`run` whole (one written outside onnxaccel, checking in its own way) needs no
     ``_run``: its ``_run`` is then its ``run``. Several runners of one model
     run side by side through :class:`onnxaccel.engines.pool.RunnerPool`.
     """

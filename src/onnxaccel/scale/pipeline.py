@@ -3,7 +3,7 @@
     reader thread ──(queue, ``depth`` units)──> run (this thread, the pool's run thread) ──(queue)──> writer thread
       .npy/parquet: read + cast          fixed-size batches: padded to ``batch``,            ShardAssembler: parquet
       images, uint8 model: decode        on GPUs bound + graph-replayed where the            + manifest, off the
-        pool (prepost/decode.py) into    target captures graphs (BatchWorker)                critical path
+        pool (prepost/decode_pool) into  target captures graphs (BatchWorker)                critical path
         shared-memory slots
 
 On GPUs with graph replay, rows are read straight into a ring of page-locked slots (decoded images: the decoders'
