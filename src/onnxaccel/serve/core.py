@@ -77,6 +77,18 @@ class InferenceService:
         states = [e.state == READY for e in self.repository.entries.values()]
         return bool(states) and (all(states) if self.config.strict_readiness else any(states))
 
+    def readiness(self) -> dict:
+        """What GET /v2/health/ready answers besides its status: ``ready``, and when not, the server's ``state``
+        (starting: its models are still loading; workers: other worker processes still start; draining; not
+        ready: no model is) and each model's state and reason (a loading model's reason says its step)."""
+        ready = self.ready()
+        body: dict = {"ready": ready}
+        if not ready:
+            body["state"] = ("draining" if self.draining else "starting" if not self.loaded else
+                             "workers" if not self.peers_ready() else "not ready")
+            body["models"] = [e.index_entry() for e in self.repository.entries.values()]
+        return body
+
     def server_metadata(self) -> dict:
         """Server name, version and protocol extensions, as the server metadata endpoint returns them."""
         return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}

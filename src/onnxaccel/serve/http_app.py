@@ -84,8 +84,9 @@ def create_app(service: InferenceService, budget: InflightBudget | None = None, 
         return flag(service.live(), "live")
 
     @app.get("/v2/health/ready", responses={400: {"description": "Not ready"}}, tags=["health"])
-    async def health_ready():
-        return flag(service.ready(), "ready")
+    async def health_ready():  # the status is the protocol's answer; the body says why not (readiness)
+        body = service.readiness()
+        return JSONResponse(body, status_code=200 if body["ready"] else 400)
 
     @app.get("/v2", tags=["metadata"])
     async def server_metadata():

@@ -54,11 +54,13 @@ class ModelEntry:
         return entry
 
 
-def load_instance(config: ModelConfig) -> ModelInstance:
+def load_instance(config: ModelConfig, progress: Callable[[str], None] = lambda step: None) -> ModelInstance:
     """Compile ``config.instances`` runners of the model, each in the thread that will run it, from one bound and
     converted model (blocking; call it in a thread). With shape buckets, every bucket is warmed here. What runs
-    is the model's ExecutionPlan (config.plan), made once here and handed to the instance."""
+    is the model's ExecutionPlan (config.plan), made once here and handed to the instance. ``progress`` gets each
+    step as it starts (the model entry's reason while it loads: GET /v2/health/ready shows it)."""
     start = time.perf_counter()
+    progress("loading: reading the model")
     source_model = load_model(config.source)
     plan = config.plan(source_model)
     model, embedding = _served_model(config, source_model, plan.embed_preprocess)
@@ -77,8 +79,13 @@ def load_instance(config: ModelConfig) -> ModelInstance:
         warnings.extend(w for w in runner.warnings if w not in warnings)
         return runner
 
+    count = max(1, config.instances)
+    progress(f"loading: building {count} instance(s)")
     instance = ModelInstance.start(config, bound(), plan, make, warnings)
     instance.shape_buckets = buckets
+    sizes = instance.buckets
+    progress(f"loading: warming {count} instance(s)" + (f" at batch size(s) {','.join(map(str, sizes))}"
+                                                         if sizes else ""))
     try:
         instance.warm_up()
     except Exception as exc:  # noqa: BLE001 - a model that cannot run at a padded size serves unpadded
@@ -239,7 +246,8 @@ class ModelRepository(ModelIndex):
             entry.state, entry.reason = LOADING, "loading"
             try:
                 config = model_config_from(name, entry.source, self.defaults, entry.config_file)
-                instance = await asyncio.to_thread(load_instance, config)
+                instance = await asyncio.to_thread(load_instance, config,
+                                                   lambda step, entry=entry: setattr(entry, "reason", step))
             except OnnxAccelError as exc:
                 entry.state, entry.reason = UNAVAILABLE, exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
                 return entry
