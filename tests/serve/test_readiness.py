@@ -58,6 +58,12 @@ def test_readiness_says_starting_and_the_step_each_model_is_at(mlp_path, monkeyp
     assert ready == {"ready": True} and draining == "draining"
 
 
+def test_with_a_token_the_public_probe_names_no_model(mlp_path):
+    repository = ModelRepository(str(mlp_path), ModelConfig(name="", source="", target="cpu"))
+    service = InferenceService(repository, ServerMetrics(), ServerConfig(auth_token="secret"))
+    assert service.readiness() == {"ready": False, "state": "starting"}
+
+
 def test_the_ready_endpoint_answers_with_its_body(server):
     response = httpx.get(f"{server.url}/v2/health/ready")
     assert response.status_code == 200 and response.json() == {"ready": True}

@@ -80,13 +80,15 @@ class InferenceService:
     def readiness(self) -> dict:
         """What GET /v2/health/ready answers besides its status: ``ready``, and when not, the server's ``state``
         (starting: its models are still loading; workers: other worker processes still start; draining; not
-        ready: no model is) and each model's state and reason (a loading model's reason says its step)."""
+        ready: no model is) and each model's state and reason (a loading model's reason says its step). The probe
+        answers without a token, so with a token set the models (names, reasons with paths) are left out."""
         ready = self.ready()
         body: dict = {"ready": ready}
         if not ready:
             body["state"] = ("draining" if self.draining else "starting" if not self.loaded else
                              "workers" if not self.peers_ready() else "not ready")
-            body["models"] = [e.index_entry() for e in self.repository.entries.values()]
+            if not self.config.auth_token:
+                body["models"] = [e.index_entry() for e in self.repository.entries.values()]
         return body
 
     def server_metadata(self) -> dict:
