@@ -20,8 +20,8 @@ from onnxaccel.serve.core import InferenceService
 from onnxaccel.serve.grpc_messages import SERVICE, messages
 from onnxaccel.serve.auth import grpc_auth_interceptor, grpc_credentials
 from onnxaccel.serve.protocol import (
-    DATATYPES, InferRequest, ProtocolError, RequestedOutput, bad_request, check_shape, datatype_of, element_count,
-    from_bytes, to_bytes,
+    DATATYPES, InferRequest, ProtocolError, RequestedOutput, bad_request, check_output_parameters, check_shape,
+    check_unsupported, datatype_of, element_count, from_bytes, to_bytes,
 )
 
 #: InferTensorContents field for each datatype (open_inference_grpc.proto comments on each field).
@@ -41,12 +41,14 @@ def decode_grpc_request(msg) -> InferRequest:
     """Turn a gRPC ModelInferRequest into the protocol-independent InferRequest."""
     request = InferRequest(model_name=msg.model_name, model_version=msg.model_version, id=msg.id,
                            parameters={k: _param_value(v) for k, v in msg.parameters.items()})
+    check_unsupported(request.parameters, "the request")  # as over HTTP (protocol.py)
     raw = list(msg.raw_input_contents)
     if raw and len(raw) != len(msg.inputs):
         raise bad_request(f"raw_input_contents has {len(raw)} entries for {len(msg.inputs)} inputs; give one per "
                           "input, in input order.")
     for index, tensor in enumerate(msg.inputs):
         name, datatype, shape = tensor.name, tensor.datatype, tuple(tensor.shape)
+        check_unsupported({k: _param_value(v) for k, v in tensor.parameters.items()}, f"input '{name}'")
         if datatype not in DATATYPES:
             raise bad_request(f"Input '{name}' has datatype {datatype!r}; the protocol's datatypes are "
                               f"{', '.join(DATATYPES)}.")
@@ -62,6 +64,8 @@ def decode_grpc_request(msg) -> InferRequest:
         else:
             request.inputs[name] = _from_contents(tensor, datatype, shape)
         request.datatypes[name] = datatype
+    for output in msg.outputs:  # class_count (classification) and shared memory: refused as over HTTP
+        check_output_parameters({k: _param_value(v) for k, v in output.parameters.items()}, f"output '{output.name}'")
     if msg.outputs:
         names = dict.fromkeys(o.name for o in msg.outputs)  # each output once, in the order first asked
         request.outputs = [RequestedOutput(name) for name in names]

@@ -58,7 +58,9 @@ def create_app(service: InferenceService, budget: InflightBudget | None = None, 
     InferRoute and HttpGuard (sharing ``budget``) as its middleware (server_app puts them in front instead)."""
     try:
         from fastapi import FastAPI, Request
+        from fastapi.exceptions import RequestValidationError
         from fastapi.responses import JSONResponse, Response
+        from starlette.exceptions import HTTPException as StarletteHTTPException
     except ImportError as exc:
         raise MissingDependencyError("fastapi", "serve", "The HTTP server") from exc
 
@@ -75,6 +77,14 @@ def create_app(service: InferenceService, budget: InflightBudget | None = None, 
     async def protocol_error(_request, exc: ProtocolError):
         headers = {"Retry-After": str(int(exc.retry_after))} if exc.retry_after else None
         return JSONResponse({"error": exc.message}, status_code=exc.status, headers=headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request, exc: StarletteHTTPException):  # unknown route, wrong method: the protocol's body
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_request, exc: RequestValidationError):
+        return JSONResponse({"error": f"Invalid request: {exc.errors()}"}, status_code=400)
 
     def flag(ok: bool, key: str, status_false: int = 400):
         return JSONResponse({key: ok}, status_code=200 if ok else status_false)
@@ -94,6 +104,12 @@ def create_app(service: InferenceService, budget: InflightBudget | None = None, 
 
     app.add_api_route("/v2/", server_metadata, methods=["GET"], include_in_schema=False)
 
+    # Before /v2/models/{model_name}, which would take "stats" for a model's name (tritonclient's
+    # get_inference_statistics() without a model got 404 "Unknown model 'stats'").
+    @app.get("/v2/models/stats", responses=ERRORS, tags=["triton"])
+    async def all_stats():
+        return service.model_stats()
+
     @app.get("/v2/models/{model_name}", responses=ERRORS, tags=["metadata"])
     @app.get("/v2/models/{model_name}/versions/{model_version}", responses=ERRORS, tags=["metadata"])
     async def model_metadata(model_name: str, model_version: str = ""):
@@ -109,10 +125,6 @@ def create_app(service: InferenceService, budget: InflightBudget | None = None, 
     @app.get("/v2/models/{model_name}/versions/{model_version}/config", responses=ERRORS, tags=["triton"])
     async def model_config(model_name: str, model_version: str = ""):
         return service.model_config(model_name, model_version)
-
-    @app.get("/v2/models/stats", responses=ERRORS, tags=["triton"])
-    async def all_stats():
-        return service.model_stats()
 
     @app.get("/v2/models/{model_name}/stats", responses=ERRORS, tags=["triton"])
     @app.get("/v2/models/{model_name}/versions/{model_version}/stats", responses=ERRORS, tags=["triton"])

@@ -125,7 +125,7 @@ def decode_http_request(model_name: str, model_version: str, body: bytes | memor
     request = InferRequest(model_name=model_name, model_version=model_version)
     request.id = _string(doc.get("id", ""), "id")
     request.parameters = _parameters(doc.get("parameters"), "the request")
-    _check_unsupported(request.parameters, "the request")
+    check_unsupported(request.parameters, "the request")
     inputs = doc.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise bad_request("The request needs a non-empty 'inputs' list.")
@@ -203,11 +203,20 @@ def _tensor_header(item: object, where: str) -> tuple[str, str, tuple[int, ...],
         raise bad_request(f"Input '{name}' needs a 'shape' list of non-negative integers, got {shape!r}.")
     check_shape(tuple(shape), name)
     params = _parameters(item.get("parameters"), f"input '{name}'")
-    _check_unsupported(params, f"input '{name}'")
+    check_unsupported(params, f"input '{name}'")
     return name, datatype, tuple(shape), params
 
 
-def _check_unsupported(params: Mapping, where: str) -> None:
+def check_output_parameters(params: Mapping, where: str) -> None:
+    """Refuse what a requested output may ask and this server does not offer (HTTP and gRPC alike): shared memory,
+    and the classification extension (``class_count``: tritonclient sends it as ``classification``)."""
+    check_unsupported(params, where)
+    if "classification" in params:
+        raise bad_request("The classification extension is not offered; ask for the raw output.")
+
+
+def check_unsupported(params: Mapping, where: str) -> None:
+    """Refuse the shared-memory extension's parameters (not offered), naming where they were given."""
     for key in ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"):
         if key in params:
             raise bad_request(f"{where} uses the shared-memory extension ({key}), which this server does not "
@@ -241,9 +250,7 @@ def _requested_outputs(value: object) -> list[RequestedOutput] | None:
             continue
         seen.add(item["name"])
         params = _parameters(item.get("parameters"), f"output '{item['name']}'")
-        _check_unsupported(params, f"output '{item['name']}'")
-        if "classification" in params:
-            raise bad_request("The classification extension is not offered; ask for the raw output.")
+        check_output_parameters(params, f"output '{item['name']}'")
         binary = params.get("binary_data")
         out.append(RequestedOutput(item["name"], None if binary is None else bool(binary)))
     return out
