@@ -192,7 +192,7 @@ class ModelLink:
 
     async def request(self, kind: str, model: str, *args, tensors: dict[str, np.ndarray] | None = None) -> tuple:
         """Send one request; its answer's fields (after kind and id). Raises ProtocolError."""
-        if self._writer is None:
+        if self._writer is None or self._writer.is_closing():
             raise ProtocolError(503, "The model process is restarting; retry shortly.", retry_after=1)
         described, slots = self._place(tensors) if tensors is not None else (None, [])
         rid = next(self._ids)
@@ -200,7 +200,13 @@ class ModelLink:
         self._pending[rid] = (future, slots, model)
         self.inflight[model] += 1
         message = (kind, rid, model, described, *args) if tensors is not None else (kind, rid, model, *args)
-        self._writer.writelines(pack(message))
+        try:
+            self._writer.writelines(pack(message))
+        except (RuntimeError, OSError) as exc:  # uvloop: "unable to perform operation on <UnixTransport closed=True>"
+            self._pending.pop(rid, None)  # the model process died before _run saw the connection end
+            self._free(slots)
+            self.inflight[model] -= 1
+            raise ProtocolError(503, "The model process is restarting; retry shortly.", retry_after=1) from exc
         return await future
 
     def body_memory(self, size: int, header_length: int) -> ArenaBody | None:
