@@ -272,3 +272,30 @@ def test_draining_503_carries_retry_after_and_queue_gauge_returns_to_zero(tmp_pa
     waiting.join(30)
     assert slow and slow[0].status_code == 200
     assert server.stop() == 0, server.log()
+
+
+def _rejected(server: ServerProcess) -> dict[str, float]:
+    text = httpx.get(f"{server.url}/metrics").text
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("onnxaccel_rejected_requests_total{"):
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            found[reason] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def test_refusals_before_any_model_reach_metrics(limited):
+    """Refusals by the body limit and the header timeout never reached /metrics: an operator saw nothing of an
+    attack the guards were holding off."""
+    before = _rejected(limited)
+    sock = connect(limited)
+    sock.sendall(f"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: {2**30}\r\n\r\n".encode())
+    assert (closed_by_server(sock, within=5.0) or b"").startswith(b"HTTP/1.1 413")
+    sock.close()
+    slow = connect(limited)
+    slow.sendall(b"GET /v2/health/live HTTP/1.1\r\n")  # and no more: the header timeout (1 s) closes it
+    assert (closed_by_server(slow, within=5.0) or b"").startswith(b"HTTP/1.1 408")
+    slow.close()
+    after = _rejected(limited)
+    assert after.get("body_too_large", 0) >= before.get("body_too_large", 0) + 1, after
+    assert after.get("header_timeout", 0) >= before.get("header_timeout", 0) + 1, after

@@ -71,7 +71,7 @@ def create_app(service: InferenceService, budget: InflightBudget | None = None, 
     if guard:
         app.add_middleware(InferRoute, service=service)
         # Added last, so outermost: auth, body limits, in-flight budget and body timeout come before any route.
-        app.add_middleware(HttpGuard, config=service.config, budget=budget)
+        app.add_middleware(HttpGuard, config=service.config, budget=budget, on_reject=service.metrics.reject)
 
     @app.exception_handler(ProtocolError)
     async def protocol_error(_request, exc: ProtocolError):
@@ -193,7 +193,8 @@ def server_app(service: InferenceService, budget: InflightBudget):
     (ServerErrorMiddleware, ExceptionMiddleware, the user middleware wrappers) costs the event loop time on every
     inference request (~20-30 µs in all, benchmarks/results/issue22_cpu). An exception escaping InferRoute is
     then answered 500 by uvicorn instead of Starlette: the same status, logged the same way."""
-    return HttpGuard(InferRoute(create_app(service, guard=False), service), service.config, budget)
+    return HttpGuard(InferRoute(create_app(service, guard=False), service), service.config, budget,
+                     service.metrics.reject)
 
 
 async def _read_body(request, limit: int) -> bytes:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 
 from onnxaccel.serve.auth import token_matches
 from onnxaccel.serve.security import _INFER, PREALLOCATED, InflightBudget, route_limit
@@ -14,7 +15,8 @@ from onnxaccel.serve.security import _INFER, PREALLOCATED, InflightBudget, route
 
 # --- header timeout (protocol level) --------------------------------------------------------------------
 
-def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake: BodyIntake | None = None) -> type:
+def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake: BodyIntake | None = None,
+                            on_reject: Callable[[str], None] = lambda reason: None) -> type:
     """``base`` (uvicorn's HTTP protocol class) closing a connection whose request line and headers are not all
     in within ``timeout_s``: from the connection (a client that sends nothing) and from the first byte of each
     later request on it; and whose line and headers pass ``max_bytes`` (431). The idle time between requests
@@ -25,7 +27,8 @@ def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake
 
     With ``intake`` and the httptools protocol, inference bodies that declare their length are received into
     memory taken once at header time (BodyIntake), instead of uvicorn's growing buffer and its copy per
-    receive()."""
+    receive(). ``on_reject`` is told each refusal here: header_timeout (408), header_too_large (431) and, on
+    httptools, connections (uvicorn's 503 past --max-connections)."""
 
     httptools = intake is not None and hasattr(base, "on_body") and hasattr(base, "_start_asgi_task")
 
@@ -41,6 +44,8 @@ def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake
                 body = None
                 limit = self.limit_concurrency
                 over = limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit)
+                if over:
+                    on_reject("connections")
                 # Not for a pipelined request, nor one uvicorn answers 503 (--max-connections) unread.
                 if not over and (cycle is None or cycle.response_complete):
                     body = intake.plan(self.parser.get_method(), self.url, self.headers)
@@ -83,6 +88,7 @@ def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake
             if self._header_timer is not None:
                 self._header_bytes += len(data)
                 if self._header_bytes > max_bytes and not self._headers_in(data):
+                    on_reject("header_too_large")
                     self._close_with(431, "Request Header Fields Too Large",
                                      f"The request line and headers pass {max_bytes} bytes.")
                     return
@@ -110,6 +116,7 @@ def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake
 
         def _header_timeout(self) -> None:
             self._header_timer = None
+            on_reject("header_timeout")
             self._close_with(408, "Request Timeout", "The request line and headers did not arrive in time.")
 
         def _close_with(self, status: int, reason: str, text: str) -> None:
@@ -125,12 +132,13 @@ def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake
     return HeaderTimeoutProtocol
 
 
-def http_protocol_class(timeout_s: float, max_bytes: int, intake: BodyIntake | None = None) -> type:
+def http_protocol_class(timeout_s: float, max_bytes: int, intake: BodyIntake | None = None,
+                        on_reject: Callable[[str], None] = lambda reason: None) -> type:
     """uvicorn's automatic HTTP protocol choice (httptools when installed, else h11) with the header limits
     (and, with ``intake``, preallocated inference bodies on httptools)."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    return header_timeout_protocol(AutoHTTPProtocol, timeout_s, max_bytes, intake)
+    return header_timeout_protocol(AutoHTTPProtocol, timeout_s, max_bytes, intake, on_reject)
 
 
 # --- preallocated request bodies (protocol level) ---------------------------------------------------------

@@ -73,6 +73,11 @@ class ServerMetrics:
                                           ["process", "stage"], registry=reg, multiprocess_mode="max")
         self.ready_seconds = prom.Gauge("onnxaccel_time_to_ready_seconds", "Seconds from a process's start until "
                                         "it was ready.", ["process"], registry=reg, multiprocess_mode="max")
+        self.rejected = prom.Counter("onnxaccel_rejected_requests_total", "HTTP requests refused before any "
+                                     "model saw them, by reason: auth (401), body_too_large (413), inflight_budget "
+                                     "(503, --max-inflight-mb), body_timeout and header_timeout (408), "
+                                     "connections (503, --max-connections), header_too_large (431).", ["reason"],
+                                     registry=reg)
         if self._gpu is not None and multiprocess_dir is None:
             reg.register(self._gpu)
         #: Labelled children by (metric, labels): ``labels()`` takes a lock and builds its key on every call,
@@ -86,6 +91,10 @@ class ServerMetrics:
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found
+
+    def reject(self, reason: str) -> None:
+        """Count one request refused before routing (HttpGuard, the HTTP protocol's limits)."""
+        self.child(self.rejected, reason).inc()
 
     def observe_startup(self, process: str, started: dict) -> None:
         """Set the start-up gauges from ``Startup.to_dict()`` of ``process`` (a worker, the model process)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from onnxaccel.serve.auth import PUBLIC_HTTP, token_matches
@@ -78,9 +79,12 @@ class HttpGuard:
     timeout, and ``connection: close`` on any answer given before the request's body was read to its end (so
     its unread rest is never parsed as a next request, and a refused client cannot go on sending)."""
 
-    def __init__(self, app, config, budget: InflightBudget | None = None):
+    def __init__(self, app, config, budget: InflightBudget | None = None,
+                 on_reject: Callable[[str], None] = lambda reason: None):
         self.app = app
         self.config = config
+        #: Told the reason of each refusal (ServerMetrics.reject: onnxaccel_rejected_requests_total).
+        self.on_reject = on_reject
         self.token = config.auth_token
         #: Shared with the server's BodyIntake, which takes a preallocated body's bytes before the guard runs.
         self.budget = budget if budget is not None else InflightBudget(config.max_inflight_bytes)
@@ -98,10 +102,12 @@ class HttpGuard:
         size = int(declared) if declared is not None and declared.isdigit() else 0
         if self.token and not self._public(scope["path"]) and not token_matches(headers.get(b"authorization"),
                                                                                  self.token):
+            self.on_reject("auth")
             return await _refuse(send, 401, "This server needs a token: send 'Authorization: Bearer <token>'.",
                                  [(b"www-authenticate", b"Bearer")], close=size > 0 or chunked)
         limit, option = self.route_limit(scope, headers)
         if size > limit:
+            self.on_reject("body_too_large")
             return await _refuse(send, 413, f"The request body is {size} bytes; this server accepts at most "
                                  f"{limit} here ({option}).", close=True)
         # Small bodies pass outside the budget (at most --max-connections x 64 KiB in all), so clients holding it
@@ -110,6 +116,7 @@ class HttpGuard:
         held = size if size > self.config.max_control_bytes and PREALLOCATED not in scope.get("extensions", ()) \
             else 0
         if not self.budget.take(held):
+            self.on_reject("inflight_budget")
             return await _refuse(send, 503, "The server holds as many request bytes as it may (--max-inflight-mb); "
                                  "retry shortly.", [(b"retry-after", b"1")], close=True)
         state = _BodyState(done=size == 0 and not chunked, limit=limit)
@@ -123,7 +130,7 @@ class HttpGuard:
         return path in PUBLIC_HTTP or (path == "/metrics" and not self.config.auth_metrics)
 
     def _receive(self, receive, state: _BodyState, declared: bool, option: str):
-        timeout, budget = self.config.body_timeout_s, self.budget
+        timeout, budget, reject = self.config.body_timeout_s, self.budget, self.on_reject
         seen = 0
 
         async def guarded():
@@ -134,15 +141,18 @@ class HttpGuard:
                 async with asyncio.timeout(timeout):
                     message = await receive()
             except TimeoutError:
+                reject("body_timeout")
                 raise ProtocolError(408, f"The request body stalled: nothing arrived for {timeout:g} s "
                                     "(--body-timeout).") from None
             if message["type"] == "http.request":
                 chunk = len(message.get("body", b""))
                 seen += chunk
                 if seen > state.limit:
+                    reject("body_too_large")
                     raise ProtocolError(413, f"The request body exceeds {state.limit} bytes ({option}).")
                 if not declared:  # chunked: hold the bytes as they come
                     if not budget.take(chunk):
+                        reject("inflight_budget")
                         raise ProtocolError(503, "The server holds as many request bytes as it may "
                                             "(--max-inflight-mb); retry shortly.", retry_after=1)
                     state.held += chunk

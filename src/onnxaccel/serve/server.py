@@ -173,7 +173,7 @@ class InferenceServer:
                               limit_concurrency=self.config.max_connections, timeout_graceful_shutdown=5,
                               timeout_keep_alive=self.config.keep_alive_s, proxy_headers=False,
                               http=http_protocol_class(self.config.header_timeout_s, self.config.max_header_bytes,
-                                                       intake),
+                                                       intake, service.metrics.reject),
                               h11_max_incomplete_event_size=self.config.max_header_bytes,
                               **uvicorn_tls(self.config))
         http_server = _QuietSignalsServer(http)
