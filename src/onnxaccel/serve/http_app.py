@@ -208,7 +208,7 @@ async def _read_body(request, limit: int) -> bytes:
         if size > limit:
             raise ProtocolError(413, f"The request body exceeds {limit} bytes (--max-request-mb).")
         chunks.append(chunk)
-    return _inflate(b"".join(chunks), request.headers.get("content-encoding", ""), limit)
+    return await inflate(b"".join(chunks), request.headers.get("content-encoding", ""), limit)
 
 
 def _json_body(body: bytes) -> object:
@@ -232,6 +232,20 @@ def _check_declared(declared: str | None, limit: int) -> None:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ProtocolError(413, f"The request body is {int(declared)} bytes; this server accepts at most {limit} "
                             "(--max-request-mb).")
+
+
+#: Compressed bodies up to this size are inflated on the event loop: deflate expands at most about 1,032-fold,
+#: so at most about 1 MB, a millisecond or so; larger ones take a thread.
+INFLATE_INLINE_BYTES = 1024
+
+
+async def inflate(body, encoding: str, limit: int):
+    """``body`` inflated per its Content-Encoding (refused past ``limit`` bytes). Large compressed bodies are
+    inflated in a thread (zlib releases the GIL): on the event loop, four clients sending gzip at about 440 KB/s
+    pushed every other client's p50 from 8 ms to 1.67 s."""
+    if encoding.lower() in ("gzip", "deflate") and len(body) > INFLATE_INLINE_BYTES:
+        return await asyncio.to_thread(_inflate, body, encoding, limit)
+    return _inflate(body, encoding, limit)
 
 
 def _inflate(body, encoding: str, limit: int):
@@ -320,7 +334,7 @@ class InferRoute:
                     body += chunk
             if not message.get("more_body", False):
                 break
-        return _inflate(body, headers.get("content-encoding", ""), self.limit)
+        return await inflate(body, headers.get("content-encoding", ""), self.limit)
 
 
 async def _respond(send, status: int, content: bytes, media_type: str, extra: list) -> None:
