@@ -299,3 +299,60 @@ def test_refusals_before_any_model_reach_metrics(limited):
     after = _rejected(limited)
     assert after.get("body_too_large", 0) >= before.get("body_too_large", 0) + 1, after
     assert after.get("header_timeout", 0) >= before.get("header_timeout", 0) + 1, after
+
+
+def test_health_probes_answer_while_slow_clients_hold_every_connection(tmp_path):
+    """1,030 connections sending headers slowly made every route answer 503, /v2/health/live included: a kubelet
+    would restart a server that was only holding an attack off. Past --max-connections the probes still answer;
+    other routes get 503, counted in /metrics."""
+    make_mlp(tmp_path / "mlp.onnx")
+    proc = ServerProcess(tmp_path / "mlp.onnx", "--max-connections", "4", "--header-timeout", "30",
+                         log=tmp_path / "server.log").wait_ready()
+    held = []
+    try:
+        for _ in range(6):
+            sock = connect(proc)
+            sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")  # the headers never end
+            held.append(sock)
+        time.sleep(0.3)
+        assert httpx.get(f"{proc.url}/v2/health/live").status_code == 200
+        assert httpx.get(f"{proc.url}/v2/health/ready").status_code == 200
+        assert httpx.get(f"{proc.url}/v2/models/mlp").status_code == 503
+        for sock in held:
+            sock.close()
+        held.clear()
+        time.sleep(0.3)
+        assert _rejected(proc).get("connections", 0) >= 1
+    finally:
+        for sock in held:
+            sock.close()
+        assert proc.stop() == 0, proc.log()
+
+
+@pytest.mark.parametrize("path", ["/v2/repository/index", "/v2/models/mlp/infer"])
+def test_a_body_trickled_within_the_read_timeout_still_ends_at_the_deadline(tmp_path, path):
+    """A body sent a byte every 0.5 s never trips --body-timeout (1 s here): --body-deadline bounds it in all."""
+    make_mlp(tmp_path / "mlp.onnx")
+    proc = ServerProcess(tmp_path / "mlp.onnx", "--body-timeout", "1", "--body-deadline", "2",
+                         log=tmp_path / "server.log").wait_ready()
+    try:
+        sock = connect(proc)
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 100\r\n\r\n".encode())
+        started, answer = time.monotonic(), None
+        sock.settimeout(0.5)
+        while time.monotonic() - started < 8:
+            try:
+                sock.sendall(b" ")
+                data = sock.recv(65536)
+            except socket.timeout:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            answer = data + (closed_by_server(sock, within=2.0) or b"")  # the rest, up to the close
+            break
+        sock.close()
+        assert answer is not None and answer.startswith(b"HTTP/1.1 408"), answer
+        assert b"--body-deadline" in answer and time.monotonic() - started < 5
+    finally:
+        assert proc.stop() == 0, proc.log()

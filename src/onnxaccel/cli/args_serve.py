@@ -45,6 +45,8 @@ class ServerArgs(Group):
                "headers may take; then 408 and the connection is closed (slow clients cannot hold connections)."),
         option("body_timeout", float, 30.0, "--body-timeout", min=0.1, help="Seconds allowed between two reads of "
                "a request body; then 408 and close."),
+        option("body_deadline", float, 300.0, "--body-deadline", min=0.1, help="Seconds a whole request body may "
+               "take; then 408 and close (a body trickled slowly cannot hold a connection for ever)."),
         option("keep_alive", float, 30.0, "--keep-alive", min=0.1, help="Seconds an idle keep-alive connection "
                "stays open."),
         option("max_inflight_mb", float, 256.0, "--max-inflight-mb", help="Request-body MB all connections "
@@ -74,6 +76,7 @@ class ServerArgs(Group):
             max_request_bytes=int(v.max_request_mb * MB), max_connections=v.max_connections,
             drain_timeout_s=v.drain_timeout, strict_readiness=v.strict_readiness, log_level=v.log_level,
             allow_unavailable=v.allow_unavailable, header_timeout_s=v.header_timeout, body_timeout_s=v.body_timeout,
+            body_deadline_s=v.body_deadline,
             keep_alive_s=v.keep_alive, max_inflight_bytes=int(v.max_inflight_mb * MB),
             max_json_bytes=int(v.max_json_mb * MB), auth_token=read_token(v.auth_token_file),
             auth_metrics=v.auth_metrics, tls_cert=v.tls_cert, tls_key=v.tls_key, tls_client_ca=v.tls_client_ca,

@@ -19,12 +19,13 @@ from onnxaccel.cli.groups import configured, instance_count
 from onnxaccel.errors import UsageError
 
 #: The order of the options in --help.
-ORDER = ("source target precision ep_option config shape shape_buckets allow_unavailable host http_port grpc_port "
-         "grpc max_batch max_queue_delay_ms max_padding warm_all_sizes instances workers shared_models preprocess embed_preprocess "
-         "max_queue timeout_ms max_request_mb max_connections drain_timeout arena_strategy arena_limit "
-         "arena_shrinkage session_per_batch_size strict_readiness log_level gil_switch_ms gpu_wait direct_copy "
-         "header_timeout body_timeout keep_alive max_inflight_mb max_json_mb auth_token_file auth_metrics tls_cert "
-         "tls_key tls_client_ca model_control ray replicas min_replicas as_json")
+ORDER = ("source target precision ep_option config shape shape_buckets allow_unavailable host http_port "
+         "grpc_port grpc max_batch max_queue_delay_ms max_padding warm_all_sizes instances workers "
+         "shared_models preprocess embed_preprocess max_queue timeout_ms max_request_mb max_connections "
+         "drain_timeout arena_strategy arena_limit arena_shrinkage session_per_batch_size strict_readiness "
+         "log_level gil_switch_ms gpu_wait direct_copy header_timeout body_timeout body_deadline keep_alive "
+         "max_inflight_mb max_json_mb auth_token_file auth_metrics tls_cert tls_key tls_client_ca "
+         "model_control ray replicas min_replicas as_json")
 
 
 def register(app: typer.Typer) -> None:

@@ -232,6 +232,9 @@ class ServerConfig:
     max_header_bytes: int = 64 * 1024
     #: Seconds allowed between two reads of a request body; then 408 and close (nginx client_body_timeout).
     body_timeout_s: float = 30.0
+    #: Seconds a whole request body may take from its first read; then 408 and close (a body trickled a byte at
+    #: a time within body_timeout_s would otherwise hold its connection and its bytes for ever).
+    body_deadline_s: float = 300.0
     #: Seconds an idle keep-alive connection stays open between requests (uvicorn timeout_keep_alive).
     keep_alive_s: float = 30.0
     #: Request-body bytes all connections together may hold; a body that would pass it gets 503 + Retry-After

@@ -9,11 +9,15 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from onnxaccel.serve.auth import token_matches
+from onnxaccel.serve.auth import PUBLIC_HTTP, token_matches
 from onnxaccel.serve.security import _INFER, PREALLOCATED, InflightBudget, route_limit
 
 
 # --- header timeout (protocol level) --------------------------------------------------------------------
+
+#: The health probes' paths as the HTTP parser gives them.
+HEALTH_PATHS = frozenset(p.encode() for p in PUBLIC_HTTP if p.startswith("/v2/health/"))
+
 
 def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake: BodyIntake | None = None,
                             on_reject: Callable[[str], None] = lambda reason: None) -> type:
@@ -44,15 +48,22 @@ def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake
                 body = None
                 limit = self.limit_concurrency
                 over = limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit)
-                if over:
+                # The health probes answer past --max-connections: connections held open by slow clients made
+                # /v2/health/live answer 503, and a kubelet would restart a server that was holding them off.
+                probe = over and self.url.split(b"?", 1)[0] in HEALTH_PATHS
+                if over and not probe:
                     on_reject("connections")
                 # Not for a pipelined request, nor one uvicorn answers 503 (--max-connections) unread.
                 if not over and (cycle is None or cycle.response_complete):
                     body = intake.plan(self.parser.get_method(), self.url, self.headers)
                 self._body_next, self._body = body, None
                 try:
+                    if probe:
+                        self.limit_concurrency = None
                     super().on_headers_complete()
                 finally:
+                    if probe:
+                        self.limit_concurrency = limit
                     if self._body_next is not None:  # not started (an upgrade): give the memory back
                         self._body_next.release()
                         self._body_next = None

@@ -131,17 +131,24 @@ class HttpGuard:
 
     def _receive(self, receive, state: _BodyState, declared: bool, option: str):
         timeout, budget, reject = self.config.body_timeout_s, self.budget, self.on_reject
-        seen = 0
+        deadline_s = self.config.body_deadline_s
+        seen, ends = 0, None
 
         async def guarded():
-            nonlocal seen
+            nonlocal seen, ends
             if state.done:
                 return await receive()
+            loop = asyncio.get_running_loop()
+            ends = loop.time() + deadline_s if ends is None else ends
+            left = ends - loop.time()
             try:
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(max(0.0, min(timeout, left))):
                     message = await receive()
             except TimeoutError:
                 reject("body_timeout")
+                if left <= timeout:
+                    raise ProtocolError(408, f"The request body took more than {deadline_s:g} s in all "
+                                        "(--body-deadline).") from None
                 raise ProtocolError(408, f"The request body stalled: nothing arrived for {timeout:g} s "
                                     "(--body-timeout).") from None
             if message["type"] == "http.request":
