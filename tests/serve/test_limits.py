@@ -12,6 +12,7 @@ import threading
 import time
 
 import httpx
+import numpy as np
 import pytest
 
 from tests.conftest import make_mlp
@@ -354,5 +355,40 @@ def test_a_body_trickled_within_the_read_timeout_still_ends_at_the_deadline(tmp_
         sock.close()
         assert answer is not None and answer.startswith(b"HTTP/1.1 408"), answer
         assert b"--body-deadline" in answer and time.monotonic() - started < 5
+    finally:
+        assert proc.stop() == 0, proc.log()
+
+
+def test_grpc_messages_hold_the_same_inflight_budget(tmp_path):
+    """The in-flight budget was HTTP's only: 24 concurrent 64 MB gRPC messages added 1.9 GB. Now a gRPC message
+    holds the same budget as HTTP bodies: while an HTTP body holds most of it, a 1 MiB message is refused with
+    RESOURCE_EXHAUSTED (counted in /metrics); once the body has gone, the same message passes the budget."""
+    tritongrpc = pytest.importorskip("tritonclient.grpc")
+    from tritonclient.utils import InferenceServerException
+
+    make_mlp(tmp_path / "mlp.onnx")
+    proc = ServerProcess(tmp_path / "mlp.onnx", "--max-request-mb", "4", "--max-inflight-mb", "4",
+                         "--body-timeout", "30", log=tmp_path / "server.log").wait_ready()
+    try:
+        client = tritongrpc.InferenceServerClient(proc.grpc_url)
+
+        def infer(rows):
+            x = np.ones((rows, 4), dtype=np.float32)
+            tensor = tritongrpc.InferInput("x", list(x.shape), "FP32")
+            tensor.set_data_from_numpy(x)
+            with pytest.raises(InferenceServerException) as caught:
+                client.infer("mlp", [tensor])
+            return caught.value
+
+        holder = _send_partial_body(proc, 3 * MB + MB // 2, 2 * MB)  # holds 3.5 MiB of the 4 until it ends
+        time.sleep(0.3)
+        refused = infer(65536)  # 1 MiB
+        assert refused.status() == "StatusCode.RESOURCE_EXHAUSTED", refused
+        assert "--max-inflight-mb" in refused.message()
+        assert _rejected(proc).get("inflight_budget", 0) >= 1
+        holder.close()
+        time.sleep(0.5)
+        passed = infer(65536)  # within the budget now: refused only for its batch size, by the model's check
+        assert passed.status() == "StatusCode.INVALID_ARGUMENT" and "max_batch" in passed.message()
     finally:
         assert proc.stop() == 0, proc.log()

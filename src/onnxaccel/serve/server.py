@@ -183,7 +183,7 @@ class InferenceServer:
         grpc_server = None
         if self.config.grpc_port is not None:
             try:
-                grpc_server, self.grpc_port = self._grpc(service, worker)
+                grpc_server, self.grpc_port = self._grpc(service, worker, budget)
             except BaseException:
                 if not worker:
                     http_socket.close()
@@ -225,13 +225,13 @@ class InferenceServer:
             stop_gpu()
         return self.result()
 
-    def _grpc(self, service: InferenceService, worker: bool):
+    def _grpc(self, service: InferenceService, worker: bool, budget: InflightBudget | None = None):
         """The gRPC server and its port; a port in use is a UsageError naming it (grpc raises a RuntimeError)."""
         address = f"{self.config.host}:{self.config.grpc_port}"
         if not worker and self.config.grpc_port:  # checked first: grpc's C core logs its own bind error to stderr
             listen_socket(self.config.host, self.config.grpc_port, "gRPC", "--grpc-port").close()
         try:
-            server, port = create_grpc_server(service, address, reuse_port=worker)
+            server, port = create_grpc_server(service, address, reuse_port=worker, budget=budget)
         except RuntimeError as exc:
             if "bind" not in str(exc).lower():
                 raise
