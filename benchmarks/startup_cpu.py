@@ -5,6 +5,8 @@ machine hits all alike; each figure is the median over rounds:
 
 * ``help``: ``onnxaccel --help``.
 * ``run``: ``onnxaccel run MODEL -t cpu`` (synthesized inputs, one inference, the text report).
+* ``typer floor``: the plain script's work as the one command of a bare Typer app (what any Typer command line
+  pays before its command runs: typer, click, rich, pydantic).
 * ``plain``: the reference a user writes by hand on the same model::
 
       import numpy as np, onnxruntime as ort
@@ -58,6 +60,22 @@ out = s.run(None, feeds)
 print([o.shape for o in out])
 """
 
+# The floor of any Typer command line: the plain script's work behind a bare Typer app with one command and one
+# argument (typer imports click, rich and pydantic before the command runs). `run` cannot start faster than this
+# while its command line is Typer.
+TYPER_PLAIN = """import sys, typer
+app = typer.Typer()
+@app.command()
+def run(model: str, target: str = "cpu"):
+    src = PLAIN_SRC
+    exec(src, {"__name__": "plain"})
+@app.callback()
+def main_():
+    pass
+sys.argv = ["plain", "run"] + sys.argv[1:]
+app()
+"""
+
 
 def small_mlp(path: Path) -> Path:
     """The test suite's MLP (x[batch, 4] -> MatMul -> Relu -> MatMul -> Softmax): tests/model_builders.py."""
@@ -94,6 +112,8 @@ def measure(model: str, rounds: int, env: dict, cwd: str) -> dict:
     cases = {"help": [py, "-c", CLI, "--help"],
              "run": [py, "-c", CLI, "run", model, "-t", "cpu"],
              "plain": [py, "-c", PLAIN, model],
+             "typer floor": [py, "-c", TYPER_PLAIN.replace("PLAIN_SRC", repr(PLAIN.replace("sys.argv[1]",
+                                                                                         repr(model)))), model],
              "import onnx": [py, "-c", "import onnx"]}  # what reading the model with onnx costs before any work
     for argv in cases.values():  # warm the page cache and the zoo lookup once, untimed
         timed(argv, env, cwd)
@@ -113,6 +133,7 @@ def measure(model: str, rounds: int, env: dict, cwd: str) -> dict:
         pass
     return {"model": model, "medians": med,
             "ratio_help": med["help"]["wall_s"] / plain, "ratio_run": med["run"]["wall_s"] / plain,
+            "ratio_typer_floor": med["typer floor"]["wall_s"] / plain,
             "run_startup": breakdown}
 
 
@@ -165,9 +186,10 @@ def main() -> None:
             m = r["medians"]
             print(f"{Path(model).name}: median wall of {args.rounds} fresh processes "
                   f"(CPU s in parentheses)")
-            for name in ("help", "run", "plain", "import onnx"):
+            for name in ("help", "run", "plain", "typer floor", "import onnx"):
                 print(f"  {name:<12}{m[name]['wall_s']:7.3f} s  ({m[name]['cpu_s']:.3f} s CPU)")
-            print(f"  --help / plain {r['ratio_help']:.2f}x, run / plain {r['ratio_run']:.2f}x (goal <= 1.5x)")
+            print(f"  --help / plain {r['ratio_help']:.2f}x, run / plain {r['ratio_run']:.2f}x (goal <= 1.5x); "
+                  f"typer floor / plain {r['ratio_typer_floor']:.2f}x")
             if r["run_startup"]:
                 stages = ", ".join(f"{s['stage']} {s['seconds']:.3f} s" for s in r["run_startup"]["stages"])
                 print(f"  run --json start-up: {stages}")

@@ -91,3 +91,21 @@ def test_engines_and_the_runtime_log_level_load_no_heavy_library():
     """)
     assert found["out"] == [["migraphx", "ort"], "verbose"]
     assert found["heavy"] == []
+
+
+def test_installed_ml_dtypes_is_one_that_imports_fast():
+    """onnx imports ml_dtypes; 0.7.0's extension module alone took 0.7-0.8 s to import (issue 36), which made
+    `run` on a small CPU model 7-8x a plain ONNX Runtime script. pyproject pins it below 0.7; an environment
+    with 0.7 installed (a fresh install without the pin) fails here. The figures are in docs/BENCHMARKS.md."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    requires = metadata.requires("onnxaccel") or []
+    pins = [Requirement(r) for r in requires if Requirement(r).name.replace("_", "-") == "ml-dtypes"
+            and not Requirement(r).marker]
+    assert pins, f"onnxaccel's installed metadata pins no ml_dtypes: {requires}"
+    installed = Version(metadata.version("ml_dtypes"))
+    assert pins[0].specifier.contains(installed), f"ml_dtypes {installed} outside {pins[0].specifier}"
+    assert not pins[0].specifier.contains(Version("0.7.0"))
