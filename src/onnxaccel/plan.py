@@ -26,7 +26,8 @@ from onnxaccel import providers
 from onnxaccel.model import Model
 from onnxaccel.plan_types import Choice, Host, PlanRequest
 from onnxaccel.plan_sizes import (DEFAULT_BATCH, DEFAULT_GPU_BATCH, batch_size, batch_sizes_for, fixed_batch,
-                                  fixed_shapes_but_batch, has_batch_axis, padded_sizes, warm_at_load)
+                                  fixed_shapes_but_batch, has_batch_axis, instances_at_load, padded_sizes,
+                                  warm_at_load)
 from onnxaccel.target import Target, gpu_session_threads
 
 __all__ = ["BATCH_GPU_INSTANCES", "COMMANDS", "DEFAULT_BATCH", "DEFAULT_GPU_BATCH", "EMBEDDABLE", "GIL_SWITCH_MS",
@@ -77,6 +78,8 @@ class ExecutionPlan:
     warm_at_load: tuple[int, ...]
     max_padding: float | None
     instances: int
+    #: The instances built and warmed before a server says it is ready (the others join while it serves).
+    instances_at_load: int
     workers: int
     shared_models: bool
     graph_capture: bool
@@ -109,7 +112,8 @@ class ExecutionPlan:
             "host": {"cores": self.host.cores}, "precision": self.precision,
             "precision_native": self.precision_native, "embed_preprocess": self.embed_preprocess,
             "shapes": {k: list(v) for k, v in self.shapes}, "shape_buckets": self.shape_buckets,
-            "batch_sizes": list(self.batch_sizes), "warm_at_load": list(self.warm_at_load), "max_padding": self.max_padding, "instances": self.instances,
+            "batch_sizes": list(self.batch_sizes), "warm_at_load": list(self.warm_at_load), "max_padding": self.max_padding,
+            "instances": self.instances, "instances_at_load": self.instances_at_load,
             "workers": self.workers, "shared_models": self.shared_models, "graph_capture": self.graph_capture,
             "graph_option": self.graph_option, "gpu_wait": self.gpu_wait, "gil_switch_ms": self.gil_switch_ms,
             "arena_shrinkage": self.arena_shrinkage, "decoder": self.decoder,
@@ -146,6 +150,7 @@ def plan_execution(target: Target, request: PlanRequest | None = None, *, model:
     workers, shared, instances = _layout(target, request, host, choices)
     batch_sizes = batch_sizes_for(target, request, model, choices)
     warm = warm_at_load(request, batch_sizes, choices)
+    at_load = instances_at_load(target, request, instances, choices)
     effective, graph, graph_option = _graph_capture(target, request, model, batch_sizes, spec, choices)
     effective = _arena(effective, request, spec, graph, choices)
     threads = gpu_session_threads(effective) if request.command in ("serve", "batch") else {}
@@ -174,7 +179,8 @@ def plan_execution(target: Target, request: PlanRequest | None = None, *, model:
         command=request.command, requested=target, target=effective, host=host, precision=target.precision,
         precision_native=precision_native, embed_preprocess=embed,
         shapes=tuple(sorted((k, tuple(v)) for k, v in request.shapes.items())), shape_buckets=request.shape_buckets,
-        batch_sizes=batch_sizes, warm_at_load=warm, max_padding=request.max_padding, instances=instances, workers=workers,
+        batch_sizes=batch_sizes, warm_at_load=warm, max_padding=request.max_padding, instances=instances,
+        instances_at_load=at_load, workers=workers,
         shared_models=shared, graph_capture=graph, graph_option=graph_option, gpu_wait=gpu_wait, gil_switch_ms=gil,
         arena_shrinkage=request.arena_shrinkage and not graph, decoder=decoder, choices=tuple(choices))
 

@@ -107,3 +107,26 @@ def warm_at_load(request: PlanRequest, sizes: tuple[int, ...], choices: list[Cho
     choices.append(Choice("warm_at_load", sizes[-1:], f"the largest size first (every batch fits it): ready after "
                           f"it; {','.join(map(str, sizes[:-1]))} warm in the background, each used once warm"))
     return sizes[-1:]
+
+
+def instances_at_load(target: Target, request: PlanRequest, instances: int, choices: list[Choice]) -> int:
+    """The instances a server builds and warms before it says it is ready (a batch job, before it runs its first
+    unit). On a GPU, an instance's first run
+    takes seconds (the kernel search, a compile, the graph capture) and captures go one at a time, so a server
+    is ready once its first instance is warm at the sizes it serves; the others are built and warmed one after
+    another while it serves, each taking requests once warm (engines/pool_warm.py JoinLater). All of them with
+    ``warm_all_sizes`` or shape buckets, on CPUs (a session is made in milliseconds) and elsewhere."""
+    if request.command not in ("serve", "batch") or instances < 2 or not target.is_gpu:
+        return instances
+    if request.command == "batch":
+        choices.append(Choice("instances_at_load", 1, "GPU target: the job starts on the first instance once it is "
+                              "warm; the others are built and warmed while it runs, each taking units once warm"))
+        return 1
+    if request.warm_all_sizes or request.shape_buckets:
+        choices.append(Choice("instances_at_load", instances, "given (--warm-all-sizes): ready once every instance "
+                              "is warm" if request.warm_all_sizes else "shape buckets: every instance at load"))
+        return instances
+    more = f"the other {instances - 1} are" if instances > 2 else "the other is"
+    choices.append(Choice("instances_at_load", 1, f"GPU target: ready once the first instance is warm; {more} built "
+                          "and warmed one at a time while it serves, each taking requests once warm"))
+    return 1

@@ -40,7 +40,7 @@ from onnxaccel.engines.hostmem import pin, unpin
 from onnxaccel.engines.hostmem import set_gpu_wait as _set_gpu_wait
 from onnxaccel.engines.pool_io import (CAPTURE_GATE, CaptureGate, device_address, join_rows, on_device, real_rows,
                                       to_host)
-from onnxaccel.engines.pool_warm import WarmLater, make_instances
+from onnxaccel.engines.pool_warm import JoinLater, WarmingLater, WarmLater, make_instances
 from onnxaccel.model import Model
 from onnxaccel.target import Target
 
@@ -57,7 +57,7 @@ GRAPH_WARM_RUNS = 3
 GPU_WAIT_MODES = tuple(GPU_WAIT)
 
 
-class RunnerPool:
+class RunnerPool(WarmingLater):
     """N instances of one model on one target, each run by a thread of its own.
 
     ``runners``: one per instance (the same runner several times for threads sharing one session, as bench's
@@ -67,14 +67,16 @@ class RunnerPool:
     outputs bound once and replayed (the target captures a graph); needs buckets. ``owns``: ``close`` closes
     the runners too. ``one_capture_at_a_time``: warm-ups hold the capture gate exclusively (default: with
     ``graph``). ``join_holds_gil``: see :func:`engines.pool_io.join_rows`; False where no event loop of the
-    process decodes requests (serve's model process).
+    process decodes requests (serve's model process). ``planned``: the instances planned, when some join later
+    (:meth:`join_step`); the first ``len(runners)`` serve from the start.
     """
 
     def __init__(self, runners: Sequence[Runner], *, model: Model | None = None,
                  sessions: list[dict[int, Runner]] | None = None, buckets: Sequence[int] = (), graph: bool = False,
                  arena_shrinkage: bool = False, join_holds_gil: bool = True, direct_copy: bool = True,
                  one_capture_at_a_time: bool | None = None, owns: bool = True, name: str = "pool",
-                 threads: list[ThreadPoolExecutor] | None = None, gate: CaptureGate = CAPTURE_GATE) -> None:
+                 threads: list[ThreadPoolExecutor] | None = None, gate: CaptureGate = CAPTURE_GATE,
+                 planned: int | None = None) -> None:
         if not runners:
             raise ValueError("a RunnerPool needs at least one runner")
         self.runners = list(runners)
@@ -89,7 +91,10 @@ class RunnerPool:
         self.name = name
         self.gate = gate
         self.target: Target = self.runners[0].target
-        count = len(self.runners)
+        count = max(planned or 0, len(self.runners))
+        #: Instances planned; the first ``in_service`` take work, the rest join later (:meth:`join_step`).
+        self.planned = count
+        self.in_service = len(self.runners)
         self.threads = threads or [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"run-{name}-{i}")
                                    for i in range(count)]
         gpu = self.target.is_gpu
@@ -113,24 +118,30 @@ class RunnerPool:
         self.phases: list[dict[str, float]] = [{} for _ in range(count)]
         #: Bucket sizes still to build and warm (RunnerPool.build ``warm_now``), None when there are none.
         self.later: WarmLater | None = None
+        #: Instances still to build and warm (RunnerPool.build ``at_load``), None when there are none.
+        self.joining: JoinLater | None = None
+        #: Per instance that joined after the pool went into service, the seconds its build and warm-up took.
+        self.joined_s: dict[int, float] = {}
         self._shrunk: set[int] = set()
         self._shrink_arenas(self.runners)
 
     @classmethod
     def build(cls, make: Callable[[], Runner], count: int, *, buckets: Sequence[int] = (),
-              session_per_bucket: bool = False, warm_now: Sequence[int] | None = None, name: str = "pool",
-              **settings) -> RunnerPool:
+              session_per_bucket: bool = False, warm_now: Sequence[int] | None = None,
+              at_load: int | None = None, name: str = "pool", **settings) -> RunnerPool:
         """``count`` instances, each runner made by ``make()`` in the thread that will run it, the first instance
         alone and then the others side by side (engines/pool_warm.py make_instances; with ``session_per_bucket``
         one runner per bucket size). ``warm_now``: the bucket sizes used from the start (default: all); the
-        others are built and warmed later by :meth:`warm_step`, and used once warm on every instance. Warm up
-        with :meth:`warm_up`."""
+        others are built and warmed later by :meth:`warm_step`, and used once warm on every instance.
+        ``at_load``: the instances built now (default: all); the others are built and warmed later by
+        :meth:`join_step`, one at a time, each taking work once warm. Warm up with :meth:`warm_up`."""
         threads = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"run-{name}-{i}") for i in range(count)]
         now = tuple(sorted(warm_now)) if warm_now is not None else tuple(buckets)
         later = [size for size in buckets if size not in now]
         sizes = now if session_per_bucket else ()
+        first = count if at_load is None else max(1, min(count, at_load))
         try:
-            built = make_instances(make, threads, sizes)
+            built = make_instances(make, threads[:first], sizes)
         except BaseException:
             for thread in threads:
                 thread.shutdown(wait=True)
@@ -138,9 +149,11 @@ class RunnerPool:
         runners = [instance.pop(None) for instance in built]
         sessions = [{sizes[0]: runner, **instance} for runner, instance in zip(runners, built)] if sizes else []
         pool = cls(runners, sessions=sessions, buckets=now if buckets else (), name=name, threads=threads,
-                   **settings)
+                   planned=count, **settings)
         if later:
             pool.later = WarmLater(later, count, make if session_per_bucket else None)
+        if first < count:
+            pool.joining = JoinLater(make, sizes, count)
         return pool
 
     def __len__(self) -> int:
@@ -338,36 +351,6 @@ class RunnerPool:
             if any(errors):
                 raise next(e for e in errors if e is not None)
         return sorted(self.buckets if sizes is None else sizes)
-
-    def warm_step(self, index: int) -> bool:
-        """In instance ``index``'s thread, while it has nothing to run: build (with a session per size) and warm
-        the next size of :attr:`later`; a size warm on every instance joins :attr:`buckets`. False when there was
-        nothing for this instance to do now (done, or enough instances are warming)."""
-        later = self.later
-        size = later.next_for(index) if later is not None else None
-        if size is None:
-            return False
-        runner = None
-        try:
-            if later.make is not None and size not in self.sessions[index]:
-                with self.gate.shared(), startup.stage("session", model=self.name, detail=f"b{size} after ready"):
-                    runner = later.make()
-                self.sessions[index][size] = runner
-                self._shrink_arenas([runner])
-            self._warm(index, size)
-        except Exception as exc:  # noqa: BLE001 - the size is not used; larger ones still serve its batches
-            if runner is not None:
-                self.sessions[index].pop(size, None)
-                self.bound.pop((index, size), None)
-                runner.close()
-            later.done(index, size, str(exc))
-            logger.warning("'%s': batch size %d could not be warmed on instance %d (%s); its batches run padded "
-                           "to a larger size", self.name, size, index, exc)
-            return True
-        if later.done(index, size):
-            self.buckets = tuple(sorted({*self.buckets, size}))
-            logger.info("'%s': batch size %d warm on every instance, in use", self.name, size)
-        return True
 
     def _warm(self, index: int, size: int) -> None:
         feeds = {}

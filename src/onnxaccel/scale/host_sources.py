@@ -81,7 +81,8 @@ class _PinnedSlots:
         # Up to 2 x depth + instances are in use at once (started, ready, running); never fewer than depth +
         # instances (at depth + instances - 3 or fewer the reader waits for a slot that the runs, waiting for the
         # reader, never give back).
-        count = max(depth + worker.instances, min(2 * depth + worker.instances, PINNED_SLOTS_BYTES // slot_bytes))
+        instances = worker.planned_instances
+        count = max(depth + instances, min(2 * depth + instances, PINNED_SLOTS_BYTES // slot_bytes))
         slots = cls(worker, count, layout, slot_bytes)
         if slots.reason:
             return None, f"joined on the host (page-locking the read slots failed: {slots.reason})"

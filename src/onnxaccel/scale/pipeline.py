@@ -71,7 +71,7 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
                 why = set_gpu_wait(target, execution.gpu_wait)
                 times.notes.append(f"GPU wait: {execution.gpu_wait}" if not why else f"GPU wait left as is: {why}")
             worker, sessions_s = _timed(BatchWorker, spec, instances=execution.instances)
-            times.run_instances = worker.instances
+            times.run_instances = worker.planned_instances
             times.notes.extend(worker.notes)
             plan, plan_s = planning.result()
         decoding = f"decoder {plan.name}" if plan is not None else "no decoder"
@@ -96,6 +96,8 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
         try:
             with _gil_switch(execution.gil_switch_s):
                 _pump(worker, source, units, sink, depth, times)
+            if note := worker.join_note():
+                times.notes.append(note)
             if isinstance(source, _HybridSource) and source.split:
                 times.notes.append(source.summary())
             if isinstance(source, (_HybridSource, _DeviceDecodeSource)):  # _DeviceHybridSource is a _HybridSource

@@ -90,6 +90,7 @@ class BatchWorker:
             self.pool = RunnerPool.build(_bucketed_factory(spec, target), 1, name="batch")
             self.pool.submit(0, self.pool.runners[0].warm_up).result()  # each bucket compiled and warmed at load
             bound = BoundModel(self.pool.runners[0].model)
+            self.joins = []
         else:
             bound = BoundModel(ModelFromSource(spec.model), dict(spec.shapes) or None, batch=spec.batch)
             # On GPUs, a dynamic batch axis runs fixed-size padded batches of ``batch`` rows from reused
@@ -102,10 +103,13 @@ class BatchWorker:
                 count = 1
                 self.notes.append(f"one GPU session, not {instances}: the model's weights take "
                                   f"{weight_bytes(bound()) / 2**30:.1f} GiB, and each session holds its own copy")
+            # Instances past the plan's instances_at_load are built and warmed while the first one runs units.
             self.pool = RunnerPool.build(RunnerFromVariant(ConvertedModel(bound, target)), count, name="batch",
-                                         buckets=padded, graph=bool(padded) and spec.plan.graph_capture)
+                                         buckets=padded, graph=bool(padded) and spec.plan.graph_capture,
+                                         at_load=spec.plan.instances_at_load)
             if padded:
                 self.pool.warm_up()
+            self.joins = self.pool.join_in_background()
         self.compile_s = time.perf_counter() - start
         self.runner = self.pool.runners[0]
         self.model = bound()
@@ -143,8 +147,24 @@ class BatchWorker:
 
     @property
     def instances(self) -> int:
-        """Units that may run at once (``infer_async`` on instances 0..instances-1)."""
-        return len(self.pool.runners)
+        """Units that may run at once now (``infer_async`` on instances 0..instances-1): the instances in service
+        (others may still be joining: ``planned_instances``)."""
+        return self.pool.in_service
+
+    @property
+    def planned_instances(self) -> int:
+        """The instances this worker will have once every one joined."""
+        return self.pool.planned
+
+    def join_note(self) -> str:
+        """What joining instances after the start did ('' when every instance was built before it)."""
+        pool = self.pool
+        if pool.planned == 1 or (not pool.joined_s and pool.joining is None):
+            return ""
+        joined = ", ".join(f"instance {i} after {s:.1f} s" for i, s in sorted(pool.joined_s.items()))
+        stopped = pool.joining.stopped if pool.joining is not None else ""
+        return (f"units started on the first instance; {joined or 'no other instance'} joined while it ran"
+                + (f" ({stopped})" if stopped else ""))
 
     def infer(self, unit: Unit, data: tuple) -> UnitResult:
         """Run the model on rows read by ``read`` (padded to a fixed batch axis) and time the run."""

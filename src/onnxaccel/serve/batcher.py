@@ -73,7 +73,7 @@ class DynamicBatcher:
         #: rows beside full ones). After one worker took its batch, the next gathers from the new first request.
         self._forming = asyncio.Lock()
         self._on_batch = on_batch
-        count = len(instance.runners)
+        count = instance.planned  # instances still joining get a worker that joins them first
         self._workers = [asyncio.ensure_future(self._worker(i)) for i in range(count)]
         self.executions = 0
         self.failures = 0
@@ -130,6 +130,14 @@ class DynamicBatcher:
     async def _worker(self, index: int) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            if not self.instance.serves(index):  # built and warmed after ready, one at a time, then it serves
+                if not self.instance.may_join(index):
+                    return  # joining stopped (logged): the instances in service serve on
+                if not await loop.run_in_executor(self.instance.threads[index], self.instance.join_step, index):
+                    await asyncio.sleep(WARM_POLL_S)  # an earlier instance is joining
+                else:  # idle workers wait for work: wake them to look at the sizes left to warm (after joins)
+                    self._work.set()
+                continue
             if self.instance.warm_pending(index):  # idle time first warms the sizes left for after ready
                 try:
                     if not self._work.is_set() and await loop.run_in_executor(

@@ -83,7 +83,7 @@ class ModelInstance:
         started = time.perf_counter()
         settings = cls._pool_settings(config, model, plan)
         pool = RunnerPool.build(make, max(1, config.instances), session_per_bucket=config.session_per_batch_size,
-                                warm_now=plan.warm_at_load or None, **settings)
+                                warm_now=plan.warm_at_load or None, at_load=plan.instances_at_load, **settings)
         return cls(config, model, pool.runners, list(warnings), time.perf_counter() - started, pool.sessions, pool,
                    plan=plan)
 
@@ -221,8 +221,27 @@ class ModelInstance:
         return self.pool.warm_up()
 
     def warm_pending(self, index: int) -> bool:
-        """Whether instance ``index`` still has a padded size to build and warm in the background."""
-        return self.pool.later is not None and self.pool.later.pending_for(index)
+        """Whether instance ``index`` still has a padded size to build and warm in the background (once every
+        instance joined: a size is used only when warm on all of them)."""
+        return self.pool.joining is None and self.pool.later is not None and self.pool.later.pending_for(index)
+
+    @property
+    def planned(self) -> int:
+        """The instances planned (some may still be joining: :meth:`serves`)."""
+        return self.pool.planned
+
+    def serves(self, index: int) -> bool:
+        """Whether instance ``index`` takes batches (built and warm)."""
+        return self.pool.serves(index)
+
+    def may_join(self, index: int) -> bool:
+        """Whether instance ``index``, not serving yet, is still to join (False: joining stopped, see the log)."""
+        return self.pool.may_join(index)
+
+    def join_step(self, index: int) -> bool:
+        """In instance ``index``'s thread: build and warm it when it is its turn (engines/pool.py join_step);
+        False when it was not its turn yet."""
+        return self.pool.join_step(index)
 
     def warm_step(self, index: int) -> bool:
         """In instance ``index``'s thread, while it has no batch: build and warm its next padded size (see
