@@ -181,11 +181,16 @@ class Bench:
             self.results.setdefault("serve_events", {})[run] = event
             plan = event.get("plan") or {}
             later = len(plan.get("batch_sizes") or ()) - len(plan.get("warm_at_load") or plan.get("batch_sizes") or ())
-            if later > 0:  # sizes warmed after ready (--log-level info says when each is in use)
-                while time.perf_counter() - start < 300 and sum("in use" in l for _, l in lines) < later:
+            joining = (plan.get("instances") or 1) - (plan.get("instances_at_load") or plan.get("instances") or 1)
+            if later > 0 or joining > 0:  # warmed after ready (--log-level info says when each is in use)
+                def seen(text):
+                    return [round(t, 2) for t, l in list(lines) if text in l]
+
+                while time.perf_counter() - start < a.after_ready_s and (
+                        len(seen("in use")) < later or len(seen("in service (")) < joining):
                     time.sleep(0.1)
-                times = [round(t, 2) for t, l in lines if "in use" in l]
-                self.figure(f"serve {run}: sizes warm after ready, at s", times)
+                self.figure(f"serve {run}: instances in service after ready, at s", seen("in service ("))
+                self.figure(f"serve {run}: sizes warm after ready, at s", seen("in use"))
             if "steady" in a.parts.split(",") and run == "warm":
                 self.steady(url, event)
             if kill:
@@ -318,6 +323,8 @@ def main() -> None:
     p.add_argument("--npy-rows", type=int, default=20480)
     p.add_argument("--npy-batch", type=int, default=256)
     p.add_argument("--npy-shape", default="224x224x3")
+    p.add_argument("--after-ready-s", type=float, default=120.0,
+                   help="how long after ready to wait for the instances and sizes warmed after ready")
     p.add_argument("--cpu-test", action="store_true", help="the same flow on the CPU with a small model")
     a = p.parse_args()
     if a.cpu_test:
@@ -336,7 +343,8 @@ def main() -> None:
                 bench.serve("kill" in parts) if part == "serve" else getattr(bench, part)()
             except Exception as exc:  # noqa: BLE001 - one part failing leaves the others' figures
                 bench.figure(f"{part}: FAILED", str(exc)[-2000:])
-    (bench.out / "startup.json").write_text(json.dumps(bench.results, indent=1, default=str))
+            # after each part: a call cut short still leaves what was measured
+            (bench.out / "startup.json").write_text(json.dumps(bench.results, indent=1, default=str))
     print(f"[{time.perf_counter() - began:.0f} s] wrote {bench.out / 'startup.json'}")
 
 
