@@ -268,9 +268,26 @@ class Bench:
             for i in range(0, a.npy_rows, shard):
                 rows = min(shard, a.npy_rows - i)
                 np.save(data / f"part-{i // shard:04d}.npy", rng.integers(0, 255, (rows, *a.npy_shape), np.uint8))
+        # The plain script at the job's batch size with its target's options (the FP16 model's float input: the
+        # job runs the copy with imagenet preprocessing embedded, uint8 input): the reference for its start-up.
+        options = dict(o.split("=", 1) for o in a.batch_target.split("?", 1)[1].split("&")) \
+            if "?" in a.batch_target else {}
+        for run in ("first", "second"):
+            wall, done = sh([sys.executable, "-c", PLAIN, self.variant, a.provider, str(a.npy_batch),
+                             json.dumps(options)], self.env(self.zoo))
+            parts = json.loads(done.stdout.strip().splitlines()[-1])
+            self.figure(f"batch plain b{a.npy_batch} {run}: whole process s", wall)
+            self.figure(f"batch plain b{a.npy_batch} {run}: parts", {k: round(v, 3) for k, v in parts.items()})
         cache = self.fresh_cache("cache-batch")
-        for run in ("cold", "warm"):
-            out = self.out / f"batch-{run}"
+        long = self.out / "npy-long"  # the same shards several times over (links): a longer job, no more disk
+        if a.long_repeat > 1 and not long.exists():
+            long.mkdir()
+            for k in range(a.long_repeat):
+                for f in sorted(data.glob("part-*.npy")):
+                    (long / f"r{k}-{f.name}").symlink_to(f)
+        runs = [("cold", data), ("warm", data)] + ([("warm long", long)] if a.long_repeat > 1 else [])
+        for run, data in runs:
+            out = self.out / f"batch-{run.replace(' ', '-')}"
             cmd = [*self.oa, "batch", a.model, "--input", str(data), "--output", str(out), "-t", a.batch_target,
                    "--batch", str(a.npy_batch), "--embed-preprocess", "imagenet", "--overwrite", "--json"]
             wall, done = sh(cmd, self.env(cache))
@@ -280,6 +297,9 @@ class Bench:
             self.figure(f"batch {run}: rows/s all-in, steady", [round(report["rows_per_s_wall"], 1),
                                                                 round(report["rows_per_s"], 1)])
             self.figure(f"batch {run}: stages", stages(report["startup"]))
+            self.figure(f"batch {run}: rows", (report.get("rows") or {}).get("done"))
+            self.figure(f"batch {run}: notes", [n for n in (report.get("stages") or {}).get("notes", [])
+                                                if "instance" in n])
 
 
 def _status(url: str, body: bytes | None = None) -> int:
@@ -323,6 +343,7 @@ def main() -> None:
     p.add_argument("--npy-rows", type=int, default=20480)
     p.add_argument("--npy-batch", type=int, default=256)
     p.add_argument("--npy-shape", default="224x224x3")
+    p.add_argument("--long-repeat", type=int, default=5, help="a warm job over the rows this many times (links)")
     p.add_argument("--after-ready-s", type=float, default=120.0,
                    help="how long after ready to wait for the instances and sizes warmed after ready")
     p.add_argument("--cpu-test", action="store_true", help="the same flow on the CPU with a small model")
@@ -330,7 +351,7 @@ def main() -> None:
     if a.cpu_test:
         a.model, a.target, a.provider, a.plain_options, a.batch = "zoo:squeezenet", "cpu", "CPUExecutionProvider", "", 8
         a.serve_args = "--target cpu --max-batch 8 --workers 2 --shared-models"
-        a.batch_target, a.npy_rows, a.npy_batch = "cpu", 64, 16
+        a.batch_target, a.npy_rows, a.npy_batch, a.long_repeat = "cpu", 64, 16, 2
     a.npy_shape = tuple(int(d) for d in a.npy_shape.split("x"))
     bench = Bench(a)
     parts = a.parts.split(",")

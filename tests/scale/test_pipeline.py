@@ -221,6 +221,7 @@ class _SlowWorker:
     ordering: each instance is a real thread, the runs sleep."""
 
     instances = 2
+    planned_instances = 2  # every instance in service from the start: nothing to join
 
     def __init__(self, fail_at: int | None = None):
         from concurrent.futures import ThreadPoolExecutor

@@ -98,6 +98,7 @@ def run_pipelined(spec: WorkerSpec, units: Sequence[Unit], sink: Sink, *, depth:
                 _pump(worker, source, units, sink, depth, times)
             if note := worker.join_note():
                 times.notes.append(note)
+            times.run_instances = worker.planned_instances  # fewer where the job ended too soon for more
             if isinstance(source, _HybridSource) and source.split:
                 times.notes.append(source.summary())
             if isinstance(source, (_HybridSource, _DeviceDecodeSource)):  # _DeviceHybridSource is a _HybridSource

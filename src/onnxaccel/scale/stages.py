@@ -21,6 +21,9 @@ DEPTH = 4
 #: Units whose results may wait for the writer (their outputs only: ~256 KB a unit for 64 rows of 1,000 floats).
 WRITE_AHEAD = 64
 _END = object()
+#: Units the first instance finishes before the job decides whether further instances are worth building (their
+#: build and first run compete with its runs for the GPU: worker.join_if_worth).
+JOIN_AFTER_UNITS = 2
 
 
 @dataclass
@@ -118,6 +121,7 @@ def _pump(worker: BatchWorker, source, units: Sequence[Unit], sink: Sink, depth:
     reader.start()
     writer.start()
     inflight: deque = deque()  # (future, slot), oldest first: results are written in unit order
+    finished = [0, 0.0]  # units finished, perf_counter() of the first unit handed to the runner
 
     def finish_oldest() -> None:
         future, slot = inflight.popleft()
@@ -127,6 +131,10 @@ def _pump(worker: BatchWorker, source, units: Sequence[Unit], sink: Sink, depth:
             source.release(slot)
         times.run_s += result.run_s
         written.put(result)
+        finished[0] += 1
+        if finished[0] == JOIN_AFTER_UNITS and worker.planned_instances > worker.instances:
+            unit_s = (time.perf_counter() - finished[1]) / finished[0]
+            times.notes.append(worker.join_if_worth((len(units) - finished[0]) * unit_s))
 
     try:
         while not failure:
@@ -138,6 +146,8 @@ def _pump(worker: BatchWorker, source, units: Sequence[Unit], sink: Sink, depth:
             if isinstance(item, BaseException):
                 raise item
             unit, data, slot = item
+            if not finished[1]:
+                finished[1] = time.perf_counter()
             # One unit in flight per instance (instance k % n): a GPU copies one in while another runs.
             inflight.append((worker.infer_async(unit, data, times.units_run % worker.instances), slot))
             times.units_run += 1

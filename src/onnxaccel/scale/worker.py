@@ -27,6 +27,10 @@ from onnxaccel.pipeline import BoundModel, ConvertedModel, ModelFromSource, Runn
 from onnxaccel.scale.datasets import BadInput, Dataset, Unit, row_shape_of
 from onnxaccel.scale.rows import RowReader
 from onnxaccel.plan import INSTANCE_WEIGHTS_LIMIT, ExecutionPlan
+
+#: A GPU job builds its further instances only when the work left outlasts this many times what its first
+#: instance took to build and warm (BatchWorker.join_if_worth).
+JOIN_WORTH = 2.0
 from onnxaccel.target import Target
 
 
@@ -82,6 +86,8 @@ class BatchWorker:
         self.spec = spec
         #: What the worker chose and why (the job's report shows them).
         self.notes: list[str] = []
+        #: Per instance joining after the start (join_if_worth), its future.
+        self.joins: list = []
         target = spec.target
         start = time.perf_counter()
         # No feeds of its own (rows come per unit): bind and convert once, and build the runner in the thread
@@ -90,7 +96,6 @@ class BatchWorker:
             self.pool = RunnerPool.build(_bucketed_factory(spec, target), 1, name="batch")
             self.pool.submit(0, self.pool.runners[0].warm_up).result()  # each bucket compiled and warmed at load
             bound = BoundModel(self.pool.runners[0].model)
-            self.joins = []
         else:
             bound = BoundModel(ModelFromSource(spec.model), dict(spec.shapes) or None, batch=spec.batch)
             # On GPUs, a dynamic batch axis runs fixed-size padded batches of ``batch`` rows from reused
@@ -109,7 +114,6 @@ class BatchWorker:
                                          at_load=spec.plan.instances_at_load)
             if padded:
                 self.pool.warm_up()
-            self.joins = self.pool.join_in_background()
         self.compile_s = time.perf_counter() - start
         self.runner = self.pool.runners[0]
         self.model = bound()
@@ -156,13 +160,28 @@ class BatchWorker:
         """The instances this worker will have once every one joined."""
         return self.pool.planned
 
+    def join_if_worth(self, remaining_s: float) -> str:
+        """Build and warm the instances left to join, in the background, when the work left (``remaining_s`` at
+        the first instance's rate) outlasts JOIN_WORTH times what the first instance took to build and warm:
+        a joining instance's build, first run and capture compete with the running one for the GPU, so a short
+        job ends sooner on one instance. What was decided, as a note."""
+        warm_s = self.compile_s
+        if remaining_s < JOIN_WORTH * warm_s:
+            self.pool.joining = None  # nothing will join
+            self.pool.planned = self.pool.in_service
+            return (f"one instance: the work left (about {remaining_s:.1f} s) ends before another would be warm "
+                    f"and worth it (about {warm_s:.1f} s to build and warm, x{JOIN_WORTH:g})")
+        self.joins = self.pool.join_in_background()
+        return (f"{len(self.joins)} more instance(s) joining: the work left (about {remaining_s:.1f} s) outlasts "
+                f"{JOIN_WORTH:g}x their build and warm-up (about {warm_s:.1f} s)")
+
     def join_note(self) -> str:
         """What joining instances after the start did ('' when every instance was built before it)."""
         pool = self.pool
-        if pool.planned == 1 or (not pool.joined_s and pool.joining is None):
+        stopped = pool.joining.stopped if pool.joining is not None else ""
+        if not pool.joined_s and not stopped:
             return ""
         joined = ", ".join(f"instance {i} after {s:.1f} s" for i, s in sorted(pool.joined_s.items()))
-        stopped = pool.joining.stopped if pool.joining is not None else ""
         return (f"units started on the first instance; {joined or 'no other instance'} joined while it ran"
                 + (f" ({stopped})" if stopped else ""))
 
@@ -213,7 +232,10 @@ class BatchWorker:
         return self.infer(unit, self.read(unit))
 
     def close(self) -> None:
-        """Release the worker's runner (its session) and its thread."""
+        """Release the worker's runner (its session) and its thread (an instance joining finishes first; none
+        starts joining any more)."""
+        if self.pool.joining is not None and not self.pool.joining.stopped:
+            self.pool.joining.stopped = "the job ended first"
         self.pool.close()
 
 
