@@ -109,3 +109,42 @@ def test_tritonclient_grpc_errors_carry_status_and_message(server):
     with pytest.raises(tritongrpc.InferenceServerException) as missing:
         client.infer("nope", [inp])
     assert missing.value.status() == "StatusCode.NOT_FOUND"
+
+
+def test_tritonclient_grpc_stream_answers_each_request_and_errors_in_the_stream(server, model_repo):
+    """ModelStreamInfer (Triton's bidirectional stream; perf_analyzer --streaming uses it): every request is
+    answered once, matched by id; a bad request's error comes back in the stream and later requests still run."""
+    import queue
+
+    client = tritongrpc.InferenceServerClient(server.grpc_url)
+    results: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    rng = np.random.default_rng(11)
+    sent = {}
+    try:
+        for i in range(12):
+            rows = 1 + i % 3
+            x = rng.random((rows, 4), dtype=np.float32)
+            inp = tritongrpc.InferInput("x", [rows, 4], "FP32")
+            inp.set_data_from_numpy(x)
+            client.async_stream_infer("mlp", [inp], request_id=f"s-{i}")
+            sent[f"s-{i}"] = x
+            if i == 5:  # a bad one in the middle: a wrong trailing axis
+                bad = tritongrpc.InferInput("x", [1, 5], "FP32")
+                bad.set_data_from_numpy(np.zeros((1, 5), np.float32))
+                client.async_stream_infer("mlp", [bad], request_id="bad")
+        got, errors = {}, []
+        for _ in range(13):
+            result, error = results.get(timeout=30)
+            if error is not None:
+                errors.append(error)
+            else:
+                got[result.get_response().id] = result.as_numpy("probs")
+    finally:
+        client.stop_stream()
+    assert len(errors) == 1 and "axis 1" in errors[0].message() and "[1, 5]" in errors[0].message()
+    assert sorted(got) == sorted(sent)
+    path = model_repo / "mlp" / "model.onnx"
+    for rid, x in sent.items():
+        np.testing.assert_allclose(got[rid], reference(path, x), rtol=1e-6, atol=1e-7)
+    assert results.empty()

@@ -11,6 +11,8 @@ input order) or as typed ``contents``; outputs are always returned as ``raw_outp
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 
 import numpy as np
@@ -24,6 +26,8 @@ from onnxaccel.serve.protocol import (
     DATATYPES, InferRequest, ProtocolError, RequestedOutput, bad_request, check_output_parameters, check_shape,
     check_unsupported, datatype_of, element_count, from_bytes, to_bytes,
 )
+
+logger = logging.getLogger(__name__)
 
 #: InferTensorContents field for each datatype (open_inference_grpc.proto comments on each field).
 CONTENTS_FIELD = {
@@ -237,6 +241,61 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
         service.metrics.observe_request(label, "grpc", "OK", time.perf_counter() - start)
         return response
 
+    async def model_stream_infer(request_iterator, context):
+        """Triton's ModelStreamInfer: requests in, responses out as each finishes (clients match them by id).
+        Each request runs as ModelInfer does (budget, statistics, metrics); a failed one is answered in the
+        stream with its error message, and the stream stays open."""
+        out: asyncio.Queue = asyncio.Queue()
+        running: set[asyncio.Task] = set()
+
+        async def one(request) -> None:
+            start = time.perf_counter()
+            label = service.metric_label(request.model_name)
+            held = sum(len(raw) for raw in request.raw_input_contents)
+            held = held if budget is not None and held > config.max_control_bytes else 0
+            code = "OK"
+            try:
+                if held and not budget.take(held):
+                    held = 0
+                    service.metrics.reject("inflight_budget")
+                    raise ProtocolError(429, "The server holds as many request bytes as it may (--max-inflight-mb); "
+                                        "retry shortly.")
+                infer_request = decode_grpc_request(request)
+                outputs, version = await service.infer(infer_request)
+                response = m.ModelStreamInferResponse(
+                    infer_response=encode_grpc_response(m, infer_request, version, outputs))
+            except ProtocolError as exc:
+                code = exc.grpc_code
+                response = m.ModelStreamInferResponse(error_message=exc.message)
+            except Exception as exc:  # noqa: BLE001 - answered in the stream; the stream goes on
+                logger.exception("gRPC stream: a request to model '%s' failed", request.model_name)
+                code = "INTERNAL"
+                response = m.ModelStreamInferResponse(error_message=f"Inference failed: {exc}")
+            finally:
+                if held:
+                    budget.give(held)
+            service.metrics.observe_request(label, "grpc", code, time.perf_counter() - start)
+            out.put_nowait(response)
+
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    task = asyncio.ensure_future(one(request))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                await asyncio.gather(*running, return_exceptions=True)
+            finally:
+                out.put_nowait(None)  # the client closed its side and every answer is queued (or it went away)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (response := await out.get()) is not None:
+                yield response
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
+
     rpcs = {
         "ServerLive": (server_live, m.ServerLiveRequest), "ServerReady": (server_ready, m.ServerReadyRequest),
         "ModelReady": (model_ready, m.ModelReadyRequest),
@@ -253,6 +312,9 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
                                                   response_serializer=lambda r: r.SerializeToString())
         for name, (fn, req) in rpcs.items()
     }
+    handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+        model_stream_infer, request_deserializer=m.ModelInferRequest.FromString,
+        response_serializer=lambda r: r.SerializeToString())
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     credentials = grpc_credentials(config)
     port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
