@@ -102,13 +102,6 @@ class OutputStore:
             else:
                 self.records = {name: ShardRecord.from_dict(name, r) for name, r in existing.get("shards", {}).items()}
         self._save()
-        # pyarrow's tensor columns import pandas at first use (~0.3 s): here, at start-up, not in the writer
-        # thread in the middle of the run.
-        try:
-            pa, _ = _arrow()
-        except MissingDependencyError:
-            return  # said, with how to install it, where the first shard is written
-        _tensor_column(pa, np.zeros((1, 1), np.float32))
 
     def is_done(self, name: str, fingerprint: str, rows: int) -> bool:
         """True when the shard was written from the same input (fingerprint and rows) and its file exists."""
@@ -151,7 +144,7 @@ class OutputStore:
                                             error_rows(errors)))
         pa, pq = _arrow()
         index_col = np.arange(n, dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
-        columns = {"row_id": pa.array(row_ids, pa.string()), "row": pa.array(index_col)}
+        columns = {"row_id": _string_column(pa, row_ids), "row": _tensor_column(pa, index_col)}
         for key, value in outputs.items():
             columns[key] = _tensor_column(pa, value)
         table = pa.table(columns)
@@ -223,11 +216,32 @@ def load_results(folder: str | Path) -> BatchOutputs:
     return BatchOutputs(ids, {k: np.concatenate(v) for k, v in parts.items()}, names)
 
 
+# Columns are built from the arrays' buffers (zero copy), not with pa.array or from_numpy_ndarray: those check
+# for pandas objects and so import pandas at first use, which took 0.3-1.5 s of a job's start-up (the writer was
+# made before the first unit) for nothing: pandas is never used here. tests/scale/test_writer_imports.py.
+
 def _tensor_column(pa, value: np.ndarray):
+    """A numeric output as an arrow column: one value per row, or a fixed-shape tensor per row."""
     value = np.ascontiguousarray(value)
+    if value.dtype == np.bool_ or value.dtype.kind not in "iuf":  # bit-packed or not numeric: arrow converts
+        return pa.array(value) if value.ndim == 1 else pa.FixedShapeTensorArray.from_numpy_ndarray(value)
+    kind = pa.from_numpy_dtype(value.dtype)
+    flat = pa.Array.from_buffers(kind, value.size, [None, pa.py_buffer(value)])
     if value.ndim == 1:
-        return pa.array(value)
-    return pa.FixedShapeTensorArray.from_numpy_ndarray(value)
+        return flat
+    storage = pa.FixedSizeListArray.from_arrays(flat, int(np.prod(value.shape[1:])))
+    return pa.ExtensionArray.from_storage(pa.fixed_shape_tensor(kind, list(value.shape[1:])), storage)
+
+
+def _string_column(pa, values: list[str]):
+    """Row ids as an arrow string column, from its offsets and bytes."""
+    encoded = [v.encode() for v in values]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    large = offsets[-1] > np.iinfo(np.int32).max
+    kind = pa.large_string() if large else pa.string()
+    offsets = offsets if large else offsets.astype(np.int32)
+    return pa.Array.from_buffers(kind, len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
 
 
 def _column_numpy(column) -> np.ndarray:
