@@ -20,7 +20,7 @@ from onnxaccel.scale.datasets import Unit
 from onnxaccel.scale.host_sources import (_bad_rows, _direct_copies, _PinnedSlots, _PoolSource, _ReaderSource,
                                           _unit_files)
 from onnxaccel.scale.stages import DEPTH, StageTimes
-from onnxaccel.scale.worker import BatchWorker, WorkerSpec
+from onnxaccel.scale.worker import BatchWorker, WorkerSpec, source_of
 
 #: Threads reading .npy/.npz units at once (one thread reading uint8 images through np.load's memory map was
 #: nearly always busy at large batches: see docs/BENCHMARKS.md).
@@ -62,7 +62,7 @@ def _decode_plan(spec: WorkerSpec, decoder: str, times: StageTimes, depth: int =
             # are not shared between threads.
             times.read_workers = READ_THREADS
         return None
-    model = BoundModel(ModelFromSource(spec.model), dict(spec.shapes) or None, batch=spec.batch)()
+    model = BoundModel(ModelFromSource(source_of(spec.model)), dict(spec.shapes) or None, batch=spec.batch)()
     model_input = model.inputs[0]
     shape = model.input_shapes.get(model_input.name)
     if not (np.dtype(model_input.dtype) == np.uint8 and shape is not None and len(shape) == 4 and shape[3] == 3):

@@ -29,7 +29,7 @@ from onnxaccel.scale.local import rows_of
 from onnxaccel.scale.pipeline import run_pipelined
 from onnxaccel.scale.ray_data import plan_pool, run_on_ray
 from onnxaccel.scale.report import BatchReport, WorkerStats
-from onnxaccel.scale.worker import UnitResult, WorkerSpec
+from onnxaccel.scale.worker import UnitResult, WorkerSpec, hand_over
 from onnxaccel.scale.writer import OutputStore
 from onnxaccel.plan import ExecutionPlan, PlanRequest, plan_execution
 from onnxaccel.target import Target, parse_target
@@ -138,6 +138,7 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
     # planned); the output header keeps the requested target, so a rerun with the same request resumes.
     spec = WorkerSpec(run_model, plan, dataset, dict(job.shapes), shape_buckets=job.shape_buckets,
                       on_error=job.on_error)
+    hand_over(run_model, model)  # this process's worker takes the model read here instead of reading it again
 
     assembler = ShardAssembler(dataset, store)
     stats: dict[str, WorkerStats] = {}
@@ -213,7 +214,7 @@ def plan_job(job: BatchJob) -> tuple[ExecutionPlan, str, Model, dict | None, lis
         from onnxaccel.transform.embed_preprocess import embedded_copy
 
         try:
-            embedded_path = embedded_copy(job.model, plan.embed_preprocess)
+            embedded_path = embedded_copy(model, plan.embed_preprocess)  # the model read above: read once
         except (UsageError, ModelError) as exc:
             if job.embed_preprocess not in (None, "auto"):
                 raise

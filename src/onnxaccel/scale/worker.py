@@ -23,10 +23,28 @@ import numpy as np
 
 from onnxaccel.errors import InferenceError, InputError
 from onnxaccel.engines.pool import RunnerPool
+from onnxaccel.model import Model
 from onnxaccel.pipeline import BoundModel, ConvertedModel, ModelFromSource, RunnerFromVariant
 from onnxaccel.scale.datasets import BadInput, Dataset, Unit, row_shape_of
 from onnxaccel.scale.rows import RowReader
 from onnxaccel.plan import INSTANCE_WEIGHTS_LIMIT, ExecutionPlan
+
+#: The model run_batch read, for the worker and the decoder planning of this process that run the same path
+#: (read once: 0.1-0.15 s per read of a ResNet-50); a Ray actor in another process reads its own. Shared read-only:
+#: binding and conversion make copies.
+_handed: dict[str, Model] = {}
+
+
+def hand_over(path: str, model: Model) -> None:
+    """Give ``model`` (read from ``path``) to this process's workers that run ``path`` (:func:`source_of`)."""
+    _handed.clear()  # one job at a time: an earlier job's model is not kept alive
+    _handed[path] = model
+
+
+def source_of(path: str) -> str | Model:
+    """What a worker reads its model from: the Model handed over for ``path``, else ``path``."""
+    return _handed.get(path) or path
+
 
 #: A GPU job builds its further instances only when the work left outlasts this many times what its first
 #: instance took to build and warm (BatchWorker.join_if_worth).
@@ -97,7 +115,8 @@ class BatchWorker:
             self.pool.submit(0, self.pool.runners[0].warm_up).result()  # each bucket compiled and warmed at load
             bound = BoundModel(self.pool.runners[0].model)
         else:
-            bound = BoundModel(ModelFromSource(spec.model), dict(spec.shapes) or None, batch=spec.batch)
+            bound = BoundModel(ModelFromSource(source_of(spec.model)), dict(spec.shapes) or None,
+                               batch=spec.batch)
             # On GPUs, a dynamic batch axis runs fixed-size padded batches of ``batch`` rows from reused
             # page-locked buffers, bound once and replayed where the plan captures graphs (engines/pool.py); a
             # short last unit is padded, its extra outputs dropped. Several instances there: one copies its batch
@@ -253,7 +272,7 @@ def _bucketed_factory(spec: WorkerSpec, target):
     from onnxaccel.engines.buckets import BucketedRunner, ShapeBuckets
 
     buckets = ShapeBuckets.parse(spec.shape_buckets or "")
-    model = ModelFromSource(spec.model)()
+    model = ModelFromSource(source_of(spec.model))()
     others = {k: v for k, v in spec.shapes.items() if k not in buckets.dims} or None
 
     def compile(bound):

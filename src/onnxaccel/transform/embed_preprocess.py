@@ -14,6 +14,7 @@ The folded arithmetic: (x * scale - mean) / std == x * (scale / std) + (-mean / 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,23 +207,24 @@ def embed_into_file(path, preset: str, *, input_name: str | None = None, seed: i
     return done, worst
 
 
-def embedded_copy(model: str, preset: str) -> str:
+def embedded_copy(model, preset: str) -> str:
     """The model with ``preset`` preprocessing embedded: ``<cache>/embedded/<model key>-<preset>.onnx``, made
     once (atomically) and checked against host preprocessing by embed_into_file. A model that has this preset
     embedded already is returned as is; another preset is an error. What `batch --embed-preprocess` runs, and
     `batch`/`serve` on a GPU target given an image preset (plan.py embed_preset). With an artifacts directory
-    active (engines/artifacts.py), the copy is the directory's (``onnxaccel compile`` put it there)."""
+    active (engines/artifacts.py), the copy is the directory's (``onnxaccel compile`` put it there). ``model``: a
+    path or ``zoo:NAME``, or the Model the caller loaded from it already (read once)."""
     from onnxaccel.engines import artifacts
     from onnxaccel.model import load_model
 
-    source = load_model(model)
+    source = load_model(model) if isinstance(model, (str, os.PathLike)) else model  # a Model loaded already
     already = embedded_of(source.proto)
     if already is not None:
         if already.preset != preset:
             raise UsageError(f"The model has {already.preset} preprocessing embedded; --embed-preprocess {preset} "
                              "cannot apply on top of it.", f"Drop --embed-preprocess (it runs {already.preset}), "
                              "or pass the model without embedded preprocessing.")
-        return model
+        return source.source
     store = artifacts.active()
     if store is not None:
         return store.embedded(source, preset, lambda: _embedded_in_cache(source, preset))

@@ -29,7 +29,7 @@ def test_the_job_starts_on_the_first_instance_and_the_second_joins_when_worth_it
     notes = report.stages["notes"]
     if joins:
         assert any(n.startswith("1 more instance(s) joining: the work left") for n in notes), notes
-        assert any(n.startswith("units started on the first instance; instance 1 after ") for n in notes), notes
+        # whether it was warm before the last unit depends on the machine: test_the_worker_counts_... checks it
         assert report.stages["run_instances"] == 2
     else:
         assert any(n.startswith("one instance: the work left") for n in notes), notes
