@@ -117,7 +117,7 @@ def _served_model(config: ModelConfig, model=None, preset: str | None = None):
     if preset is None or embedded_of(model.proto) is not None:
         return model, None
     try:
-        path = embedded_copy(config.source, preset)
+        path = embedded_copy(model, preset)  # the model read already: read once
     except (UsageError, ModelError) as exc:
         return model, f"{config.name}: {preset} preprocessing stays on the host: {exc.message}"
     return load_model(path), (
