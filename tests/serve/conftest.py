@@ -100,7 +100,7 @@ def model_repo(tmp_path_factory, pretrained_cls) -> Path:
 @pytest.fixture(scope="session")
 def server(model_repo, tmp_path_factory):
     """One server for the protocol tests (read-mostly; tests that unload models reload them)."""
-    proc = ServerProcess(model_repo, "--max-request-mb", "4", "--model-control", "explicit",
+    proc = ServerProcess(model_repo, "--max-request-mb", "4", "--model-control", "explicit", "--shared-memory", "system",
                          log=tmp_path_factory.mktemp("logs") / "server.log")
     try:
         yield proc.wait_ready()

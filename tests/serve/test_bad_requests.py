@@ -46,8 +46,13 @@ CASES = {
                         "above the model's max_batch 16"),
     "wrong version": ("mlp", {"inputs": [X]}, 404, "no version '7'"),
     "model failed to load": ("broken", {"inputs": [X]}, 503, "not an ONNX model"),
+    # The session server offers system shared memory (--shared-memory system; off by default): a region without its
+    # byte size is refused naming what is missing (tests/serve/test_shared_memory.py covers the extension).
     "shared memory": ("mlp", {"inputs": [{**X, "parameters": {"shared_memory_region": "r"}}]}, 400,
-                      "shared-memory extension"),
+                      "names shared memory region 'r' and also has data"),
+    "shared memory size": ("mlp", {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
+                                               "parameters": {"shared_memory_region": "r"}}]}, 400,
+                           "without shared_memory_byte_size"),
     "bad base64": ("echo", {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["@@@"],
                                         "parameters": {"content_type": "base64"}}]}, 400, "not valid base64"),
 }

@@ -264,10 +264,12 @@ def test_unsupported_load_overrides_are_refused_naming_them(tmp_path):
 
 def test_a_non_loopback_host_without_a_token_warns_how_to_add_one(tmp_path):
     make_mlp(tmp_path / "mlp.onnx")
-    server = ServerProcess(tmp_path / "mlp.onnx", "--host", "127.0.0.2", "--no-grpc", log=tmp_path / "server.log")
+    server = ServerProcess(tmp_path / "mlp.onnx", "--host", "127.0.0.2", "--no-grpc", "--shared-memory", "system",
+                           log=tmp_path / "server.log")
     deadline = time.monotonic() + 60
     while "serving" not in server.log() and time.monotonic() < deadline and server.proc.poll() is None:
         time.sleep(0.1)
     log = server.log()
     server.stop()
     assert "without a token" in log and "--auth-token-file" in log, log
+    assert "drop --shared-memory system" in log, log  # shared memory given: the warning says what it exposes

@@ -65,6 +65,11 @@ class ServerArgs(Group):
                "certificate it signed (mutual TLS)."),
         option("model_control", str, "none", "--model-control", help="Repository load/unload through the API: "
                "none (refused with 403) or explicit (as Triton's --model-control-mode). The index stays readable."),
+        option("shared_memory", str | None, None, "--shared-memory", help="Triton's system shared memory "
+               "extension: none (default, refused, as Triton since its --allow-client-shm change) or system (clients "
+               "on this machine register /dev/shm objects of the server's user by name and pass tensors through "
+               "them: tritonclient.utils.shared_memory, perf_analyzer --shared-memory system). CUDA shared memory is "
+               "not offered. See docs/SECURITY.md."),
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> ServerConfig:
@@ -80,14 +85,43 @@ class ServerArgs(Group):
             keep_alive_s=v.keep_alive, max_inflight_bytes=int(v.max_inflight_mb * MB),
             max_json_bytes=int(v.max_json_mb * MB), auth_token=read_token(v.auth_token_file),
             auth_metrics=v.auth_metrics, tls_cert=v.tls_cert, tls_key=v.tls_key, tls_client_ca=v.tls_client_ca,
-            model_control=_model_control(v.model_control),
+            model_control=_model_control(v.model_control), shared_memory=_shared_memory(v.shared_memory, ctx),
         )
         check_tls_files(v.tls_cert, v.tls_key, v.tls_client_ca)
         if v.host not in LOOPBACK_HOSTS and not config.auth_token:
+            shm = (" System shared memory is on: such a client can also register this user's /dev/shm objects by "
+                   "name and read or overwrite them through inference; drop --shared-memory system to turn it off."
+                   if config.shared_memory == "system" else "")
             warn(f"listening on {v.host} without a token: anyone who reaches this address can use the server. Add "
                  f"one with --auth-token-file FILE (e.g. `openssl rand -hex 32 > FILE`) or the {TOKEN_ENV} "
-                 "environment variable, and --tls-cert/--tls-key for TLS; see docs/SECURITY.md.")
+                 f"environment variable, and --tls-cert/--tls-key for TLS; see docs/SECURITY.md.{shm}")
         return config
+
+
+def _shared_memory(mode: str | None, ctx: Built) -> str:
+    """--shared-memory, checked: none unless given (Triton turned client shared memory off by default in
+    triton-inference-server/server#8739, 2026-04: a client names the server user's /dev/shm objects); never on Ray
+    (its replicas may run on other machines)."""
+    on_ray = _given(ctx, "ray") is not None
+    if mode is None:
+        return "none"
+    mode = mode.lower()
+    if mode not in ("system", "none"):
+        hint = " CUDA shared memory is not offered." if mode == "cuda" else ""
+        raise UsageError(f"--shared-memory {mode}: not a mode.{hint}", "Use system (Triton's system shared memory "
+                         "extension) or none (the default).")
+    if mode == "system" and on_ray:
+        raise UsageError("--shared-memory system with --ray: Ray Serve's replicas may run on other machines, which "
+                         "cannot map this machine's shared memory.", "Drop --shared-memory, or serve without --ray.")
+    return mode
+
+
+def _given(ctx: Built, name: str):
+    """The command line's value of ``name``, or None when the command has no such option."""
+    try:
+        return ctx.given(name)
+    except KeyError:
+        return None
 
 
 def _model_control(mode: str) -> str:

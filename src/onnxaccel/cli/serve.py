@@ -25,7 +25,7 @@ ORDER = ("source target precision ep_option config shape shape_buckets allow_una
          "drain_timeout arena_strategy arena_limit arena_shrinkage session_per_batch_size strict_readiness "
          "log_level gil_switch_ms gpu_wait direct_copy header_timeout body_timeout body_deadline keep_alive "
          "max_inflight_mb max_json_mb auth_token_file auth_metrics tls_cert tls_key tls_client_ca "
-         "model_control ray replicas min_replicas as_json")
+         "model_control shared_memory ray replicas min_replicas as_json")
 
 
 def register(app: typer.Typer) -> None:

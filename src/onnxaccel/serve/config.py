@@ -30,6 +30,8 @@ from onnxaccel.target import Target, parse_target
 SCHEMA = "onnxaccel.serve.model-config/1"
 #: ModelConfig.embed_preprocess values.
 EMBED_MODES = ("auto", "none")
+#: ServerConfig.shared_memory values (--shared-memory).
+SHARED_MEMORY_MODES = ("system", "none")
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -255,8 +257,17 @@ class ServerConfig:
     #: Repository load/unload through the API: "none" (refused, 403) or "explicit" (as Triton's
     #: --model-control-mode).
     model_control: str = "none"
+    #: Triton's system shared memory extension (serve/shared_memory.py): "system" (clients register regions of
+    #: /dev/shm objects and name them for inputs and outputs) or "none" (refused, 400 / INVALID_ARGUMENT).
+    shared_memory: str = "none"
+    #: Internal: the private folder of the shared memory registry every worker reads (set by the supervisor
+    #: with --workers); None: the registry is in memory (one process).
+    shared_memory_dir: str | None = None
 
     def __post_init__(self) -> None:
+        if self.shared_memory not in SHARED_MEMORY_MODES:
+            raise UsageError(f"shared_memory is {self.shared_memory!r}.", "Use system (Triton's system shared memory "
+                             "extension) or none; CUDA shared memory is not offered.")
         if self.max_inflight_bytes < self.max_request_bytes:
             object.__setattr__(self, "max_inflight_bytes", self.max_request_bytes)
 

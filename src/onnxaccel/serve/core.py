@@ -20,10 +20,13 @@ from onnxaccel.serve.images import ImageInput, decode_request
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.protocol import InferRequest, ProtocolError
 from onnxaccel.serve.repository import READY, ModelRepository
+from onnxaccel.serve.shared_memory import SharedMemoryRegistry, registry_for
 
 SERVER_NAME = "onnxaccel"
-#: Protocol extensions offered (names as Triton's server metadata lists them).
+#: Protocol extensions offered (names as Triton's server metadata lists them); and with --shared-memory system,
+#: SHARED_MEMORY_EXTENSION (extension_shared_memory.md).
 EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "model_configuration"]
+SHARED_MEMORY_EXTENSION = "system_shared_memory"
 UNKNOWN_MODEL = "_unknown"
 #: Retry-After (seconds) on the 503s of a draining server: a client retries elsewhere, or here after a restart.
 DRAIN_RETRY_AFTER_S = 1
@@ -65,6 +68,8 @@ class InferenceService:
         self._idle.set()
         #: With several workers: True once every worker has loaded its models (readiness waits for all).
         self.peers_ready: Callable[[], bool] = lambda: True
+        #: The system shared memory regions (shared with the other workers), or None with --shared-memory none.
+        self.shm: SharedMemoryRegistry | None = registry_for(config)
 
     # -- health and metadata ---------------------------------------------------------------------------
 
@@ -95,7 +100,15 @@ class InferenceService:
 
     def server_metadata(self) -> dict:
         """Server name, version and protocol extensions, as the server metadata endpoint returns them."""
-        return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
+        extensions = EXTENSIONS + ([SHARED_MEMORY_EXTENSION] if self.shm is not None else [])
+        return {"name": SERVER_NAME, "version": __version__, "extensions": extensions}
+
+    def shared_memory(self) -> SharedMemoryRegistry:
+        """The system shared memory registry; 400 when the server was started with --shared-memory none."""
+        if self.shm is None:
+            raise ProtocolError(400, "System shared memory is off on this server (--shared-memory none); send the "
+                                "tensors in the request, or start the server with --shared-memory system.")
+        return self.shm
 
     def _entry(self, name: str, version: str = ""):
         entry = self.repository.get(name)
@@ -162,9 +175,12 @@ class InferenceService:
             self.metrics.child(self.metrics.queue_length, name).set(min(queued, self._waiting[name]))
             if self.inflight == 0:
                 self._idle.set()
-        self.metrics.observe_success(request.model_name, max(0.0, timing.queue_s), timing.compute_s, time.time())
         if request.outputs:
             outputs = {o.name: outputs[o.name] for o in request.outputs}
+            for out in request.outputs:
+                if out.shm is not None:  # into the client's shared memory (a 400 when it does not fit)
+                    out.written = self.shm.write_output(out.shm, outputs[out.name], out.name)
+        self.metrics.observe_success(request.model_name, max(0.0, timing.queue_s), timing.compute_s, time.time())
         return outputs, VERSION
 
     # -- repository ------------------------------------------------------------------------------------

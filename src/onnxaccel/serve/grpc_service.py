@@ -2,11 +2,15 @@
 
 Methods are registered by their full names with a generic handler, with message classes built from the
 vendored descriptor (grpc_messages.py), so no generated stubs are needed. Besides the protocol's six RPCs it
-answers Triton's ModelConfig, ModelStatistics, RepositoryIndex and RepositoryModelLoad/Unload.
+answers Triton's ModelConfig, ModelStatistics, RepositoryIndex, RepositoryModelLoad/Unload, ModelStreamInfer and
+the shared memory RPCs (SystemSharedMemoryStatus/Register/Unregister; the CUDA ones register nothing).
 
-Tensor contents follow open_inference_grpc.proto: inputs come as ``raw_input_contents`` (one bytes per input, in
-input order) or as typed ``contents``; outputs are always returned as ``raw_output_contents``, as Triton does
-(tritonclient and the KServe SDK read both).
+Tensor contents follow open_inference_grpc.proto: inputs come as ``raw_input_contents`` (one bytes per input that
+is not in shared memory, in input order, as Triton's infer_handler.cc InferGRPCToInput counts them) or as typed
+``contents``; outputs are always returned as ``raw_output_contents``, as Triton does (tritonclient and the KServe
+SDK read both). An output written into shared memory gets an empty entry there, so the entries stay one per
+output in order (tritonclient's InferResult.as_numpy finds an output's entry by its position; Triton's
+ResponseAllocatorHelper adds an empty one too).
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from onnxaccel.serve.security import InflightBudget
 from onnxaccel.serve.auth import grpc_auth_interceptor, grpc_credentials
 from onnxaccel.serve.protocol import (
     DATATYPES, InferRequest, ProtocolError, RequestedOutput, bad_request, check_output_parameters, check_shape,
-    check_unsupported, datatype_of, element_count, from_bytes, to_bytes,
+    check_unsupported, datatype_of, element_count, from_bytes, shm_input, to_bytes,
 )
+from onnxaccel.serve.shared_memory import CUDA_REFUSED
 
 logger = logging.getLogger(__name__)
 
@@ -42,18 +47,21 @@ def _param_value(param) -> object:
     return getattr(param, which) if which else None
 
 
-def decode_grpc_request(msg) -> InferRequest:
-    """Turn a gRPC ModelInferRequest into the protocol-independent InferRequest."""
+def decode_grpc_request(msg, shm=None) -> InferRequest:
+    """Turn a gRPC ModelInferRequest into the protocol-independent InferRequest; with ``shm`` (the server's
+    shared_memory.SharedMemoryRegistry), inputs read from and outputs placed in system shared memory."""
     request = InferRequest(model_name=msg.model_name, model_version=msg.model_version, id=msg.id,
                            parameters={k: _param_value(v) for k, v in msg.parameters.items()})
-    check_unsupported(request.parameters, "the request")  # as over HTTP (protocol.py)
+    check_unsupported(request.parameters, "the request", offered=shm is not None)  # as over HTTP (protocol.py)
     raw = list(msg.raw_input_contents)
-    if raw and len(raw) != len(msg.inputs):
-        raise bad_request(f"raw_input_contents has {len(raw)} entries for {len(msg.inputs)} inputs; give one per "
-                          "input, in input order.")
-    for index, tensor in enumerate(msg.inputs):
+    in_message = sum(1 for t in msg.inputs if "shared_memory_region" not in t.parameters)
+    if raw and len(raw) != in_message:
+        raise bad_request(f"raw_input_contents has {len(raw)} entries for {in_message} inputs not in shared memory; "
+                          "give one per such input, in input order.")
+    index = 0
+    for tensor in msg.inputs:
         name, datatype, shape = tensor.name, tensor.datatype, tuple(tensor.shape)
-        check_unsupported({k: _param_value(v) for k, v in tensor.parameters.items()}, f"input '{name}'")
+        params = {k: _param_value(v) for k, v in tensor.parameters.items()}
         if datatype not in DATATYPES:
             raise bad_request(f"Input '{name}' has datatype {datatype!r}; the protocol's datatypes are "
                               f"{', '.join(DATATYPES)}.")
@@ -62,18 +70,27 @@ def decode_grpc_request(msg) -> InferRequest:
         check_shape(shape, name)
         if name in request.inputs:
             raise bad_request(f"Input '{name}' appears twice in the request.")
-        if raw:
+        if shm is not None and "shared_memory_region" in params and tensor.HasField("contents"):
+            raise bad_request(f"Input '{name}' names shared memory region {params['shared_memory_region']!r} and "
+                              "also has typed contents; give its data once.")
+        shared = shm_input(shm, params, datatype, shape, name)
+        if shared is not None:
+            request.inputs[name] = shared
+        elif raw:
             if tensor.HasField("contents"):
                 raise bad_request(f"Input '{name}' has typed contents while raw_input_contents is used.")
             request.inputs[name] = from_bytes(raw[index], datatype, shape, name)
+            index += 1
         else:
             request.inputs[name] = _from_contents(tensor, datatype, shape)
         request.datatypes[name] = datatype
-    for output in msg.outputs:  # class_count (classification) and shared memory: refused as over HTTP
-        check_output_parameters({k: _param_value(v) for k, v in output.parameters.items()}, f"output '{output.name}'")
+    places: dict[str, object] = {}
+    for output in msg.outputs:  # class_count (classification) refused, shared memory checked, as over HTTP
+        if output.name not in places:  # each output once, in the order first asked
+            places[output.name] = check_output_parameters(
+                {k: _param_value(v) for k, v in output.parameters.items()}, output.name, shm)
     if msg.outputs:
-        names = dict.fromkeys(o.name for o in msg.outputs)  # each output once, in the order first asked
-        request.outputs = [RequestedOutput(name) for name in names]
+        request.outputs = [RequestedOutput(name, shm=place) for name, place in places.items()]
     return request
 
 
@@ -125,9 +142,15 @@ def _from_contents(tensor, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
 def encode_grpc_response(m, request: InferRequest, version: str, outputs: dict[str, np.ndarray]):
     """Build a gRPC ModelInferResponse from the outputs, their contents as raw bytes."""
     response = m.ModelInferResponse(model_name=request.model_name, model_version=version, id=request.id)
+    shared = {o.name: o for o in request.outputs or [] if o.shm is not None}
     for name, value in outputs.items():
-        response.outputs.add(name=name, datatype=datatype_of(value.dtype), shape=list(value.shape))
-        response.raw_output_contents.append(to_bytes(value))
+        tensor = response.outputs.add(name=name, datatype=datatype_of(value.dtype), shape=list(value.shape))
+        if name in shared:  # written into the client's shared memory: its place, and an empty entry
+            for key, param in shared[name].shm.parameters(shared[name].written).items():
+                setattr(tensor.parameters[key], "string_param" if isinstance(param, str) else "int64_param", param)
+            response.raw_output_contents.append(b"")
+        else:
+            response.raw_output_contents.append(to_bytes(value))
     return response
 
 
@@ -212,6 +235,39 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
             return m.RepositoryModelUnloadResponse(model_name=name, isUnloaded=True)
         return await guarded(context, call)
 
+    async def shm_status(request, context):
+        async def call():
+            regions = service.shared_memory().status(request.name)
+            return m.SystemSharedMemoryStatusResponse(regions={r["name"]: r for r in regions})
+        return await guarded(context, call)
+
+    async def shm_register(request, context):
+        async def call():
+            service.shared_memory().register(request.name, request.key, request.offset, request.byte_size)
+            return m.SystemSharedMemoryRegisterResponse()
+        return await guarded(context, call)
+
+    async def shm_unregister(request, context):
+        async def call():
+            service.shared_memory().unregister(request.name)
+            return m.SystemSharedMemoryUnregisterResponse()
+        return await guarded(context, call)
+
+    async def cuda_status(request, context):  # none is ever registered: all of them is an empty map
+        async def call():
+            if request.name:
+                raise bad_request(f"No CUDA shared memory region '{request.name}' is registered. {CUDA_REFUSED}")
+            return m.CudaSharedMemoryStatusResponse()
+        return await guarded(context, call)
+
+    async def cuda_register(_request, context):
+        async def call():
+            raise bad_request(CUDA_REFUSED)
+        return await guarded(context, call)
+
+    async def cuda_unregister(_request, _context):  # nothing to unregister (perf_analyzer asks, see SERVING.md)
+        return m.CudaSharedMemoryUnregisterResponse()
+
     async def model_infer(request, context):
         start = time.perf_counter()
         label = service.metric_label(request.model_name)
@@ -232,7 +288,7 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
 
     async def _infer(request, context, start: float, label: str):
         try:
-            infer_request = decode_grpc_request(request)
+            infer_request = decode_grpc_request(request, service.shm)
             outputs, version = await service.infer(infer_request)
             response = encode_grpc_response(m, infer_request, version, outputs)
         except ProtocolError as exc:
@@ -260,7 +316,7 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
                     service.metrics.reject("inflight_budget")
                     raise ProtocolError(429, "The server holds as many request bytes as it may (--max-inflight-mb); "
                                         "retry shortly.")
-                infer_request = decode_grpc_request(request)
+                infer_request = decode_grpc_request(request, service.shm)
                 outputs, version = await service.infer(infer_request)
                 response = m.ModelStreamInferResponse(
                     infer_response=encode_grpc_response(m, infer_request, version, outputs))
@@ -306,6 +362,12 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
         "RepositoryIndex": (repository_index, m.RepositoryIndexRequest),
         "RepositoryModelLoad": (repository_load, m.RepositoryModelLoadRequest),
         "RepositoryModelUnload": (repository_unload, m.RepositoryModelUnloadRequest),
+        "SystemSharedMemoryStatus": (shm_status, m.SystemSharedMemoryStatusRequest),
+        "SystemSharedMemoryRegister": (shm_register, m.SystemSharedMemoryRegisterRequest),
+        "SystemSharedMemoryUnregister": (shm_unregister, m.SystemSharedMemoryUnregisterRequest),
+        "CudaSharedMemoryStatus": (cuda_status, m.CudaSharedMemoryStatusRequest),
+        "CudaSharedMemoryRegister": (cuda_register, m.CudaSharedMemoryRegisterRequest),
+        "CudaSharedMemoryUnregister": (cuda_unregister, m.CudaSharedMemoryUnregisterRequest),
     }
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(fn, request_deserializer=req.FromString,

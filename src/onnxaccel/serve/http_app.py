@@ -3,7 +3,8 @@
 Routes and status codes: kserve/open-inference-protocol specification/protocol/inference_rest.md and
 open_inference_rest.yaml (health: 200 true, 4xx false; errors ``{"error": "..."}``); Triton's extensions
 (triton-inference-server/server docs/protocol/extension_model_repository.md, extension_statistics.md,
-extension_model_configuration.md) for repository index/load/unload, statistics and model config.
+extension_model_configuration.md, extension_shared_memory.md) for repository index/load/unload, statistics,
+model config and system shared memory (serve/shared_memory.py; CUDA shared memory registers nothing).
 
 The inference route reads the raw body itself (no pydantic model): binary requests are not JSON, and parsing
 a large JSON body twice would cost more than the model run on a GPU. Its schema is declared for the OpenAPI
@@ -26,6 +27,7 @@ from onnxaccel.serve.protocol import (
     HEADER_LENGTH, ProtocolError, decode_http_request, encode_http_response, parse_json,
 )
 from onnxaccel.serve.security import HttpGuard, InflightBudget
+from onnxaccel.serve.shared_memory import CUDA_REFUSED
 
 _ERROR = {"content": {"application/json": {"schema": {"type": "object", "properties": {"error": {"type": "string"}},
                                                       "required": ["error"]}}}}
@@ -51,6 +53,14 @@ INFER_OPENAPI = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": INFER_REQUEST},
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
 _JSON_OK = {"content": {"application/json": {"schema": {"type": "object"}}}}
+_REGIONS = {200: {"description": "Registered regions", "content": {"application/json": {"schema": {
+    "type": "array", "items": {"type": "object", "required": ["name", "key", "offset", "byte_size"], "properties": {
+        "name": {"type": "string"}, "key": {"type": "string"}, "offset": {"type": "integer"},
+        "byte_size": {"type": "integer"}}}}}}}, **ERRORS}
+REGISTER_OPENAPI = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["key", "byte_size"], "properties": {
+        "key": {"type": "string"}, "offset": {"type": "integer", "minimum": 0},
+        "byte_size": {"type": "integer", "minimum": 1}}}}}}}
 
 
 def create_app(service: InferenceService, budget: InflightBudget | None = None, *, guard: bool = True):
@@ -66,7 +76,7 @@ def create_app(service: InferenceService, budget: InflightBudget | None = None, 
 
     app = FastAPI(title="onnxaccel inference server", version="2",
                   description="Open Inference Protocol (KServe v2) with Triton's binary tensor, model repository, "
-                              "statistics and model configuration extensions.")
+                              "statistics, model configuration and system shared memory extensions.")
     limit = service.config.max_request_bytes
     if guard:
         app.add_middleware(InferRoute, service=service)
@@ -150,6 +160,41 @@ def create_app(service: InferenceService, budget: InflightBudget | None = None, 
         await service.unload(model_name)
         return {}
 
+    @app.get("/v2/systemsharedmemory/status", responses=_REGIONS, tags=["shared memory"])
+    @app.get("/v2/systemsharedmemory/region/{name}/status", responses=_REGIONS, tags=["shared memory"])
+    async def shm_status(name: str = ""):
+        return service.shared_memory().status(name)
+
+    @app.post("/v2/systemsharedmemory/region/{name}/register", responses=ERRORS, tags=["shared memory"],
+              openapi_extra=REGISTER_OPENAPI)
+    async def shm_register(name: str, request: Request):
+        service.shared_memory().register_body(name, _json_body(await request.body()))
+        return {}
+
+    @app.post("/v2/systemsharedmemory/unregister", responses=ERRORS, tags=["shared memory"])
+    @app.post("/v2/systemsharedmemory/region/{name}/unregister", responses=ERRORS, tags=["shared memory"])
+    async def shm_unregister(name: str = ""):
+        service.shared_memory().unregister(name)
+        return {}
+
+    # CUDA shared memory is not offered: a register is refused; the status lists no region and an unregister has
+    # nothing to do (perf_analyzer --shared-memory system unregisters every CUDA region too, see SERVING.md).
+    @app.get("/v2/cudasharedmemory/status", responses=ERRORS, tags=["shared memory"])
+    @app.get("/v2/cudasharedmemory/region/{name}/status", responses=ERRORS, tags=["shared memory"])
+    async def cuda_status(name: str = ""):
+        if name:
+            raise ProtocolError(400, f"No CUDA shared memory region '{name}' is registered. {CUDA_REFUSED}")
+        return []
+
+    @app.post("/v2/cudasharedmemory/region/{name}/register", responses=ERRORS, tags=["shared memory"])
+    async def cuda_register(name: str):
+        raise ProtocolError(400, CUDA_REFUSED)
+
+    @app.post("/v2/cudasharedmemory/unregister", responses=ERRORS, tags=["shared memory"])
+    @app.post("/v2/cudasharedmemory/region/{name}/unregister", responses=ERRORS, tags=["shared memory"])
+    async def cuda_unregister(name: str = ""):
+        return {}
+
     async def infer(model_name: str, request: Request, model_version: str = ""):
         start = time.perf_counter()
         label = service.metric_label(model_name)
@@ -157,7 +202,7 @@ def create_app(service: InferenceService, budget: InflightBudget | None = None, 
             body = await _read_body(request, limit)
             _check_json_size(body, request.headers.get(HEADER_LENGTH), service.config.max_json_bytes)
             infer_request = decode_http_request(model_name, model_version, body,
-                                                request.headers.get(HEADER_LENGTH))
+                                                request.headers.get(HEADER_LENGTH), service.shm)
             outputs, version = await service.infer(infer_request)
             content, headers = encode_http_response(infer_request, version, outputs)
         except ProtocolError as exc:
@@ -298,7 +343,8 @@ class InferRoute:
         try:
             body = await self._body(receive, headers)
             _check_json_size(body, headers.get(HEADER_LENGTH.lower()), service.config.max_json_bytes)
-            request = decode_http_request(model_name, model_version, body, headers.get(HEADER_LENGTH.lower()))
+            request = decode_http_request(model_name, model_version, body, headers.get(HEADER_LENGTH.lower()),
+                                          service.shm)
             outputs, version = await service.infer(request)
             content, out_headers = encode_http_response(request, version, outputs)
         except ProtocolError as exc:

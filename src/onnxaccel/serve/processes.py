@@ -50,7 +50,7 @@ def name_process(name: str) -> None:
 #: The file naming the supervisor that made a temporary folder; a later start removes the folder once that
 #: process is gone (a SIGKILLed supervisor runs no cleanup of its own).
 OWNER_FILE = "owner.pid"
-STALE_PREFIXES = ("onnxaccel-metrics-", "onnxaccel-models-")
+STALE_PREFIXES = ("onnxaccel-metrics-", "onnxaccel-models-", "onnxaccel-shm-")
 
 
 def owned_tempdir(prefix: str, where: str | None = None) -> str:

@@ -74,9 +74,12 @@ def bad_request(message: str) -> ProtocolError:
 
 @dataclass
 class RequestedOutput:
-    """An output a request asks for, and whether it wants it as binary data."""
+    """An output a request asks for: whether it wants it as binary data, or where in shared memory it goes
+    (``shm``: a shared_memory.TensorPlace; ``written``: the bytes it took there once written)."""
     name: str
     binary: bool | None = None  # None: the request-level default
+    shm: object | None = None
+    written: int = 0
 
 
 @dataclass
@@ -106,8 +109,9 @@ class InferRequest:
 # --- decoding ------------------------------------------------------------------------------------------
 
 def decode_http_request(model_name: str, model_version: str, body: bytes | memoryview,
-                        header_length: str | None) -> InferRequest:
-    """Parse an HTTP inference body: JSON, or JSON followed by binary tensors."""
+                        header_length: str | None, shm=None) -> InferRequest:
+    """Parse an HTTP inference body: JSON, or JSON followed by binary tensors; with ``shm`` (the server's
+    shared_memory.SharedMemoryRegistry), inputs read from and outputs placed in system shared memory."""
     view = memoryview(body)
     if header_length is not None:
         try:
@@ -125,7 +129,7 @@ def decode_http_request(model_name: str, model_version: str, body: bytes | memor
     request = InferRequest(model_name=model_name, model_version=model_version)
     request.id = _string(doc.get("id", ""), "id")
     request.parameters = _parameters(doc.get("parameters"), "the request")
-    check_unsupported(request.parameters, "the request")
+    check_unsupported(request.parameters, "the request", offered=shm is not None)
     inputs = doc.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise bad_request("The request needs a non-empty 'inputs' list.")
@@ -135,7 +139,13 @@ def decode_http_request(model_name: str, model_version: str, body: bytes | memor
         if name in request.inputs:
             raise bad_request(f"Input '{name}' appears twice in the request.")
         size = params.get("binary_data_size")
-        if size is not None:
+        if shm is not None and "shared_memory_region" in params and ("data" in item or size is not None):
+            raise bad_request(f"Input '{name}' names shared memory region {params['shared_memory_region']!r} and "
+                              f"also has {'data' if 'data' in item else 'binary_data_size'}; give its data once.")
+        shared = shm_input(shm, params, datatype, shape, name)
+        if shared is not None:
+            request.inputs[name] = shared
+        elif size is not None:
             if "data" in item:
                 raise bad_request(f"Input '{name}' has both 'data' and parameters.binary_data_size.")
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
@@ -155,7 +165,7 @@ def decode_http_request(model_name: str, model_version: str, body: bytes | memor
     if offset != len(binary):
         raise bad_request(f"The body has {len(binary)} bytes of binary tensor data, but the inputs declare "
                           f"binary_data_size totalling {offset}.")
-    request.outputs = _requested_outputs(doc.get("outputs"))
+    request.outputs = _requested_outputs(doc.get("outputs"), shm)
     return request
 
 
@@ -203,21 +213,37 @@ def _tensor_header(item: object, where: str) -> tuple[str, str, tuple[int, ...],
         raise bad_request(f"Input '{name}' needs a 'shape' list of non-negative integers, got {shape!r}.")
     check_shape(tuple(shape), name)
     params = _parameters(item.get("parameters"), f"input '{name}'")
-    check_unsupported(params, f"input '{name}'")
     return name, datatype, tuple(shape), params
 
 
-def check_output_parameters(params: Mapping, where: str) -> None:
-    """Refuse what a requested output may ask and this server does not offer (HTTP and gRPC alike): shared memory,
-    and the classification extension (``class_count``: tritonclient sends it as ``classification``)."""
-    check_unsupported(params, where)
+def check_output_parameters(params: Mapping, name: str, shm=None):
+    """Where requested output ``name`` goes in shared memory (``shm.output_place``), or None; refuses what this
+    server does not offer (HTTP and gRPC alike): shared memory without ``shm``, and the classification extension
+    (``class_count``: tritonclient sends it as ``classification``)."""
     if "classification" in params:
         raise bad_request("The classification extension is not offered; ask for the raw output.")
+    if shm is None:
+        check_unsupported(params, f"output '{name}'")
+        return None
+    return shm.output_place(params, name)
 
 
-def check_unsupported(params: Mapping, where: str) -> None:
-    """Refuse the shared-memory extension's parameters (not offered), naming where they were given."""
+def shm_input(shm, params: Mapping, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray | None:
+    """Input ``name`` read from system shared memory when its parameters name a region (``shm.input_array``),
+    else None; without ``shm`` (``--shared-memory none``) those parameters are refused."""
+    if shm is None:
+        check_unsupported(params, f"input '{name}'")
+        return None
+    return shm.input_array(params, datatype, shape, name)
+
+
+def check_unsupported(params: Mapping, where: str, *, offered: bool = False) -> None:
+    """Refuse the shared-memory extension's parameters, naming where they were given: not offered at all, or
+    (``offered``) given on the request rather than on an input or output."""
     for key in ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"):
+        if key in params and offered:
+            raise bad_request(f"{where} sets {key}; the shared-memory parameters belong on an input or a requested "
+                              "output.")
         if key in params:
             raise bad_request(f"{where} uses the shared-memory extension ({key}), which this server does not "
                               "offer; send the data in the body (JSON or binary).")
@@ -237,7 +263,7 @@ def _string(value: object, what: str) -> str:
     return value
 
 
-def _requested_outputs(value: object) -> list[RequestedOutput] | None:
+def _requested_outputs(value: object, shm=None) -> list[RequestedOutput] | None:
     if value is None:
         return None
     if not isinstance(value, list):
@@ -250,9 +276,12 @@ def _requested_outputs(value: object) -> list[RequestedOutput] | None:
             continue
         seen.add(item["name"])
         params = _parameters(item.get("parameters"), f"output '{item['name']}'")
-        check_output_parameters(params, f"output '{item['name']}'")
+        place = check_output_parameters(params, item["name"], shm)
         binary = params.get("binary_data")
-        out.append(RequestedOutput(item["name"], None if binary is None else bool(binary)))
+        if place is not None and binary:  # as Triton (http_server.cc ValidateOutputParameter)
+            raise bad_request(f"Output '{item['name']}' asks for binary_data and names shared memory region "
+                              f"'{place.region}'; it can come back only one way.")
+        out.append(RequestedOutput(item["name"], None if binary is None else bool(binary), place))
     return out
 
 
@@ -368,6 +397,7 @@ def encode_http_response(request: InferRequest, model_version: str, outputs: Map
     """The response body and headers: JSON, or JSON + binary outputs when any output is asked binary."""
     names = [o.name for o in request.outputs] if request.outputs else list(outputs)
     binary_flag = {o.name: o.binary for o in request.outputs or []}
+    shared = {o.name: o for o in request.outputs or [] if o.shm is not None}
     default = request.binary_output_default
     doc: dict = {"model_name": request.model_name, "model_version": model_version}
     if request.id:
@@ -377,7 +407,9 @@ def encode_http_response(request: InferRequest, model_version: str, outputs: Map
         value = outputs[name]
         entry: dict = {"name": name, "datatype": datatype_of(value.dtype), "shape": list(value.shape)}
         binary = binary_flag.get(name)
-        if binary if binary is not None else default:
+        if name in shared:  # in the client's shared memory already: metadata only (extension_shared_memory.md)
+            entry["parameters"] = shared[name].shm.parameters(shared[name].written)
+        elif binary if binary is not None else default:
             blob = to_bytes(value)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)

@@ -206,6 +206,8 @@ class InferenceServer:
             raise UsageError(f"Cannot listen for HTTP on {self.config.host}:{self.config.http_port}.",
                              "Pick another --http-port (is another server running?).")
         self.http_port = http_server.servers[0].sockets[0].getsockname()[1]
+        # A worker of several closes its mappings of regions another worker unregistered (shared_memory.py).
+        sweeper = service.shm.sweeper() if service.shm is not None else None
         try:
             if not worker:
                 await service.load_all()
@@ -223,6 +225,10 @@ class InferenceServer:
             await http_task
             await repository.close()
             stop_gpu()
+            if sweeper is not None:
+                sweeper.cancel()
+            if service.shm is not None:
+                service.shm.close()
         return self.result()
 
     def _grpc(self, service: InferenceService, worker: bool, budget: InflightBudget | None = None):

@@ -12,8 +12,9 @@ How:
 * A worker loads its models before it accepts connections, and reports ready only once every worker has
   (a shared event), so a readiness probe never sees a half-loaded server.
 * Metrics go to prometheus_client's multiprocess files in a private folder; a scrape (any worker) and Triton's
-  statistics add up all workers. Repository load/unload through the API is refused (each worker would change
-  only its own copy).
+  statistics add up all workers. System shared memory registrations live in another private folder that every
+  worker reads (serve/shared_memory.py), so a region registered through one worker is used through any.
+  Repository load/unload through the API is refused (each worker would change only its own copy).
 * SIGTERM/SIGINT to the supervisor: every worker drains (serve/server.py) and exits; the supervisor waits for
   them, then removes the metrics folder. A worker that dies while serving is replaced (its metrics marked
   dead), as gunicorn does, so capacity comes back.
@@ -141,6 +142,10 @@ class WorkerPool:
         # In the environment before any worker starts: prometheus_client picks its storage at import.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.metrics_dir
         self.worker_config = replace(config, http_port=self.http_port, grpc_port=self.grpc_port)
+        #: The system shared memory registry every worker reads and writes (serve/shared_memory.py): a region
+        #: registered through one worker is seen by all. A private folder (0700): it names /dev/shm objects.
+        self.shm_dir = owned_tempdir("onnxaccel-shm-") if config.shared_memory != "none" else None
+        self.worker_config = replace(self.worker_config, shared_memory_dir=self.shm_dir)
         #: With shared_models: the model process, and the Unix socket (in a private folder) it listens on.
         self.host: multiprocessing.Process | None = None
         self.socket_dir = None
@@ -339,8 +344,9 @@ class WorkerPool:
             self.grpc_reservation.close()
         self.events.close()
         shutil.rmtree(self.metrics_dir, ignore_errors=True)
-        if self.socket_dir is not None:
-            shutil.rmtree(self.socket_dir, ignore_errors=True)
+        for folder in (self.socket_dir, self.shm_dir):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
         if self._previous_env is None:
             os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
         else:
