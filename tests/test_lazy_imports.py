@@ -94,8 +94,8 @@ def test_engines_and_the_runtime_log_level_load_no_heavy_library():
 
 
 def test_installed_ml_dtypes_is_one_that_imports_fast():
-    """onnx imports ml_dtypes; 0.7.0's extension module alone took 0.7-0.8 s to import (issue 36), which made
-    `run` on a small CPU model 7-8x a plain ONNX Runtime script. pyproject pins it below 0.7; an environment
+    """onnx imports ml_dtypes, and 0.7.0's extension module is slow to import (most of `run`'s start-up on a
+    small CPU model; docs/BENCHMARKS.md "Start-up"). pyproject pins it below 0.7; an environment
     with 0.7 installed (a fresh install without the pin) fails here. The figures are in docs/BENCHMARKS.md."""
     from importlib import metadata
 

@@ -55,8 +55,8 @@ def test_a_batch_report_says_where_its_start_up_went(tmp_path, squeezenet, photo
 
 
 def test_a_batch_job_reads_each_model_file_once(tmp_path, squeezenet, photo):
-    """The source once and the embedded copy once (issue 36: four reads, 0.44 s of a ResNet-50 job's start-up on
-    the H100: plan_job, embedded_copy and the worker read the same files again)."""
+    """The source once and the embedded copy once (plan_job, embedded_copy, the decoder planning and the worker
+    each read them again before; a large model's read is a visible part of start-up)."""
     from onnxaccel import startup
 
     startup.reset()

@@ -1,5 +1,5 @@
 """A batch job's parquet writer never imports pandas (pyarrow's pa.array and from_numpy_ndarray check for pandas
-objects and import it at first use: 0.3-1.5 s of a job's start-up for nothing; issue 36). The shards written
+objects and import it at first use: a large import on the start-up path, for nothing). The shards written
 read back equal to what was given, strings and tensors alike."""
 
 from __future__ import annotations

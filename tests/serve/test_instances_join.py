@@ -1,7 +1,8 @@
 """A GPU server is ready once its first instance is warm; the others are built and warmed one at a time while it
-serves, and each takes batches once warm (plan ``instances_at_load``, engines/pool.py ``join_step``; issue 36:
-four graph-captured instances warmed one after the other before ready). Real ONNX Runtime CPU sessions, with the
-plan's ``instances_at_load`` set as a GPU target gets it (the plan gives it to GPU targets only)."""
+serves, and each takes batches once warm (plan ``instances_at_load``, engines/pool_warm.py ``join_step``:
+graph-captured instances warm one after the other, so building all of them before ready delayed it). Real ONNX
+Runtime CPU sessions, with the plan's ``instances_at_load`` set as a GPU target gets it (the plan gives it to GPU
+targets only)."""
 
 from __future__ import annotations
 

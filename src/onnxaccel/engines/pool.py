@@ -153,7 +153,7 @@ class RunnerPool(WarmingLater):
         if later:
             pool.later = WarmLater(later, count, make if session_per_bucket else None)
         if first < count:
-            pool.joining = JoinLater(make, sizes, count)
+            pool.joining = JoinLater(make, sizes)
         return pool
 
     def __len__(self) -> int:

@@ -77,26 +77,18 @@ class JoinLater:
     """The instances a pool builds and warms after it went into service (see the module's docstring).
 
     ``make``: makes a runner (in the joining instance's thread); ``sizes``: the padded sizes that get a session of
-    their own (empty: one runner per instance); ``count``: the instances planned. ``stopped``: why no further
-    instance joins (one failed to build or warm), '' while they do. ``joined_s``: per instance that joined, the
-    seconds its build and warm-up took.
+    their own (empty: one runner per instance). ``stopped``: why no further instance joins (one failed to build or
+    warm, or the work ended), '' while they do. The pool keeps each joined instance's seconds (``joined_s``).
     """
 
-    def __init__(self, make: Callable[[], Runner], sizes: tuple[int, ...], count: int) -> None:
+    def __init__(self, make: Callable[[], Runner], sizes: tuple[int, ...]) -> None:
         self.make = make
         self.sizes = sizes
-        self.count = count
         self.stopped = ""
-        self.joined_s: dict[int, float] = {}
 
     def build(self) -> dict[int | None, Runner]:
         """In the joining instance's thread: its runner (key None) and a runner per further size."""
         return _make_instance(self.make, self.sizes)
-
-    def to_dict(self) -> dict:
-        """JSON-ready: the instances that joined (with seconds) and why joining stopped, if it did."""
-        return {"count": self.count, "joined_s": {str(k): round(v, 3) for k, v in self.joined_s.items()},
-                "stopped": self.stopped}
 
 
 class WarmLater:
@@ -244,12 +236,12 @@ class WarmingLater:
             logger.warning("'%s': %s; %d of %d instance(s) serve", self.name, joining.stopped, self.in_service,
                            self.planned)
             return True
-        joining.joined_s[index] = self.joined_s[index] = time.perf_counter() - started
+        self.joined_s[index] = time.perf_counter() - started
         self.in_service += 1
         if self.in_service >= self.planned:
             self.joining = None
         logger.info("'%s': instance %d warm, in service (%d of %d, %.2f s)", self.name, index, self.in_service,
-                    self.planned, joining.joined_s[index])
+                    self.planned, self.joined_s[index])
         return True
 
     def join_in_background(self) -> list[Future]:

@@ -28,10 +28,11 @@ from onnxaccel.pipeline import BoundModel, ConvertedModel, ModelFromSource, Runn
 from onnxaccel.scale.datasets import BadInput, Dataset, Unit, row_shape_of
 from onnxaccel.scale.rows import RowReader
 from onnxaccel.plan import INSTANCE_WEIGHTS_LIMIT, ExecutionPlan
+from onnxaccel.target import Target
 
-#: The model run_batch read, for the worker and the decoder planning of this process that run the same path
-#: (read once: 0.1-0.15 s per read of a ResNet-50); a Ray actor in another process reads its own. Shared read-only:
-#: binding and conversion make copies.
+#: The model run_batch read, for the worker and the decoder planning of this process that run the same path, so
+#: the file is parsed once (a large model's read is a visible part of start-up); a Ray actor in another process
+#: reads its own. Shared: binding makes a copy, and a conversion writes a new model (precision/variant.py).
 _handed: dict[str, Model] = {}
 
 
@@ -49,7 +50,6 @@ def source_of(path: str) -> str | Model:
 #: A GPU job builds its further instances only when the work left outlasts this many times what its first
 #: instance took to build and warm (BatchWorker.join_if_worth).
 JOIN_WORTH = 2.0
-from onnxaccel.target import Target
 
 
 @dataclass(frozen=True)

@@ -217,8 +217,8 @@ def load_results(folder: str | Path) -> BatchOutputs:
 
 
 # Columns are built from the arrays' buffers (zero copy), not with pa.array or from_numpy_ndarray: those check
-# for pandas objects and so import pandas at first use, which took 0.3-1.5 s of a job's start-up (the writer was
-# made before the first unit) for nothing: pandas is never used here. tests/scale/test_writer_imports.py.
+# for pandas objects and so import pandas at first use, a large import on a job's start-up path for nothing
+# (pandas is never used here; docs/BENCHMARKS.md "Start-up"). tests/scale/test_writer_imports.py.
 
 def _tensor_column(pa, value: np.ndarray):
     """A numeric output as an arrow column: one value per row, or a fixed-shape tensor per row."""

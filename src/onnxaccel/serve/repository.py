@@ -80,14 +80,14 @@ def load_instance(config: ModelConfig, progress: Callable[[str], None] = lambda 
         return runner
 
     count = max(1, config.instances)
-    later = count - min(count, plan.instances_at_load)
-    progress(f"loading: building {count} instance(s)" if later <= 0 else f"loading: building {count - later} of {count} "
-             f"instance(s) ({later} more join after ready, one at a time)")
+    now = min(count, plan.instances_at_load)
+    progress(f"loading: building {count} instance(s)" if now == count else
+             f"loading: building {now} of {count} instance(s) ({count - now} more join after ready, one at a time)")
     instance = ModelInstance.start(config, bound(), plan, make, warnings)
     instance.shape_buckets = buckets
     sizes = instance.buckets
-    progress(f"loading: warming {min(count, plan.instances_at_load)} instance(s)" + (f" at batch size(s) {','.join(map(str, sizes))}"
-                                                         if sizes else ""))
+    progress(f"loading: warming {now} instance(s)" + (f" at batch size(s) {','.join(map(str, sizes))}"
+                                                      if sizes else ""))
     try:
         instance.warm_up()
     except Exception as exc:  # noqa: BLE001 - a model that cannot run at a padded size serves unpadded

@@ -1,8 +1,8 @@
 """A GPU batch job starts on its first instance once that one is warm; the second is built and warmed while the
 first runs units, and takes units once warm, when the work left is worth it (plan ``instances_at_load``,
-BatchWorker.join_if_worth; issue 36: the job waited for both sessions' first runs, 5.9 s of its 6.9 s start-up on
-the H100, and on a short job a joining instance's warm-up only slowed the running one). On the native MIGraphX
-engine's stand-in, a GPU target that computes on the CPU (NOT EXECUTED ON AMD HARDWARE)."""
+BatchWorker.join_if_worth: a joining instance's first run competes with the running one for the GPU, so a short
+job ends sooner on one instance; docs/BENCHMARKS.md "Start-up"). On the native MIGraphX engine's stand-in, a GPU
+target that computes on the CPU (NOT EXECUTED ON AMD HARDWARE)."""
 
 from __future__ import annotations
 
