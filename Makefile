@@ -15,6 +15,11 @@ TORCH_CPU := 2.13.0+cpu
 TEST_GPU_LIBS := nvidia-dali-cuda130==2.4.0 nvidia-nvimgcodec-cu13==0.9.0.20 astunparse==1.6.3 gast==0.7.0 \
                  optree makefun nvtx "libcst~=1.8" pyyaml six
 
+# Test-only: the shared libraries tritonclient's perf_analyzer binary (.venv/bin/perf_analyzer, glibc 2.34) loads
+# and this machine lacks: libcudart.so.12 (it loads without a GPU) from PyPI, libb64.so.0d from Debian's libb64-0d.
+# tests/serve/test_perf_analyzer.py runs Triton's load generator against `onnxaccel serve` with them.
+PERF_LIBS := $(VENV)/perflibs
+
 .PHONY: help venv demo test test-fast test-all lint clean
 
 help:
@@ -52,7 +57,17 @@ demo: $(VENV)/.installed-$(EXTRA)
 	$(BIN)/onnxaccel bench zoo:resnet50 --target auto --batch 1 --warmup 5 --runs 30
 	$(BIN)/onnxaccel bench zoo:resnet50 --target auto --batch 8 --warmup 3 --runs 10
 
-test: $(VENV)/.installed-test $(VENV)/.installed-gpulibs
+$(VENV)/.installed-perflibs: $(VENV)/.installed-test
+	rm -rf $(PERF_LIBS) && mkdir -p $(PERF_LIBS)/lib $(PERF_LIBS)/deb
+	$(BIN)/python -m pip install -q --no-deps --target $(PERF_LIBS)/cudart "nvidia-cuda-runtime-cu12==12.9.79"
+	cp $(PERF_LIBS)/cudart/nvidia/cuda_runtime/lib/libcudart.so.12 $(PERF_LIBS)/lib/
+	cd $(PERF_LIBS)/deb && apt-get download libb64-0d >/dev/null 2>&1 && dpkg-deb -x libb64-0d_*.deb x \
+	  && cp x/usr/lib/x86_64-linux-gnu/libb64.so.0d ../lib/ \
+	  || echo "make: libb64-0d not downloaded (apt-get download): tests/serve/test_perf_analyzer.py will be skipped"
+	rm -rf $(PERF_LIBS)/cudart $(PERF_LIBS)/deb
+	@touch $@
+
+test: $(VENV)/.installed-test $(VENV)/.installed-gpulibs $(VENV)/.installed-perflibs
 	$(BIN)/python -m pytest
 	PYTHONPATH=$(VENV)/gpulibs $(BIN)/python -m pytest -q -p no:cacheprovider tests/prepost/test_dali.py
 	PYTHONPATH=$(VENV)/torchcpu $(BIN)/python -m pytest -q -p no:cacheprovider tests/prepost/test_resample.py

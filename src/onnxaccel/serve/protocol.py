@@ -407,8 +407,13 @@ def encode_http_response(request: InferRequest, model_version: str, outputs: Map
         value = outputs[name]
         entry: dict = {"name": name, "datatype": datatype_of(value.dtype), "shape": list(value.shape)}
         binary = binary_flag.get(name)
-        if name in shared:  # in the client's shared memory already: metadata only (extension_shared_memory.md)
-            entry["parameters"] = shared[name].shm.parameters(shared[name].written)
+        if name in shared:
+            # In the client's shared memory already: name, datatype and shape only, no "parameters", as Triton's
+            # HTTP front end answers (triton-inference-server/server src/http_server.cc @ 00a165a65e77,
+            # InferRequestClass::FinalizeResponse: only binary outputs get parameters). Triton's C++ client
+            # (perf_analyzer) reads binary_data_size from every output that has parameters and fails
+            # otherwise (triton-inference-server/client src/c++/library/http_client.cc @ 01b9a35fd4ec).
+            pass
         elif binary if binary is not None else default:
             blob = to_bytes(value)
             entry["parameters"] = {"binary_data_size": len(blob)}
