@@ -9,7 +9,7 @@ PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platfo
       --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64 --platform any)
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp "${PLAT[@]}" -d "$DEST" \
   "fastapi>=0.110" "uvicorn>=0.30" httptools uvloop "httpx>=0.27" "grpcio>=1.60" "prometheus-client>=0.20" \
-  "typer>=0.12" "rich>=13.7" platformdirs packaging nvidia-ml-py py-spy
+  "typer>=0.12,<0.29" "rich>=13.7" platformdirs packaging nvidia-ml-py py-spy
 # The image has these (numpy, protobuf); two versions of one package would shadow the image's.
 rm -f "$DEST"/numpy-*.whl "$DEST"/protobuf-*.whl
 du -sh "$DEST"; ls "$DEST"

@@ -14,7 +14,7 @@ import textwrap
 
 #: Libraries that neither `import onnxaccel` nor the command line's --help may load.
 HEAVY = ("onnx", "onnxruntime", "numpy", "ml_dtypes", "google.protobuf", "torch", "torchvision", "PIL", "fastapi",
-         "uvicorn", "grpc", "ray", "pyarrow", "pandas", "amdsmi", "pynvml", "migraphx")
+         "uvicorn", "grpc", "ray", "pyarrow", "pandas", "amdsmi", "pynvml", "migraphx", "pydantic")
 
 
 def _loaded(code: str) -> dict:
