@@ -1,0 +1,229 @@
+"""`onnxaccel serve` against the real Triton Inference Server with its C++ ONNX Runtime backend (issue 37), driven
+by the same load generator, Triton's perf_analyzer, on the same model, batching settings and machine.
+
+Triton: a ``tritonserver`` command (``--triton``) that has the ``onnxruntime`` backend in its backend directory,
+e.g. Triton 2.51 from the nvidia-pytriton 0.7.0 wheel (its ``tritonserver`` binary, run directly) with
+triton-inference-server/onnxruntime_backend r24.10 built against a pip ONNX Runtime library. That backend build
+is not part of this repository; docs/BENCHMARKS.md says how the one measured was made.
+
+For each server in turn (one at a time, so they never compete for the cores): start it, time it to
+``/v2/health/ready``, then for each rows-per-request and concurrency run perf_analyzer (concurrency mode,
+``-b ROWS``) over HTTP and keep its CSV row: infer/s, p50/p99 and the server's queue and compute times. Both get
+the same dynamic batching: ``--max-batch`` rows, ``--delay-us`` queue delay, ``--instances`` model instances
+(Triton: ``instance_group`` of that count; onnxaccel: ``--instances``). The in-process reference is plain ONNX
+Runtime ``session.run`` at ``--max-batch`` rows on the same provider (CPU only here).
+
+Usage:
+  python benchmarks/serve_vs_triton.py --model MODEL.onnx --triton .tritonort/bin/tritonserver \\
+      [--concurrency 1,4,16] [--rows 1,8] [--max-batch 8] [--delay-us 2000] [--instances 1] \\
+      [--serve-args "--target cpu"] [--kind cpu|gpu] [--interval-ms 2000] [--out result.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PERF_ANALYZER = Path(sys.executable).parent / "perf_analyzer"
+PERF_LIBS = ROOT / ".venv" / "perflibs" / "lib"
+CLI = "import sys; from onnxaccel.cli.main import main; sys.argv[0] = 'onnxaccel'; main()"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=1) as r:
+                if r.status == 200:
+                    return time.monotonic() - start
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise SystemExit(f"server not ready after {timeout} s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def triton_repo(root: Path, model: Path, name: str, args) -> Path:
+    (root / name / "1").mkdir(parents=True)
+    shutil.copy(model, root / name / "1" / "model.onnx")
+    kind = "KIND_GPU" if args.kind == "gpu" else "KIND_CPU"
+    (root / name / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: {args.max_batch}\n'
+        f"dynamic_batching {{ max_queue_delay_microseconds: {args.delay_us} }}\n"
+        f"instance_group [ {{ kind: {kind}, count: {args.instances} }} ]\n{args.triton_config}\n")
+    return root
+
+
+def start_triton(args, repo: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    cmd = [args.triton, f"--model-repository={repo}", f"--http-port={http}", f"--grpc-port={grpc}",
+           f"--metrics-port={metrics}", "--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
+           "--allow-metrics=false", "--log-verbose=0"]
+    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT), f"http://127.0.0.1:{http}"
+
+
+def start_serve(args, model: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    http, grpc = free_port(), free_port()
+    cmd = [sys.executable, "-c", CLI, "serve", str(model), "--host", "127.0.0.1", "--http-port", str(http),
+           "--grpc-port", str(grpc), "--max-batch", str(args.max_batch), "--max-queue-delay-ms",
+           str(args.delay_us / 1000), "--instances", str(args.instances), *shlex.split(args.serve_args)]
+    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT), f"http://127.0.0.1:{http}"
+
+
+def perf_analyzer(url: str, name: str, rows: int, concurrency: int, args, out: Path) -> dict:
+    env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(PERF_LIBS),
+                                                                         os.environ.get("LD_LIBRARY_PATH")]))}
+    cmd = [args.perf_analyzer, "-m", name, "-u", url.removeprefix("http://"), "-b", str(rows),
+           "--concurrency-range", str(concurrency), "-p", str(args.interval_ms), "--max-trials", "10",
+           "--stability-percentage", str(args.stability),
+           "-f", str(out), *shlex.split(args.perf_args)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    if done.returncode != 0:
+        return {"error": (done.stdout + done.stderr)[-600:]}
+    row = next(csv.DictReader(out.read_text().splitlines()))
+    return {"infer_per_s": float(row["Inferences/Second"]), "p50_us": int(row["p50 latency"]),
+            "p99_us": int(row["p99 latency"]), "server_queue_us": int(row["Server Queue"]),
+            "server_compute_us": int(row["Server Compute Input"]) + int(row["Server Compute Infer"])
+            + int(row["Server Compute Output"]), "client_send_recv_us": int(row["Client Send"])
+            + int(row["Network+Server Send/Recv"]) + int(row["Client Recv"])}
+
+
+def in_process(model: Path, max_batch: int, seconds: float = 3.0) -> float:
+    """Rows/s of plain ONNX Runtime session.run at max_batch rows (CPU EP), zeros in."""
+    import numpy as np
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
+    feeds = {i.name: np.zeros([max_batch] + [d if isinstance(d, int) else 1 for d in i.shape[1:]], types[i.type])
+             for i in session.get_inputs()}
+    session.run(None, feeds)
+    runs, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        session.run(None, feeds)
+        runs += 1
+    return runs * max_batch / (time.perf_counter() - start)
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", type=Path, required=True)
+    ap.add_argument("--name", default=None, help="Model name on both servers (default: the file's stem).")
+    ap.add_argument("--triton", default=str(ROOT / ".tritonort" / "bin" / "tritonserver"))
+    ap.add_argument("--triton-config", default="", help="Extra config.pbtxt text (e.g. ORT backend parameters).")
+    ap.add_argument("--perf-analyzer", default=str(PERF_ANALYZER))
+    ap.add_argument("--perf-args", default="", help="Extra perf_analyzer arguments (e.g. --shape for dynamic axes).")
+    ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--rows", default="1,8")
+    ap.add_argument("--max-batch", type=int, default=8)
+    ap.add_argument("--delay-us", type=int, default=2000)
+    ap.add_argument("--instances", type=int, default=1)
+    ap.add_argument("--kind", choices=["cpu", "gpu"], default="cpu")
+    ap.add_argument("--serve-args", default="--target cpu")
+    ap.add_argument("--servers", default="triton,onnxaccel")
+    ap.add_argument("--interval-ms", type=int, default=2000)
+    ap.add_argument("--stability", type=int, default=10,
+                    help="perf_analyzer's --stability-percentage (its default 10; a noisy 2-core machine needs more).")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    name = args.name or args.model.stem
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    rows_list = [int(r) for r in args.rows.split(",")]
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    result = {"benchmark": "serve_vs_triton", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "commit": commit, "cpu": cpu_name(), "cores": os.cpu_count(), "model": str(args.model),
+              "settings": {"max_batch": args.max_batch, "delay_us": args.delay_us, "instances": args.instances,
+                           "kind": args.kind, "serve_args": args.serve_args, "triton_config": args.triton_config,
+                           "interval_ms": args.interval_ms, "stability_percentage": args.stability}, "servers": {}}
+    if args.kind == "cpu":
+        result["in_process_rows_per_s"] = round(in_process(args.model, args.max_batch), 1)
+    with tempfile.TemporaryDirectory(prefix="serve-vs-triton-") as tmp:
+        tmp = Path(tmp)
+        model = tmp / f"{name}.onnx"
+        shutil.copy(args.model, model)
+        for server in args.servers.split(","):
+            log = tmp / f"{server}.log"
+            if server == "triton":
+                proc, url = start_triton(args, triton_repo(tmp / "repo", args.model, name, args), log)
+            else:
+                proc, url = start_serve(args, model, log)
+            try:
+                ready = wait_ready(url, proc, 300)
+                cells = {}
+                for rows in rows_list:
+                    for c in concurrencies:
+                        cells[f"b{rows}-c{c}"] = cell = perf_analyzer(url, name, rows, c, args, tmp / "pa.csv")
+                        print(f"{server:9} rows {rows} c{c:<4} {json.dumps(cell)}", flush=True)
+                result["servers"][server] = {"ready_s": round(ready, 2), "cells": cells}
+            finally:
+                stop(proc)
+                result["servers"].setdefault(server, {})["log_tail"] = log.read_text(errors="replace")[-1500:]
+            if args.out:
+                args.out.write_text(json.dumps(result, indent=1))
+    print_table(result, rows_list, concurrencies)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+
+
+def print_table(result: dict, rows_list: list[int], concurrencies: list[int]) -> None:
+    servers = result["servers"]
+    print(f"\n{result['cpu']} ({result['cores']} cores), {result['model']}, commit {result['commit']}")
+    print("ready: " + ", ".join(f"{s} {v.get('ready_s')} s" for s, v in servers.items()))
+    if "in_process_rows_per_s" in result:
+        print(f"in-process session.run at max batch: {result['in_process_rows_per_s']:,.0f} rows/s")
+    print(f"{'rows':>4} {'conc':>4} | {'triton inf/s':>12} {'p50/p99 ms':>11} | {'onnxaccel inf/s':>15} "
+          f"{'p50/p99 ms':>11} | {'ratio':>5}")
+    for rows in rows_list:
+        for c in concurrencies:
+            key = f"b{rows}-c{c}"
+            t, o = (servers.get(s, {}).get("cells", {}).get(key, {}) for s in ("triton", "onnxaccel"))
+
+            def fmt(cell):
+                if "infer_per_s" not in cell:
+                    return f"{'error' if cell else '-':>12} {'':>11}"
+                return f"{cell['infer_per_s']:>12,.0f} {cell['p50_us'] / 1e3:>5.2f}/{cell['p99_us'] / 1e3:<5.2f}"
+            ratio = (f"{o['infer_per_s'] / t['infer_per_s']:.2f}" if "infer_per_s" in o and "infer_per_s" in t
+                     else "-")
+            print(f"{rows:>4} {c:>4} | {fmt(t)} | {fmt(o):>27} | {ratio:>5}")
+
+
+if __name__ == "__main__":
+    main()
