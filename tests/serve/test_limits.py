@@ -242,6 +242,7 @@ def test_draining_503_carries_retry_after_and_queue_gauge_returns_to_zero(tmp_pa
     out in the queue are gone (it stayed at 12)."""
     make_mlp(tmp_path / "mlp.onnx")
     server = ServerProcess(tmp_path / "mlp.onnx", "--max-batch", "64", "--max-queue-delay-ms", "1500",
+                           "--queue-delay", "fixed",  # every request waits in the queue past its timeout
                            "--timeout-ms", "200", "--no-grpc", log=tmp_path / "server.log").wait_ready()
     url = f"{server.url}/v2/models/mlp/infer"
 

@@ -87,8 +87,9 @@ def inflight(server) -> float:
 
 def test_sigterm_drains_in_flight_requests_refuses_new_ones_and_exits_0(tmp_path):
     make_mlp(tmp_path / "mlp.onnx")
-    # Batches wait up to 3 s for company: requests stay in flight long enough to SIGTERM in between.
+    # Batches wait 3 s for company (a fixed delay): requests stay in flight long enough to SIGTERM in between.
     server = ServerProcess(tmp_path / "mlp.onnx", "--max-batch", "64", "--max-queue-delay-ms", "3000",
+                           "--queue-delay", "fixed",
                            log=tmp_path / "server.log").wait_ready()
     body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [0.5, 0.1, 0.2, 0.3]}]}
     results: list = []

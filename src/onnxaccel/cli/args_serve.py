@@ -133,14 +133,16 @@ def _model_control(mode: str) -> str:
 
 
 class BatcherArgs(Group):
-    """Each model's dynamic batcher and queue: --max-batch, --max-queue-delay-ms, --max-padding, --warm-all-sizes,
-    --instances
-    (None unless given), --max-queue, --timeout-ms. Builds their values."""
+    """Each model's dynamic batcher and queue: --max-batch, --max-queue-delay-ms, --queue-delay, --max-padding,
+    --warm-all-sizes, --instances (None unless given), --max-queue, --timeout-ms. Builds their values."""
 
     PARAMS = (
         option("max_batch", int, 8, "--max-batch", help="Largest dynamic batch; 1 turns batching off."),
         option("max_queue_delay_ms", float, 2.0, "--max-queue-delay-ms", help="How long the first request of a "
                "batch waits for others."),
+        option("queue_delay", str, "adaptive", "--queue-delay", help="adaptive: a batch waits for others only "
+               "while more requests are on their way into this process (none: it runs at once); fixed: it always "
+               "waits --max-queue-delay-ms, as Triton."),
         option("max_padding", float, 0.25, "--max-padding", min=0.0, max=1.0, help="GPUs (batches padded to "
                "powers of two): the largest share of a batch that may be padding; above it the batch is cut to the "
                "size below and the rest wait for the next one. 1 never cuts."),

@@ -20,7 +20,7 @@ from onnxaccel.errors import UsageError
 
 #: The order of the options in --help.
 ORDER = ("source target precision ep_option config shape shape_buckets allow_unavailable host http_port "
-         "grpc_port grpc max_batch max_queue_delay_ms max_padding warm_all_sizes instances workers "
+         "grpc_port grpc max_batch max_queue_delay_ms queue_delay max_padding warm_all_sizes instances workers "
          "shared_models preprocess embed_preprocess max_queue timeout_ms max_request_mb max_connections "
          "drain_timeout arena_strategy arena_limit arena_shrinkage session_per_batch_size strict_readiness "
          "log_level gil_switch_ms gpu_wait direct_copy header_timeout body_timeout body_deadline keep_alive "
@@ -109,7 +109,8 @@ def _model_defaults(target, tuned, shapes, batcher, flags, preprocess, session, 
     served = target.with_options({plan.graph_option: "1"}) if plan.graph_capture else target
     defaults = model_defaults({
         "target": served, "max_batch": batcher.max_batch,
-        "max_queue_delay_ms": batcher.max_queue_delay_ms, "max_padding": batcher.max_padding,
+        "max_queue_delay_ms": batcher.max_queue_delay_ms, "queue_delay": batcher.queue_delay,
+        "max_padding": batcher.max_padding,
         "warm_all_sizes": batcher.warm_all_sizes,
         "instances": plan.instances, "max_queue": batcher.max_queue,
         "timeout_ms": batcher.timeout_ms, "shapes": {k: list(v) for k, v in shapes.shapes.items()}, **session,

@@ -3,7 +3,10 @@
 Like Triton's dynamic batcher (triton-inference-server/server docs/user_guide/model_configuration.md,
 "Dynamic Batcher"): once a request is waiting, a worker gathers more requests with the same trailing shapes
 until the batch holds ``max_batch`` rows or ``max_queue_delay`` has passed since the first one arrived, runs
-the batch, and hands each request its rows. One worker per model instance; runs happen in threads (ONNX
+the batch, and hands each request its rows. With the adaptive delay (the default) it waits only while another
+request is on its way in (its body being read or decoded by this process's front end): with none, waiting
+could not fill the batch, so a lone request runs at once instead of paying the delay (Triton's batcher
+always waits; ``queue_delay: fixed`` does the same). One worker per model instance; runs happen in threads (ONNX
 Runtime releases the GIL in ``run``), so the event loop keeps accepting requests meanwhile.
 
 The queue is bounded (``max_queue`` requests): beyond it ``submit`` refuses at once with 429, so memory
@@ -54,13 +57,43 @@ class _Pending:
     fitted: tuple | None = None
 
 
+class OnTheWay:
+    """One request counted as on its way to a batcher (DynamicBatcher.expect) until ``release()`` (idempotent;
+    also on leaving a ``with`` block). The last release wakes a batch that waits only for requests on their way."""
+
+    __slots__ = ("_batcher",)
+
+    def __init__(self, batcher: DynamicBatcher | object | None):
+        self._batcher = batcher if getattr(batcher, "on_the_way", None) is not None else None
+        if self._batcher is not None:
+            self._batcher.on_the_way += 1
+
+    def release(self) -> None:
+        batcher, self._batcher = self._batcher, None
+        if batcher is not None:
+            batcher.on_the_way -= 1
+            if batcher.on_the_way == 0:
+                batcher._arrival.set()
+
+    def __enter__(self) -> OnTheWay:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 class DynamicBatcher:
     """The queue and workers of one model."""
 
-    def __init__(self, instance: ModelInstance, *, on_batch: Callable[[int, float, dict], None] | None = None):
+    def __init__(self, instance: ModelInstance, *, on_batch: Callable[[int, float, dict], None] | None = None,
+                 sees_arrivals: bool = False):
         self.instance = instance
         self.max_batch = max(1, instance.max_batch)
         self.delay_s = instance.config.max_queue_delay_ms / 1e3 if instance.batching else 0.0
+        #: Requests for this model taken in by this process's front end and not queued yet (OnTheWay), counted
+        #: where that front end is the only way in (``sees_arrivals``); None elsewhere (the model process of
+        #: --shared-models, whose requests are decoded in other processes): there the delay is always waited.
+        self.on_the_way: int | None = 0 if sees_arrivals and instance.config.queue_delay == "adaptive" else None
         self.max_queue = instance.config.max_queue
         self._queue: collections.deque[_Pending] = collections.deque()
         #: Rows queued per batch key, kept with the queue (so gathering does not rescan it per arrival).
@@ -193,9 +226,19 @@ class DynamicBatcher:
                     timing = BatchTiming(now - pending.arrived - seconds, seconds, rows)
                     pending.future.set_result((result, timing))
 
+    def expect(self) -> OnTheWay:
+        """A request for this model is on its way (its body being read or decoded): release() once it is queued
+        or has failed. An adaptive delay waits only while some request is on its way."""
+        return OnTheWay(self)
+
     async def _gather(self, first: _Pending) -> None:
         deadline = first.arrived + self.delay_s
+        adaptive = self.on_the_way is not None
+        if adaptive:
+            await asyncio.sleep(0)  # requests read in the same turn of the event loop are queued first
         while not self._flush and self._rows_for(first.key) < self.max_batch:
+            if adaptive and self.on_the_way == 0:
+                return  # no other request is on its way: waiting could not fill the batch, so it runs now
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 return

@@ -2,8 +2,8 @@
 
 A model's config::
 
-    {"target": "cuda:0", "precision": "fp16", "max_batch": 32, "max_queue_delay_ms": 2, "max_padding": 0.25,
-     "warm_all_sizes": false,
+    {"target": "cuda:0", "precision": "fp16", "max_batch": 32, "max_queue_delay_ms": 2, "queue_delay": "adaptive",
+     "max_padding": 0.25, "warm_all_sizes": false,
      "instances": 1, "shapes": {"sequence": 128}, "max_queue": 256, "timeout_ms": 30000,
      "arena_extend_strategy": "kSameAsRequested", "gpu_mem_limit": 8589934592, "arena_shrinkage": true,
      "session_per_batch_size": true, "shape_buckets": "sequence=32,64,128,256",
@@ -28,6 +28,8 @@ from onnxaccel.plan import ExecutionPlan, Host, PlanRequest, plan_execution
 from onnxaccel.target import Target, parse_target
 
 SCHEMA = "onnxaccel.serve.model-config/1"
+#: How the first request of a batch waits for others (ModelConfig.queue_delay).
+QUEUE_DELAYS = ("adaptive", "fixed")
 #: ModelConfig.embed_preprocess values.
 EMBED_MODES = ("auto", "none")
 #: ServerConfig.shared_memory values (--shared-memory).
@@ -45,6 +47,11 @@ class ModelConfig:
     #: Largest batch the dynamic batcher forms; 0 or 1 turns batching off.
     max_batch: int = 8
     max_queue_delay_ms: float = 2.0
+    #: "adaptive": a batch waits out max_queue_delay_ms only while another request for the model is on its way
+    #: (its body being read or decoded by this server process); with none, waiting could not fill the batch, so
+    #: it runs at once. "fixed": it always waits, as Triton's dynamic batcher. Where the batcher cannot see the
+    #: requests on their way (the model process of --shared-models), it waits as with "fixed".
+    queue_delay: str = "adaptive"
     #: Models run in padded batch sizes (GPUs): the largest share of a batch that may be padding. When the
     #: waiting rows would need more, the batch is cut to the padded size below and the rest wait for the next
     #: batch (17 rows: 16 now and 1 next, instead of 32 with 15 rows of padding). 1 never cuts.
@@ -84,6 +91,10 @@ class ModelConfig:
             raise UsageError(f"Model '{self.name}': max_padding is {self.max_padding!r}; it is the largest share of "
                              "a padded batch that may be padding, from 0 to 1.",
                              "Use e.g. 0.25 (the default), or 1 to never cut a batch.")
+        if self.queue_delay not in QUEUE_DELAYS:
+            raise UsageError(f"Model '{self.name}': queue_delay is {self.queue_delay!r}.",
+                             "Use adaptive (wait only while other requests are on their way; the default) or fixed "
+                             "(always wait max_queue_delay_ms, as Triton).")
         if self.embed_preprocess not in EMBED_MODES:
             raise UsageError(f"Model '{self.name}': embed_preprocess is {self.embed_preprocess!r}.",
                              "Use auto (embed the preset on GPU targets) or none (serve the model as it is).")

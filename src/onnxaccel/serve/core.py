@@ -14,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from onnxaccel import __version__
+from onnxaccel.serve.batcher import DynamicBatcher, OnTheWay
 from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.signature import VERSION
 from onnxaccel.serve.images import ImageInput, decode_request
@@ -144,11 +145,23 @@ class InferenceService:
 
     # -- inference -------------------------------------------------------------------------------------
 
-    async def infer(self, request: InferRequest) -> tuple[dict[str, np.ndarray], str]:
-        """Validate, queue, run; the requested outputs and the model version. Raises ProtocolError."""
+    def expect(self, name: str) -> OnTheWay:
+        """Count a request for model ``name`` as on its way in (its body being read) until it is queued or has
+        failed: its batcher's adaptive delay waits for it. A no-op for models not ready here."""
+        entry = self.repository.entries.get(name)
+        return OnTheWay(entry.batcher if entry is not None and entry.state == READY else None)
+
+    async def infer(self, request: InferRequest, on_the_way: OnTheWay | None = None
+                    ) -> tuple[dict[str, np.ndarray], str]:
+        """Validate, queue, run; the requested outputs and the model version. Raises ProtocolError.
+        ``on_the_way``: the request's count from ``expect`` (released once it is queued); else one is taken here."""
         if self.draining:
             raise ProtocolError(503, "The server is shutting down and accepts no new requests.",
                                 retry_after=DRAIN_RETRY_AFTER_S)
+        with on_the_way or self.expect(request.model_name) as on_the_way:
+            return await self._infer(request, on_the_way)
+
+    async def _infer(self, request: InferRequest, on_the_way: OnTheWay) -> tuple[dict[str, np.ndarray], str]:
         entry = self._entry(request.model_name, request.model_version)
         entry = self.repository.ready(request.model_name)
         await decode_request(request, _image_input(entry.instance), self.config.workers)
@@ -162,7 +175,11 @@ class InferenceService:
         self.metrics.child(self.metrics.queue_length, name).set(entry.batcher.queued + 1)
         try:
             try:
-                outputs, timing = await asyncio.wait_for(entry.batcher.submit(feeds, rows, timeout), timeout)
+                batcher = entry.batcher  # a DynamicBatcher queues at once; the model process's link when it runs
+                queued = (batcher.enqueue if isinstance(batcher, DynamicBatcher) else batcher.submit)(
+                    feeds, rows, timeout)
+                on_the_way.release()  # queued: no longer on its way
+                outputs, timing = await asyncio.wait_for(queued, timeout)
             except asyncio.TimeoutError:
                 raise ProtocolError(503, f"Request to model '{request.model_name}' timed out after "
                                     f"{timeout * 1e3:.0f} ms (queue or run too slow: the server is overloaded).",

@@ -341,11 +341,12 @@ class InferRoute:
             if key in (b"content-length", b"content-encoding", b"inference-header-content-length"):
                 headers[key.decode()] = value.decode("latin-1")
         try:
-            body = await self._body(receive, headers)
-            _check_json_size(body, headers.get(HEADER_LENGTH.lower()), service.config.max_json_bytes)
-            request = decode_http_request(model_name, model_version, body, headers.get(HEADER_LENGTH.lower()),
-                                          service.shm)
-            outputs, version = await service.infer(request)
+            with service.expect(model_name) as on_the_way:  # its batch may wait for it while its body arrives
+                body = await self._body(receive, headers)
+                _check_json_size(body, headers.get(HEADER_LENGTH.lower()), service.config.max_json_bytes)
+                request = decode_http_request(model_name, model_version, body, headers.get(HEADER_LENGTH.lower()),
+                                              service.shm)
+                outputs, version = await service.infer(request, on_the_way)
             content, out_headers = encode_http_response(request, version, outputs)
         except ProtocolError as exc:
             service.metrics.observe_request(label, "http", exc.status, time.perf_counter() - start)

@@ -147,7 +147,8 @@ class InferenceServer:
                                           on_state=lambda name, ready: metrics.model_ready.labels(name).set(
                                               1 if ready else 0))
         else:
-            repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer)
+            repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer,
+                                         sees_arrivals=True)
             repository.require_models()
             self.gpu_wait_note = _set_gpu_wait(repository.defaults.target_value, self.config.gpu_wait)
         self.service = service = InferenceService(repository, metrics, self.config)

@@ -1,0 +1,100 @@
+"""The adaptive queue delay (``--queue-delay adaptive``, the default) against ``fixed`` (Triton's), on a real server:
+a lone request runs at once instead of waiting out ``--max-queue-delay-ms``; a request whose body is still
+arriving is waited for, so the two run as one batch with the same rows an unbatched run gives; a bad value in a
+model's config.json is refused with the choices.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from onnxaccel.errors import UsageError
+from onnxaccel.serve.config import ModelConfig
+from tests.serve.conftest import ServerProcess
+
+DELAY_MS = 1500
+
+
+def body(x: np.ndarray) -> dict:
+    return {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.reshape(-1).tolist()}]}
+
+
+def executions(server) -> int:
+    return httpx.get(f"{server.url}/v2/models/mlp/stats").json()["model_stats"][0]["execution_count"]
+
+
+def timed_request(server, x: np.ndarray) -> tuple[float, list]:
+    start = time.monotonic()
+    response = httpx.post(f"{server.url}/v2/models/mlp/infer", json=body(x), timeout=30)
+    assert response.status_code == 200, response.text
+    return time.monotonic() - start, response.json()["outputs"][0]["data"]
+
+
+@pytest.mark.parametrize("policy", ["adaptive", "fixed"])
+def test_a_lone_request_waits_the_delay_only_when_fixed(tmp_path, mlp_path, policy):
+    server = ServerProcess(mlp_path, "--max-batch", "8", "--max-queue-delay-ms", str(DELAY_MS), "--queue-delay",
+                           policy, "--no-grpc", log=tmp_path / "serve.log").wait_ready(120)
+    try:
+        x = np.array([[0.1, 0.2, 0.3, 0.4]], np.float32)
+        timed_request(server, x)  # the first request of a process pays its own one-off costs
+        seconds = min(timed_request(server, x)[0] for _ in range(3))
+        if policy == "adaptive":
+            assert seconds < DELAY_MS / 1e3 / 3, f"a lone request took {seconds:.3f} s: it waited for company"
+        else:
+            assert seconds >= DELAY_MS / 1e3 * 0.9, f"{seconds:.3f} s: the fixed delay was not waited"
+    finally:
+        assert server.stop(60) == 0, server.log()
+
+
+def test_a_request_whose_body_is_arriving_is_waited_for(tmp_path, mlp_path):
+    """Request B sends its headers, then its body 0.4 s later; request A, complete, arrives in between. With the
+    adaptive delay A's batch waits for B (on its way), so both run in one execution, row for row as alone."""
+    server = ServerProcess(mlp_path, "--max-batch", "8", "--max-queue-delay-ms", "3000", "--no-grpc",
+                           log=tmp_path / "serve.log").wait_ready(120)
+    session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+    a, b = np.array([[0.1, 0.2, 0.3, 0.4]], np.float32), np.array([[0.9, -0.5, 0.25, 2.0]], np.float32)
+    try:
+        timed_request(server, a)
+        before = executions(server)
+        payload = json.dumps(body(b)).encode()
+        slow = socket.create_connection(("127.0.0.1", server.http_port))
+        slow.sendall(b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n")
+        answers: dict = {}
+
+        def send_body_later():
+            time.sleep(0.4)
+            slow.sendall(payload)
+            reply = b""
+            while b"\r\n\r\n" not in reply or len(reply.split(b"\r\n\r\n", 1)[1]) < int(
+                    reply.split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0]):
+                reply += slow.recv(65536)
+            answers["b"] = json.loads(reply.split(b"\r\n\r\n", 1)[1])["outputs"][0]["data"]
+
+        thread = threading.Thread(target=send_body_later)
+        thread.start()
+        time.sleep(0.1)  # B's headers are in: B is on its way
+        seconds, answers["a"] = timed_request(server, a)
+        thread.join(30)
+        slow.close()
+        assert executions(server) - before == 1, "A ran before B's body arrived, or B ran alone"
+        assert 0.25 < seconds < 2.5, f"A took {seconds:.3f} s: it should wait for B (0.3 s), not the 3 s delay"
+        for name, x in (("a", a), ("b", b)):
+            np.testing.assert_array_equal(np.array(answers[name], np.float32),
+                                          session.run(None, {"x": x})[0].reshape(-1))
+    finally:
+        assert server.stop(60) == 0, server.log()
+
+
+def test_a_bad_queue_delay_names_the_choices():
+    with pytest.raises(UsageError) as bad:
+        ModelConfig(name="m", source="m.onnx", queue_delay="sometimes")
+    assert "queue_delay is 'sometimes'" in bad.value.message and "adaptive" in bad.value.hint
