@@ -69,6 +69,7 @@ class OnTheWay:
             self._batcher.on_the_way += 1
 
     def release(self) -> None:
+        """No longer on its way (queued, or failed); the second and later calls do nothing."""
         batcher, self._batcher = self._batcher, None
         if batcher is not None:
             batcher.on_the_way -= 1
