@@ -7,16 +7,18 @@ triton-inference-server/onnxruntime_backend r24.10 built against a pip ONNX Runt
 is not part of this repository; docs/BENCHMARKS.md says how the one measured was made.
 
 For each server in turn (one at a time, so they never compete for the cores): start it, time it to
-``/v2/health/ready``, then for each rows-per-request and concurrency run perf_analyzer (concurrency mode,
-``-b ROWS``) over HTTP and keep its CSV row: infer/s, p50/p99 and the server's queue and compute times. Both get
-the same dynamic batching: ``--max-batch`` rows, ``--delay-us`` queue delay, ``--instances`` model instances
-(Triton: ``instance_group`` of that count; onnxaccel: ``--instances``). The in-process reference is plain ONNX
-Runtime ``session.run`` at ``--max-batch`` rows on the same provider (CPU only here).
+``/v2/health/ready``, then for each rows-per-request and concurrency run each load generator over HTTP:
+perf_analyzer (concurrency mode, ``-b ROWS``; its CSV row: infer/s, p50/p99 and the server's queue and compute
+times) and ``onnxaccel loadtest`` (``--generators``; binary HTTP, infer/s and p50/p99). Both servers get the same
+dynamic batching: ``--max-batch`` rows, ``--delay-us`` queue delay, ``--instances`` model instances (Triton:
+``instance_group`` of that count; onnxaccel: ``--instances``). The in-process reference is onnxaccel's own
+model-only run at ``--max-batch`` rows with IO binding (``bench``'s timing) on ``--target`` (any provider).
 
 Usage:
   python benchmarks/serve_vs_triton.py --model MODEL.onnx --triton .tritonort/bin/tritonserver \\
       [--concurrency 1,4,16] [--rows 1,8] [--max-batch 8] [--delay-us 2000] [--instances 1] \\
-      [--serve-args "--target cpu"] [--kind cpu|gpu] [--interval-ms 2000] [--out result.json]
+      [--target cpu] [--serve-args ""] [--kind cpu|gpu] [--generators perf_analyzer,loadtest]
+      [--interval-ms 2000] [--out result.json]
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ def start_triton(args, repo: Path, log: Path) -> tuple[subprocess.Popen, str]:
 
 def start_serve(args, model: Path, log: Path) -> tuple[subprocess.Popen, str]:
     http, grpc = free_port(), free_port()
-    cmd = [sys.executable, "-c", CLI, "serve", str(model), "--host", "127.0.0.1", "--http-port", str(http),
+    cmd = [sys.executable, "-c", CLI, "serve", str(model), "--target", args.target, "--host", "127.0.0.1",
+           "--http-port", str(http),
            "--grpc-port", str(grpc), "--max-batch", str(args.max_batch), "--max-queue-delay-ms",
            str(args.delay_us / 1000), "--instances", str(args.instances), *shlex.split(args.serve_args)]
     return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT), f"http://127.0.0.1:{http}"
@@ -118,21 +121,32 @@ def perf_analyzer(url: str, name: str, rows: int, concurrency: int, args, out: P
             + int(row["Network+Server Send/Recv"]) + int(row["Client Recv"])}
 
 
-def in_process(model: Path, max_batch: int, seconds: float = 3.0) -> float:
-    """Rows/s of plain ONNX Runtime session.run at max_batch rows (CPU EP), zeros in."""
-    import numpy as np
-    import onnxruntime as ort
+def in_process(model: Path, target: str, max_batch: int, seconds: float = 3.0) -> dict:
+    """Model-only rows/s and latency at max_batch rows with IO binding, as `onnxaccel bench` measures it."""
+    from onnxaccel.bench.timing import measure
+    from onnxaccel.pipeline import prepare
+    from onnxaccel.target import parse_target
 
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
-    feeds = {i.name: np.zeros([max_batch] + [d if isinstance(d, int) else 1 for d in i.shape[1:]], types[i.type])
-             for i in session.get_inputs()}
-    session.run(None, feeds)
-    runs, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        session.run(None, feeds)
-        runs += 1
-    return runs * max_batch / (time.perf_counter() - start)
+    prepared = prepare(str(model), parse_target(target), batch=max_batch)
+    try:
+        timing = measure(prepared.runner, prepared.feeds, batch=max_batch, warmup=10, runs=None, duration=seconds,
+                         iobinding=True)
+    finally:
+        prepared.close()
+    return {"rows_per_s": round(timing.throughput, 1), "p50_ms": timing.latency.p50, "target": target}
+
+
+def loadtest(url: str, name: str, rows: int, concurrency: int, seconds: float) -> dict:
+    """One level of `onnxaccel loadtest` (binary HTTP, one client process)."""
+    from onnxaccel.loadtest import LoadtestConfig, run_loadtest
+
+    level = run_loadtest(LoadtestConfig(url=url, model=name, concurrency=(concurrency,), duration_s=seconds,
+                                        warmup_s=1.0, batch=rows)).levels[0].to_dict()
+    latency = level.get("latency") or {}
+    if level["error_count"] or not latency:
+        return {"error": f"{level['error_count']} errors: {level.get('error_samples')}"}
+    return {"infer_per_s": round(level["inferences_per_s"], 1), "p50_us": round(latency["p50_ms"] * 1e3),
+            "p99_us": round(latency["p99_ms"] * 1e3)}
 
 
 def cpu_name() -> str:
@@ -156,7 +170,9 @@ def main() -> None:
     ap.add_argument("--delay-us", type=int, default=2000)
     ap.add_argument("--instances", type=int, default=1)
     ap.add_argument("--kind", choices=["cpu", "gpu"], default="cpu")
-    ap.add_argument("--serve-args", default="--target cpu")
+    ap.add_argument("--target", default="cpu", help="onnxaccel's target for serve and the in-process reference.")
+    ap.add_argument("--serve-args", default="", help="More `serve` options (e.g. --queue-delay fixed).")
+    ap.add_argument("--generators", default="perf_analyzer,loadtest")
     ap.add_argument("--servers", default="triton,onnxaccel")
     ap.add_argument("--interval-ms", type=int, default=2000)
     ap.add_argument("--stability", type=int, default=10,
@@ -171,10 +187,11 @@ def main() -> None:
     result = {"benchmark": "serve_vs_triton", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "commit": commit, "cpu": cpu_name(), "cores": os.cpu_count(), "model": str(args.model),
               "settings": {"max_batch": args.max_batch, "delay_us": args.delay_us, "instances": args.instances,
-                           "kind": args.kind, "serve_args": args.serve_args, "triton_config": args.triton_config,
+                           "kind": args.kind, "target": args.target, "serve_args": args.serve_args,
+                           "generators": args.generators, "triton_config": args.triton_config,
                            "interval_ms": args.interval_ms, "stability_percentage": args.stability}, "servers": {}}
-    if args.kind == "cpu":
-        result["in_process_rows_per_s"] = round(in_process(args.model, args.max_batch), 1)
+    result["in_process"] = in_process(args.model, args.target, args.max_batch)
+    generators = args.generators.split(",")
     with tempfile.TemporaryDirectory(prefix="serve-vs-triton-") as tmp:
         tmp = Path(tmp)
         model = tmp / f"{name}.onnx"
@@ -188,32 +205,37 @@ def main() -> None:
             try:
                 ready = wait_ready(url, proc, 300)
                 cells = {}
-                for rows in rows_list:
-                    for c in concurrencies:
-                        cells[f"b{rows}-c{c}"] = cell = perf_analyzer(url, name, rows, c, args, tmp / "pa.csv")
-                        print(f"{server:9} rows {rows} c{c:<4} {json.dumps(cell)}", flush=True)
+                for generator in generators:
+                    for rows in rows_list:
+                        for c in concurrencies:
+                            cell = (perf_analyzer(url, name, rows, c, args, tmp / "pa.csv")
+                                    if generator == "perf_analyzer" else
+                                    loadtest(url, name, rows, c, args.interval_ms / 1e3 * 3))
+                            cells[f"{generator}-b{rows}-c{c}"] = cell
+                            print(f"{server:9} {generator:13} rows {rows} c{c:<4} {json.dumps(cell)}", flush=True)
                 result["servers"][server] = {"ready_s": round(ready, 2), "cells": cells}
             finally:
                 stop(proc)
                 result["servers"].setdefault(server, {})["log_tail"] = log.read_text(errors="replace")[-1500:]
             if args.out:
                 args.out.write_text(json.dumps(result, indent=1))
-    print_table(result, rows_list, concurrencies)
+    for generator in generators:
+        print_table(result, generator, rows_list, concurrencies)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
 
 
-def print_table(result: dict, rows_list: list[int], concurrencies: list[int]) -> None:
+def print_table(result: dict, generator: str, rows_list: list[int], concurrencies: list[int]) -> None:
     servers = result["servers"]
-    print(f"\n{result['cpu']} ({result['cores']} cores), {result['model']}, commit {result['commit']}")
+    print(f"\n{generator}: {result['cpu']} ({result['cores']} cores), {result['model']}, {result['commit']}")
     print("ready: " + ", ".join(f"{s} {v.get('ready_s')} s" for s, v in servers.items()))
-    if "in_process_rows_per_s" in result:
-        print(f"in-process session.run at max batch: {result['in_process_rows_per_s']:,.0f} rows/s")
+    ref = result["in_process"]
+    print(f"in-process ({ref['target']}, IO binding, max batch): {ref['rows_per_s']:,.0f} rows/s")
     print(f"{'rows':>4} {'conc':>4} | {'triton inf/s':>12} {'p50/p99 ms':>11} | {'onnxaccel inf/s':>15} "
           f"{'p50/p99 ms':>11} | {'ratio':>5}")
     for rows in rows_list:
         for c in concurrencies:
-            key = f"b{rows}-c{c}"
+            key = f"{generator}-b{rows}-c{c}"
             t, o = (servers.get(s, {}).get("cells", {}).get(key, {}) for s in ("triton", "onnxaccel"))
 
             def fmt(cell):
