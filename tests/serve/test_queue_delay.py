@@ -43,6 +43,8 @@ def test_a_lone_request_waits_the_delay_only_when_fixed(tmp_path, mlp_path, poli
     server = ServerProcess(mlp_path, "--max-batch", "8", "--max-queue-delay-ms", str(DELAY_MS), "--queue-delay",
                            policy, "--no-grpc", log=tmp_path / "serve.log").wait_ready(120)
     try:
+        config = httpx.get(f"{server.url}/v2/models/mlp/config").json()
+        assert config["parameters"]["queue_delay"] == {"string_value": policy}  # what the batcher applies
         x = np.array([[0.1, 0.2, 0.3, 0.4]], np.float32)
         timed_request(server, x)  # the first request of a process pays its own one-off costs
         seconds = min(timed_request(server, x)[0] for _ in range(3))
@@ -90,6 +92,21 @@ def test_a_request_whose_body_is_arriving_is_waited_for(tmp_path, mlp_path):
         for name, x in (("a", a), ("b", b)):
             np.testing.assert_array_equal(np.array(answers[name], np.float32),
                                           session.run(None, {"x": x})[0].reshape(-1))
+    finally:
+        assert server.stop(60) == 0, server.log()
+
+
+def test_the_model_process_of_shared_models_says_it_waits_the_fixed_delay(tmp_path, mlp_path):
+    """--shared-models: the model process cannot see the requests its workers decode, so its batcher waits the
+    fixed delay whatever --queue-delay says, and the model's config says so."""
+    server = ServerProcess(mlp_path, "--workers", "2", "--shared-models", "--max-batch", "8",
+                           "--max-queue-delay-ms", "400", "--no-grpc", log=tmp_path / "serve.log").wait_ready(120)
+    try:
+        config = httpx.get(f"{server.url}/v2/models/mlp/config").json()
+        assert config["parameters"]["queue_delay"] == {"string_value": "fixed"}
+        x = np.array([[0.1, 0.2, 0.3, 0.4]], np.float32)
+        timed_request(server, x)
+        assert min(timed_request(server, x)[0] for _ in range(2)) >= 0.36
     finally:
         assert server.stop(60) == 0, server.log()
 

@@ -127,9 +127,15 @@ class InferenceService:
         return self.repository.ready(name).instance.metadata()
 
     def model_config(self, name: str, version: str = "") -> dict:
-        """The model's configuration in Triton's model-config form."""
+        """The model's configuration in Triton's model-config form; a batching model's ``parameters`` say which
+        queue delay its batcher applies (``queue_delay``: adaptive, or fixed where it cannot see arrivals)."""
         self._entry(name, version)
-        return self.repository.ready(name).instance.triton_config()
+        entry = self.repository.ready(name)
+        config = entry.instance.triton_config()
+        if "dynamic_batching" in config:
+            applied = "adaptive" if getattr(entry.batcher, "on_the_way", None) is not None else "fixed"
+            config["parameters"] = {**config.get("parameters", {}), "queue_delay": {"string_value": applied}}
+        return config
 
     def model_stats(self, name: str = "", version: str = "") -> dict:
         """Inference statistics of one model, or of every ready model when no name is given."""
