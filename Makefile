@@ -59,13 +59,15 @@ demo: $(VENV)/.installed-$(EXTRA)
 
 $(VENV)/.installed-perflibs: $(VENV)/.installed-test
 	rm -rf $(PERF_LIBS) && mkdir -p $(PERF_LIBS)/lib $(PERF_LIBS)/deb
-	$(BIN)/python -m pip install -q --no-deps --target $(PERF_LIBS)/cudart "nvidia-cuda-runtime-cu12==12.9.79"
-	cp $(PERF_LIBS)/cudart/nvidia/cuda_runtime/lib/libcudart.so.12 $(PERF_LIBS)/lib/
-	cd $(PERF_LIBS)/deb && apt-get download libb64-0d >/dev/null 2>&1 && dpkg-deb -x libb64-0d_*.deb x \
-	  && cp x/usr/lib/x86_64-linux-gnu/libb64.so.0d ../lib/ \
-	  || echo "make: libb64-0d not downloaded (apt-get download): tests/serve/test_perf_analyzer.py will be skipped"
+	-$(BIN)/python -m pip install -q --no-deps --target $(PERF_LIBS)/cudart "nvidia-cuda-runtime-cu12==12.9.79" \
+	  && cp $(PERF_LIBS)/cudart/nvidia/cuda_runtime/lib/libcudart.so.12 $(PERF_LIBS)/lib/
+	-cd $(PERF_LIBS)/deb && apt-get download libb64-0d >/dev/null 2>&1 && dpkg-deb -x libb64-0d_*.deb x \
+	  && cp "$$(find x -name 'libb64.so.0d*' | head -1)" ../lib/libb64.so.0d
 	rm -rf $(PERF_LIBS)/cudart $(PERF_LIBS)/deb
-	@touch $@
+	@# The stamp only once both are here, so a later `make test` tries again; without them the perf_analyzer
+	@# tests are skipped, and this says so.
+	@if [ -e $(PERF_LIBS)/lib/libcudart.so.12 ] && [ -e $(PERF_LIBS)/lib/libb64.so.0d ]; then touch $@; \
+	 else echo "make: libcudart.so.12 or libb64.so.0d not fetched: tests/serve/test_perf_analyzer.py will be skipped"; fi
 
 test: $(VENV)/.installed-test $(VENV)/.installed-gpulibs $(VENV)/.installed-perflibs
 	$(BIN)/python -m pytest

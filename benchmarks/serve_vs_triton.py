@@ -11,7 +11,10 @@ For each server in turn (one at a time, so they never compete for the cores): st
 perf_analyzer (concurrency mode, ``-b ROWS``; its CSV row: infer/s, p50/p99 and the server's queue and compute
 times) and ``onnxaccel loadtest`` (``--generators``; binary HTTP, infer/s and p50/p99). Both servers get the same
 dynamic batching: ``--max-batch`` rows, ``--delay-us`` queue delay, ``--instances`` model instances (Triton:
-``instance_group`` of that count; onnxaccel: ``--instances``). The in-process reference is onnxaccel's own
+``instance_group`` of that count; onnxaccel: ``--instances``). The delay policy is each server's default unless
+``--serve-args "--queue-delay fixed"``: Triton always waits the delay, onnxaccel's adaptive default waits only
+for requests already on their way (the policy used is recorded and printed), so below the max batch the figures
+compare the policies as much as the servers. The in-process reference is onnxaccel's own
 model-only run at ``--max-batch`` rows with IO binding (``bench``'s timing) on ``--target`` (any provider).
 
 Usage:
@@ -110,6 +113,7 @@ def perf_analyzer(url: str, name: str, rows: int, concurrency: int, args, out: P
            "--concurrency-range", str(concurrency), "-p", str(args.interval_ms), "--max-trials", "10",
            "--stability-percentage", str(args.stability),
            "-f", str(out), *shlex.split(args.perf_args)]
+    out.unlink(missing_ok=True)  # a run that writes no report must not show the previous cell's
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     if done.returncode != 0:
         return {"error": (done.stdout + done.stderr)[-600:]}
@@ -149,6 +153,15 @@ def loadtest(url: str, name: str, rows: int, concurrency: int, seconds: float) -
             "p99_us": round(latency["p99_ms"] * 1e3)}
 
 
+def queue_delay(url: str, name: str) -> str:
+    """The queue delay policy onnxaccel's batcher applies, from the model's config."""
+    try:
+        with urllib.request.urlopen(f"{url}/v2/models/{name}/config", timeout=5) as r:
+            return json.load(r).get("parameters", {}).get("queue_delay", {}).get("string_value", "?")
+    except OSError:
+        return "?"
+
+
 def cpu_name() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -179,6 +192,10 @@ def main() -> None:
                     help="perf_analyzer's --stability-percentage (its default 10; a noisy 2-core machine needs more).")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    if (args.kind == "gpu") != (args.target.split(":", 1)[0].split("/", 1)[0] in ("cuda", "rocm", "migraphx",
+                                                                                 "tensorrt")):
+        ap.error(f"--kind {args.kind} with --target {args.target}: give both for the same device (Triton's "
+                 "instance kind and onnxaccel's target), e.g. --kind gpu --target cuda:0.")
     name = args.name or args.model.stem
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     rows_list = [int(r) for r in args.rows.split(",")]
@@ -213,7 +230,8 @@ def main() -> None:
                                     loadtest(url, name, rows, c, args.interval_ms / 1e3 * 3))
                             cells[f"{generator}-b{rows}-c{c}"] = cell
                             print(f"{server:9} {generator:13} rows {rows} c{c:<4} {json.dumps(cell)}", flush=True)
-                result["servers"][server] = {"ready_s": round(ready, 2), "cells": cells}
+                policy = "fixed (Triton's dynamic batcher)" if server == "triton" else queue_delay(url, name)
+                result["servers"][server] = {"ready_s": round(ready, 2), "queue_delay": policy, "cells": cells}
             finally:
                 stop(proc)
                 result["servers"].setdefault(server, {})["log_tail"] = log.read_text(errors="replace")[-1500:]
@@ -229,6 +247,7 @@ def print_table(result: dict, generator: str, rows_list: list[int], concurrencie
     servers = result["servers"]
     print(f"\n{generator}: {result['cpu']} ({result['cores']} cores), {result['model']}, {result['commit']}")
     print("ready: " + ", ".join(f"{s} {v.get('ready_s')} s" for s, v in servers.items()))
+    print("queue delay: " + ", ".join(f"{s} {v.get('queue_delay')}" for s, v in servers.items()))
     ref = result["in_process"]
     print(f"in-process ({ref['target']}, IO binding, max batch): {ref['rows_per_s']:,.0f} rows/s")
     print(f"{'rows':>4} {'conc':>4} | {'triton inf/s':>12} {'p50/p99 ms':>11} | {'onnxaccel inf/s':>15} "

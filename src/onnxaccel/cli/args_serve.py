@@ -141,8 +141,8 @@ class BatcherArgs(Group):
         option("max_queue_delay_ms", float, 2.0, "--max-queue-delay-ms", help="How long the first request of a "
                "batch waits for others."),
         option("queue_delay", str, "adaptive", "--queue-delay", help="adaptive: a batch waits for others only "
-               "while more requests are on their way into this process (none: it runs at once); fixed: it always "
-               "waits --max-queue-delay-ms, as Triton."),
+               "while more HTTP requests are on their way into this process (their bodies still arriving; none: it "
+               "runs with what is queued); fixed: it always waits --max-queue-delay-ms, as Triton."),
         option("max_padding", float, 0.25, "--max-padding", min=0.0, max=1.0, help="GPUs (batches padded to "
                "powers of two): the largest share of a batch that may be padding; above it the batch is cut to the "
                "size below and the rest wait for the next one. 1 never cuts."),
