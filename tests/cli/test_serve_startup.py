@@ -39,10 +39,11 @@ def test_allow_unavailable_keeps_serving_503(broken_model, tmp_path):
     proc = ServerProcess(broken_model, "--allow-unavailable", log=tmp_path / "server.log")
     try:
         deadline = time.monotonic() + 60
-        while "serving" not in proc.log():  # printed once the models were loaded (or failed to)
+        # "serving" is printed once the models were loaded (or failed to); the models' states may come after it
+        # in the log (a full suite once read the log between the two), so wait for both.
+        while "serving" not in proc.log() or "UNAVAILABLE" not in proc.log():
             assert proc.proc.poll() is None and time.monotonic() < deadline, proc.log()
             time.sleep(0.1)
-        assert "UNAVAILABLE" in proc.log()
         body = {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [0.0]}]}
         response = httpx.post(f"{proc.url}/v2/models/broken/infer", json=body, timeout=5)
         assert response.status_code == 503 and "UNAVAILABLE" in response.text, response.text
