@@ -63,7 +63,7 @@ def until_both_workers_mapped(url: str, workers: list[int], key: str, timeout: f
 
     Which worker accepts a connection is the kernel's choice: both workers wait on the one listening socket, and
     the one woken first accepts every connection already queued (asyncio accepts in a loop), so a burst can go
-    to one worker whole, round after round on a loaded machine (CI saw ten such rounds). One connection at a
+    to one worker whole, round after round on a loaded machine. One connection at a
     time wakes both workers afresh for each."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
