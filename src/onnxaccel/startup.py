@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 SCHEMA = "onnxaccel.startup/1"
 
 #: The stages, in the order they happen; a span of another name is reported after these.
-STAGES = ("import", "model read", "plan", "variant", "session", "first run", "graph capture", "warm-up",
-          "decoder warm-up", "workers", "server")
+STAGES = ("import", "provider warm-up", "model read", "plan", "variant", "session", "first run", "graph capture",
+          "warm-up", "decoder warm-up", "workers", "server")
 
 _LOCK = threading.Lock()
 _SPANS: list[Span] = []

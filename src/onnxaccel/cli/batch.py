@@ -20,6 +20,7 @@ from onnxaccel.cli.args_data import OutputArgs, PreprocessArgs
 from onnxaccel.cli.args_model import ConfigArgs, ShapeArgs, SourceArg, TargetArgs
 from onnxaccel.cli.common import console, err_console, handle_errors, note, print_json, warn
 from onnxaccel.cli.compose import REQUIRED, Built, Group, composed, option
+from onnxaccel.engines import prewarm
 from onnxaccel.errors import ModelError, UsageError
 
 #: Exit status of a job that completed with bad inputs recorded as errors (distinct from 1 and 2, which mean
@@ -103,6 +104,7 @@ def register(app: typer.Typer) -> None:
 )
 def batch_command(model, data, target, tuned, ray, shapes, preprocess, as_json) -> None:
     """Run MODEL over a dataset; options a --config can set resolve as flag > config > default (cli/groups.py)."""
+    prewarm.start(target)  # a GPU provider's libraries load while the command imports and reads the model
     with startup.stage("import", detail="the command's modules (onnx, numpy)"):  # deferred from start-up
         from onnxaccel.scale import run_batch  # heavy: loaded per command (keeps --help fast)
 

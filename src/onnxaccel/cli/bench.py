@@ -19,6 +19,7 @@ from onnxaccel.cli.common import console, err_console, handle_errors, note, warn
 from onnxaccel.cli.compose import Built, Group, composed, option
 from onnxaccel.cli.groups import modes, warn_if_not_tuned
 from onnxaccel.cli.tables import columns, new_table, number_column, si, text_column
+from onnxaccel.engines import prewarm
 
 #: The order of the options in --help.
 ORDER = ("model target precision ep_option shape batch iobinding no_iobinding graph warmup runs duration "
@@ -79,6 +80,7 @@ def register(app: typer.Typer) -> None:
 def bench_command(model, targets, precisions, shapes, runner, timing, sweep, reports, gate, given, tuned,
                   as_json) -> None:
     """Measure MODEL over the sweep's cells; options a --config can set resolve as flag > config > default."""
+    prewarm.start(targets[0] if targets else None)  # a GPU provider's libraries load while the command starts
     with startup.stage("import", detail="the command's modules (onnx, numpy)"):  # deferred from start-up
         from onnxaccel.bench.cells import grid
         from onnxaccel.bench.report import clean

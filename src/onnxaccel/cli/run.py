@@ -18,6 +18,7 @@ from onnxaccel.cli.common import console, handle_errors, note, print_json, warn
 from onnxaccel.cli.compose import Built, Group, composed, option
 from onnxaccel.cli.groups import warn_if_not_tuned
 from onnxaccel.cli.tables import columns, new_table
+from onnxaccel.engines import prewarm
 from onnxaccel.errors import InputError
 from onnxaccel.prepost.post_options import DEFAULT_CONF, DEFAULT_IOU, POSTPROCESS
 
@@ -187,6 +188,7 @@ ORDER = ("model inputs value_range target precision ep_option shape batch topk s
 )
 def run_command(model, given, target, shapes, want, execution, preprocess, tuned, as_json) -> None:
     """Run MODEL once; options a --config can set resolve as flag > config > default (cli/groups.py)."""
+    prewarm.start(target)  # a GPU provider's libraries load while the command imports and reads the model
     with startup.stage("import", detail="the command's modules (onnx, numpy)"):  # deferred from start-up
         from onnxaccel.pipeline import prepare
         from onnxaccel.prepost.post import choose_postprocess

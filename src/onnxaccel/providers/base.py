@@ -103,6 +103,16 @@ def _frozen(mapping: Mapping) -> Mapping:
 
 
 @dataclass(frozen=True)
+class Prewarm:
+    """The tiny session that loads a provider's libraries ahead (onnxaccel.engines.prewarm)."""
+
+    #: The target's options it takes over (the device; a layout whose kernels the real session will use).
+    copied: tuple[str, ...] = ()
+    #: Options of its own.
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ProviderSpec:
     """One execution provider: everything a target, a session, the server and the doctor need to know."""
 
@@ -132,6 +142,10 @@ class ProviderSpec:
     graph_by_default: bool = False
     #: Precision -> the options that make the provider convert precision itself (a converted model otherwise).
     native_precision: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: How a command loads the provider's libraries ahead, with a tiny session in a background thread while it
+    #: imports and reads the model (onnxaccel.engines.prewarm); None: it does not. Set where a first run was
+    #: measured to spend its time loading libraries.
+    prewarm: Prewarm | None = None
     #: (arena extend-strategy option, memory-limit option); None where the provider has no such option.
     arena_keys: tuple[str | None, str | None] = (None, None)
     #: Whether the provider compiles (or searches algorithms) per new input shape: a shape bucket then gets
@@ -178,6 +192,7 @@ class ProviderSpec:
                  if k is not None]
         named += [k for knob in self.tuning for setting in knob.settings for k in setting]
         named += list(self.compile_cache.options) if self.compile_cache else []
+        named += [*self.prewarm.copied, *self.prewarm.options] if self.prewarm else []
         named += [k for opts in self.native_precision.values() for k in opts]
         missing = [k for k in named if k not in self.options]
         if missing:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnxaccel.providers.base import CompileCache, Knob, ProviderSpec
+from onnxaccel.providers.base import CompileCache, Knob, Prewarm, ProviderSpec
 
 ARENA = ("kNextPowerOfTwo", "kSameAsRequested")
 
@@ -55,6 +55,10 @@ SPEC = ProviderSpec(
     tf32_option="use_tf32",
     tf32_default=True,
     compile_cache=CompileCache("ort-optimized"),
+    # A first run spends most of its time loading cuDNN/cuBLAS: loaded in the background while a command starts
+    # (onnxaccel.prewarm; docs/BENCHMARKS.md "Start-up" has the A/B).
+    prewarm=Prewarm(copied=("device_id", "prefer_nhwc", "use_tf32", "enable_cudnn"),
+                    options={"cudnn_conv_algo_search": "HEURISTIC"}),  # a tiny conv: no search worth its time
     example="cuda:0/fp16?prefer_nhwc=1",
     preference=20,
     vendor="nvidia",
