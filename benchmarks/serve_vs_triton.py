@@ -20,7 +20,8 @@ model-only run at ``--max-batch`` rows with IO binding (``bench``'s timing) on `
 Usage:
   python benchmarks/serve_vs_triton.py --model MODEL.onnx --triton .tritonort/bin/tritonserver \\
       [--concurrency 1,4,16] [--rows 1,8] [--max-batch 8] [--delay-us 2000] [--instances 1] \\
-      [--target cpu] [--serve-args ""] [--kind cpu|gpu] [--generators perf_analyzer,loadtest]
+      [--target cpu] [--serve-args ""] [--kind cpu|gpu] [--serve-instances same|auto]
+      [--generators perf_analyzer,loadtest]
       [--interval-ms 2000] [--out result.json]
 """
 
@@ -102,7 +103,8 @@ def start_serve(args, model: Path, log: Path) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-c", CLI, "serve", str(model), "--target", args.target, "--host", "127.0.0.1",
            "--http-port", str(http),
            "--grpc-port", str(grpc), "--max-batch", str(args.max_batch), "--max-queue-delay-ms",
-           str(args.delay_us / 1000), "--instances", str(args.instances), *shlex.split(args.serve_args)]
+           str(args.delay_us / 1000), *(["--instances", str(args.instances)] if args.serve_instances == "same" else []),
+           *shlex.split(args.serve_args)]
     return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT), f"http://127.0.0.1:{http}"
 
 
@@ -182,6 +184,8 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--delay-us", type=int, default=2000)
     ap.add_argument("--instances", type=int, default=1)
+    ap.add_argument("--serve-instances", choices=["same", "auto"], default="same",
+                    help="same: onnxaccel gets --instances too; auto: its default layout picks (workers, instances).")
     ap.add_argument("--kind", choices=["cpu", "gpu"], default="cpu")
     ap.add_argument("--target", default="cpu", help="onnxaccel's target for serve and the in-process reference.")
     ap.add_argument("--serve-args", default="", help="More `serve` options (e.g. --queue-delay fixed).")
@@ -204,6 +208,7 @@ def main() -> None:
     result = {"benchmark": "serve_vs_triton", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "commit": commit, "cpu": cpu_name(), "cores": os.cpu_count(), "model": str(args.model),
               "settings": {"max_batch": args.max_batch, "delay_us": args.delay_us, "instances": args.instances,
+                           "serve_instances": args.serve_instances,
                            "kind": args.kind, "target": args.target, "serve_args": args.serve_args,
                            "generators": args.generators, "triton_config": args.triton_config,
                            "interval_ms": args.interval_ms, "stability_percentage": args.stability}, "servers": {}}
@@ -234,7 +239,8 @@ def main() -> None:
                 result["servers"][server] = {"ready_s": round(ready, 2), "queue_delay": policy, "cells": cells}
             finally:
                 stop(proc)
-                result["servers"].setdefault(server, {})["log_tail"] = log.read_text(errors="replace")[-1500:]
+                text = log.read_text(errors="replace")  # the head says the layout a server chose
+                result["servers"].setdefault(server, {}).update(log_head=text[:3000], log_tail=text[-1500:])
             if args.out:
                 args.out.write_text(json.dumps(result, indent=1))
     for generator in generators:
