@@ -22,7 +22,7 @@ Usage:
       [--concurrency 1,4,16] [--rows 1,8] [--max-batch 8] [--delay-us 2000] [--instances 1] \\
       [--target cpu] [--serve-args ""] [--kind cpu|gpu] [--serve-instances same|auto]
       [--generators perf_analyzer,loadtest]
-      [--interval-ms 2000] [--out result.json]
+      [--interval-ms 2000] [--warmup-s 0] [--out result.json]
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def loadtest(url: str, name: str, rows: int, concurrency: int, seconds: float) -
     from onnxaccel.loadtest import LoadtestConfig, run_loadtest
 
     level = run_loadtest(LoadtestConfig(url=url, model=name, concurrency=(concurrency,), duration_s=seconds,
-                                        warmup_s=1.0, batch=rows)).levels[0].to_dict()
+                                        warmup_s=1.0, batch=rows, binary=True)).levels[0].to_dict()
     latency = level.get("latency") or {}
     if level["error_count"] or not latency:
         return {"error": f"{level['error_count']} errors: {level.get('error_samples')}"}
@@ -192,6 +192,9 @@ def main() -> None:
     ap.add_argument("--generators", default="perf_analyzer,loadtest")
     ap.add_argument("--servers", default="triton,onnxaccel")
     ap.add_argument("--interval-ms", type=int, default=2000)
+    ap.add_argument("--warmup-s", type=float, default=0.0,
+                    help="Load each server this long (loadtest at the highest concurrency, each rows count) before "
+                         "measuring: a provider that searches per new batch size (ORT's CUDA EP, cuDNN) sees them.")
     ap.add_argument("--stability", type=int, default=10,
                     help="perf_analyzer's --stability-percentage (its default 10; a noisy 2-core machine needs more).")
     ap.add_argument("--out", type=Path, default=None)
@@ -211,7 +214,8 @@ def main() -> None:
                            "serve_instances": args.serve_instances,
                            "kind": args.kind, "target": args.target, "serve_args": args.serve_args,
                            "generators": args.generators, "triton_config": args.triton_config,
-                           "interval_ms": args.interval_ms, "stability_percentage": args.stability}, "servers": {}}
+                           "interval_ms": args.interval_ms, "warmup_s": args.warmup_s,
+                           "stability_percentage": args.stability}, "servers": {}}
     result["in_process"] = in_process(args.model, args.target, args.max_batch)
     generators = args.generators.split(",")
     with tempfile.TemporaryDirectory(prefix="serve-vs-triton-") as tmp:
@@ -226,6 +230,8 @@ def main() -> None:
                 proc, url = start_serve(args, model, log)
             try:
                 ready = wait_ready(url, proc, 300)
+                for rows in rows_list if args.warmup_s else ():  # every batch size the batcher will form, seen
+                    loadtest(url, name, rows, max(concurrencies), args.warmup_s / len(rows_list))
                 cells = {}
                 for generator in generators:
                     for rows in rows_list:
