@@ -193,7 +193,7 @@ def main() -> None:
     ap.add_argument("--servers", default="triton,onnxaccel")
     ap.add_argument("--interval-ms", type=int, default=2000)
     ap.add_argument("--warmup-s", type=float, default=0.0,
-                    help="Load each server this long (loadtest at the highest concurrency, each rows count) before "
+                    help="Load each server this long (loadtest at each rows count and concurrency) before "
                          "measuring: a provider that searches per new batch size (ORT's CUDA EP, cuDNN) sees them.")
     ap.add_argument("--stability", type=int, default=10,
                     help="perf_analyzer's --stability-percentage (its default 10; a noisy 2-core machine needs more).")
@@ -231,7 +231,8 @@ def main() -> None:
             try:
                 ready = wait_ready(url, proc, 300)
                 for rows in rows_list if args.warmup_s else ():  # every batch size the batcher will form, seen
-                    loadtest(url, name, rows, max(concurrencies), args.warmup_s / len(rows_list))
+                    for c in concurrencies:
+                        loadtest(url, name, rows, c, args.warmup_s / len(rows_list) / len(concurrencies))
                 cells = {}
                 for generator in generators:
                     for rows in rows_list:
