@@ -142,3 +142,26 @@ def test_commands_start_the_warm_up_and_keep_their_json_clean(command, cpu_with_
     prewarm.wait(60)
     (span,) = warm_spans()
     assert span.detail == "CPUExecutionProvider, a tiny session in the background"
+
+
+def test_a_process_that_ends_first_waits_for_the_warm_up_at_exit(tmp_path):
+    """A daemon thread inside a native library while the interpreter finalizes can crash the exit: the process
+    waits for it (at most EXIT_WAIT_S)."""
+    import subprocess
+    import sys
+
+    done = tmp_path / "done"
+    code = f"""
+import dataclasses, time
+from onnxaccel import providers
+from onnxaccel.engines import prewarm
+from onnxaccel.target import parse_target
+providers.register(dataclasses.replace(providers.get("cpu"), prewarm=providers.Prewarm()))
+def slow(provider, options):
+    time.sleep(0.5)
+    open({str(done)!r}, "w").write(provider)
+prewarm._warm = slow
+prewarm.start(parse_target("cpu"))
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert done.read_text() == "CPUExecutionProvider"

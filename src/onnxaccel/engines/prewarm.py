@@ -4,18 +4,19 @@ On ONNX Runtime's CUDA provider most of a first run is not the model: the first 
 cuDNN and cuBLAS (hundreds of MB of libraries) and their first kernels. A plain script pays that in its first
 run; a command pays it after its own imports and model read. :func:`start` runs a session of a tiny model (one
 FP16 Conv, one FP16 MatMul) once in a background thread, so the libraries load while the main thread imports,
-reads the model and builds its session; the real first run then finds them loaded. The thread holds no
-session afterwards (its memory goes back to the provider's arena) and never fails the command: an error is
-only its span's detail.
+reads the model and builds its session; the real first run then finds them loaded. The thread keeps no
+session (its memory is freed with it), never fails the command (an error is only its span's detail), and a
+command that ends first waits for it at exit (a native library must not be unloaded under a running thread).
 
 It runs for providers whose spec has a ``prewarm`` (providers/cuda.py; measured: docs/BENCHMARKS.md
-"Start-up"), with the options it names. ``ONNXACCEL_PREWARM=0`` turns it off (an A/B, or a GPU shared with a process that must start
-first). The span ("provider warm-up") overlaps the other stages: the start-up report gives wall times, never
-a sum of stages.
+"Start-up"), with the options it names. ``ONNXACCEL_PREWARM=0`` turns it off (an A/B, or a GPU shared with a
+process that must start first). The span ("provider warm-up") overlaps the other stages: the start-up report
+gives wall times, never a sum of stages.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -24,6 +25,8 @@ import threading
 from onnxaccel import startup
 
 ENV = "ONNXACCEL_PREWARM"
+#: At most this long a process about to exit waits for a warm-up still running.
+EXIT_WAIT_S = 30.0
 
 _started: dict[tuple, threading.Thread] = {}
 _lock = threading.Lock()
@@ -49,6 +52,8 @@ def start(target) -> threading.Thread | None:
             return _started[key]
         thread = threading.Thread(target=_warm, args=(spec.provider, options), name="onnxaccel-prewarm",
                                   daemon=True)
+        if not _started:
+            atexit.register(wait, EXIT_WAIT_S)
         _started[key] = thread
     thread.start()
     return thread

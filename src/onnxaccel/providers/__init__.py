@@ -17,8 +17,8 @@ from onnxaccel.errors import TargetError
 from onnxaccel.providers import cpu, cuda, migraphx, rocm, tensorrt
 from onnxaccel.providers.base import DOCTOR_CHECKS, CompileCache, Flavour, Knob, Prewarm, ProviderSpec, Source
 
-__all__ = ["DOCTOR_CHECKS", "CompileCache", "Flavour", "Knob", "Prewarm", "ProviderSpec", "Source", "all_specs", "by_preference",
-           "devices", "get", "graph_options", "register", "unregister"]
+__all__ = ["DOCTOR_CHECKS", "CompileCache", "Flavour", "Knob", "Prewarm", "ProviderSpec", "Source", "all_specs",
+           "by_preference", "devices", "get", "graph_options", "register", "unregister"]
 
 _REGISTRY: dict[str, ProviderSpec] = {}
 
