@@ -67,9 +67,9 @@ class ServerArgs(Group):
                "none (refused with 403) or explicit (as Triton's --model-control-mode). The index stays readable."),
         option("shared_memory", str | None, None, "--shared-memory", help="Triton's system shared memory "
                "extension: none (default, refused, as Triton since its --allow-client-shm change) or system (clients "
-               "on this machine register /dev/shm objects of the server's user by name and pass tensors through "
-               "them: tritonclient.utils.shared_memory, perf_analyzer --shared-memory system). CUDA shared memory is "
-               "not offered. See docs/SECURITY.md."),
+               "on this machine register /dev/shm objects of their own user and pass tensors through them, each "
+               "seeing only its user's regions: tritonclient.utils.shared_memory, perf_analyzer --shared-memory "
+               "system). CUDA shared memory is not offered. See docs/SECURITY.md."),
     )
 
     def build(self, v: SimpleNamespace, ctx: Built) -> ServerConfig:
@@ -89,8 +89,7 @@ class ServerArgs(Group):
         )
         check_tls_files(v.tls_cert, v.tls_key, v.tls_client_ca)
         if v.host not in LOOPBACK_HOSTS and not config.auth_token:
-            shm = (" System shared memory is on: such a client can also register this user's /dev/shm objects by "
-                   "name and read or overwrite them through inference; drop --shared-memory system to turn it off."
+            shm = (" System shared memory stays with clients on this host (a remote client is refused it)."
                    if config.shared_memory == "system" else "")
             warn(f"listening on {v.host} without a token: anyone who reaches this address can use the server. Add "
                  f"one with --auth-token-file FILE (e.g. `openssl rand -hex 32 > FILE`) or the {TOKEN_ENV} "

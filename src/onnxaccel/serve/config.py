@@ -268,8 +268,9 @@ class ServerConfig:
     #: Repository load/unload through the API: "none" (refused, 403) or "explicit" (as Triton's
     #: --model-control-mode).
     model_control: str = "none"
-    #: Triton's system shared memory extension (serve/shared_memory.py): "system" (clients register regions of
-    #: /dev/shm objects and name them for inputs and outputs) or "none" (refused, 400 / INVALID_ARGUMENT).
+    #: Triton's system shared memory extension (serve/shared_memory.py): "system" (clients on this host register
+    #: regions of their own user's /dev/shm objects and name them for inputs and outputs) or "none" (refused,
+    #: 400 / INVALID_ARGUMENT).
     shared_memory: str = "none"
     #: Internal: the private folder of the shared memory registry every worker reads (set by the supervisor
     #: with --workers); None: the registry is in memory (one process).

@@ -19,6 +19,7 @@ from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.signature import VERSION
 from onnxaccel.serve.images import ImageInput, decode_request
 from onnxaccel.serve.metrics import ServerMetrics
+from onnxaccel.serve.peer import ClientRegions
 from onnxaccel.serve.protocol import InferRequest, ProtocolError
 from onnxaccel.serve.repository import READY, ModelRepository
 from onnxaccel.serve.shared_memory import SharedMemoryRegistry, registry_for
@@ -104,12 +105,18 @@ class InferenceService:
         extensions = EXTENSIONS + ([SHARED_MEMORY_EXTENSION] if self.shm is not None else [])
         return {"name": SERVER_NAME, "version": __version__, "extensions": extensions}
 
-    def shared_memory(self) -> SharedMemoryRegistry:
-        """The system shared memory registry; 400 when the server was started with --shared-memory none."""
+    def shared_memory(self, peer: Callable[[], tuple]) -> ClientRegions:
+        """The system shared memory registry as the client of connection ``peer`` (serve/peer.py) sees it; 400
+        when the server was started with --shared-memory none."""
         if self.shm is None:
             raise ProtocolError(400, "System shared memory is off on this server (--shared-memory none); send the "
                                 "tensors in the request, or start the server with --shared-memory system.")
-        return self.shm
+        return ClientRegions(self.shm, peer)
+
+    def client_shm(self, peer: Callable[[], tuple]) -> ClientRegions | None:
+        """What an inference request of connection ``peer`` decodes with: its client's regions, or None with
+        --shared-memory none."""
+        return ClientRegions(self.shm, peer) if self.shm is not None else None
 
     def _entry(self, name: str, version: str = ""):
         entry = self.repository.get(name)

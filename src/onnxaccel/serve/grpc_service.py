@@ -30,6 +30,7 @@ from onnxaccel.serve.protocol import (
     DATATYPES, InferRequest, ProtocolError, RequestedOutput, bad_request, check_output_parameters, check_shape,
     check_unsupported, datatype_of, element_count, from_bytes, shm_input, to_bytes,
 )
+from onnxaccel.serve.peer import grpc_peer
 from onnxaccel.serve.shared_memory import CUDA_REFUSED
 
 logger = logging.getLogger(__name__)
@@ -173,6 +174,16 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
                                       ("grpc.max_send_message_length", max(limit, 256 * 1024 * 1024)),
                                       ("grpc.so_reuseport", 1 if reuse_port else 0)], interceptors=interceptors)
     codes = grpc.StatusCode
+    bound: list[int] = []  # the port, once bound: a client's socket is found by its address and the server's
+
+    def peer(context):  # the connection of this call's client, for its shared memory regions (serve/peer.py)
+        return lambda: grpc_peer(context.peer(), config.host, bound[0] if bound else None)
+
+    def regions(context):
+        return service.shared_memory(peer(context))
+
+    def client_shm(context):
+        return service.client_shm(peer(context))
 
     async def guarded(context, call):
         try:
@@ -237,19 +248,19 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
 
     async def shm_status(request, context):
         async def call():
-            regions = service.shared_memory().status(request.name)
-            return m.SystemSharedMemoryStatusResponse(regions={r["name"]: r for r in regions})
+            found = regions(context).status(request.name)
+            return m.SystemSharedMemoryStatusResponse(regions={r["name"]: r for r in found})
         return await guarded(context, call)
 
     async def shm_register(request, context):
         async def call():
-            service.shared_memory().register(request.name, request.key, request.offset, request.byte_size)
+            regions(context).register(request.name, request.key, request.offset, request.byte_size)
             return m.SystemSharedMemoryRegisterResponse()
         return await guarded(context, call)
 
     async def shm_unregister(request, context):
         async def call():
-            service.shared_memory().unregister(request.name)
+            regions(context).unregister(request.name)
             return m.SystemSharedMemoryUnregisterResponse()
         return await guarded(context, call)
 
@@ -288,7 +299,7 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
 
     async def _infer(request, context, start: float, label: str):
         try:
-            infer_request = decode_grpc_request(request, service.shm)
+            infer_request = decode_grpc_request(request, client_shm(context))
             outputs, version = await service.infer(infer_request)
             response = encode_grpc_response(m, infer_request, version, outputs)
         except ProtocolError as exc:
@@ -316,7 +327,7 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
                     service.metrics.reject("inflight_budget")
                     raise ProtocolError(429, "The server holds as many request bytes as it may (--max-inflight-mb); "
                                         "retry shortly.")
-                infer_request = decode_grpc_request(request, service.shm)
+                infer_request = decode_grpc_request(request, client_shm(context))
                 outputs, version = await service.infer(infer_request)
                 response = m.ModelStreamInferResponse(
                     infer_response=encode_grpc_response(m, infer_request, version, outputs))
@@ -380,4 +391,5 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     credentials = grpc_credentials(config)
     port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    bound.append(port)
     return server, port

@@ -10,8 +10,8 @@ The inference route reads the raw body itself (no pydantic model): binary reques
 a large JSON body twice would cost more than the model run on a GPU. Its schema is declared for the OpenAPI
 document by hand. Its requests are answered by ``InferRoute``, a plain ASGI middleware in front of FastAPI's
 routing, dependency solving and Request objects: under load the event loop's time per request is what limits
-a server process, and that layer took about 15 % of it (py-spy, CPU). The FastAPI route stays for the OpenAPI document and
-for any request the middleware does not take.
+a server process, and that layer took about 15 % of it (py-spy, CPU). The FastAPI route stays for the OpenAPI
+document and for any request the middleware does not take.
 """
 
 
@@ -27,6 +27,7 @@ from onnxaccel.serve.protocol import (
     HEADER_LENGTH, ProtocolError, decode_http_request, encode_http_response, parse_json,
 )
 from onnxaccel.serve.security import HttpGuard, InflightBudget
+from onnxaccel.serve.peer import http_peer
 from onnxaccel.serve.shared_memory import CUDA_REFUSED
 
 _ERROR = {"content": {"application/json": {"schema": {"type": "object", "properties": {"error": {"type": "string"}},
@@ -162,19 +163,20 @@ def create_app(service: InferenceService, budget: InflightBudget | None = None, 
 
     @app.get("/v2/systemsharedmemory/status", responses=_REGIONS, tags=["shared memory"])
     @app.get("/v2/systemsharedmemory/region/{name}/status", responses=_REGIONS, tags=["shared memory"])
-    async def shm_status(name: str = ""):
-        return service.shared_memory().status(name)
+    async def shm_status(request: Request, name: str = ""):
+        return service.shared_memory(lambda: http_peer(request.scope)).status(name)
 
     @app.post("/v2/systemsharedmemory/region/{name}/register", responses=ERRORS, tags=["shared memory"],
               openapi_extra=REGISTER_OPENAPI)
     async def shm_register(name: str, request: Request):
-        service.shared_memory().register_body(name, _json_body(await request.body()))
+        regions = service.shared_memory(lambda: http_peer(request.scope))
+        regions.register_body(name, _json_body(await request.body()))
         return {}
 
     @app.post("/v2/systemsharedmemory/unregister", responses=ERRORS, tags=["shared memory"])
     @app.post("/v2/systemsharedmemory/region/{name}/unregister", responses=ERRORS, tags=["shared memory"])
-    async def shm_unregister(name: str = ""):
-        service.shared_memory().unregister(name)
+    async def shm_unregister(request: Request, name: str = ""):
+        service.shared_memory(lambda: http_peer(request.scope)).unregister(name)
         return {}
 
     # CUDA shared memory is not offered: a register is refused; the status lists no region and an unregister has
@@ -202,7 +204,8 @@ def create_app(service: InferenceService, budget: InflightBudget | None = None, 
             body = await _read_body(request, limit)
             _check_json_size(body, request.headers.get(HEADER_LENGTH), service.config.max_json_bytes)
             infer_request = decode_http_request(model_name, model_version, body,
-                                                request.headers.get(HEADER_LENGTH), service.shm)
+                                                request.headers.get(HEADER_LENGTH),
+                                                service.client_shm(lambda: http_peer(request.scope)))
             outputs, version = await service.infer(infer_request)
             content, headers = encode_http_response(infer_request, version, outputs)
         except ProtocolError as exc:
@@ -345,7 +348,7 @@ class InferRoute:
                 body = await self._body(receive, headers)
                 _check_json_size(body, headers.get(HEADER_LENGTH.lower()), service.config.max_json_bytes)
                 request = decode_http_request(model_name, model_version, body, headers.get(HEADER_LENGTH.lower()),
-                                              service.shm)
+                                              service.client_shm(lambda: http_peer(scope)))
                 outputs, version = await service.infer(request, on_the_way)
             content, out_headers = encode_http_response(request, version, outputs)
         except ProtocolError as exc:

@@ -20,10 +20,10 @@ register and unregister rewrite it under an exclusive ``flock`` (a temporary fil
 never sees half of one), and every use of a region (a request naming one, a status) checks it first (a stat;
 read again when another file is there). The file is the only truth; a worker holds only its own mappings,
 cached per registration (each has a random id) and closed once the worker sees that registration gone: at its
-next use of any region, and by a sweep every :data:`SWEEP_S` seconds while it holds any. A server of one process keeps the registrations in memory. Why a
-file and not the model process or the supervisor: the model process exists only with ``--shared-models`` and the
-supervisor hears from its workers through a one-way queue, while a file serves both layouts with no new
-messages, outlives a replaced worker, and costs a stat per use of a region.
+next use of any region, and by a sweep every :data:`SWEEP_S` seconds while it holds any. A server of one process
+keeps the registrations in memory. Why a file and not the model process or the supervisor: the model process
+exists only with ``--shared-models`` and the supervisor hears from its workers through a one-way queue, while a
+file serves both layouts with no new messages, outlives a replaced worker, and costs a stat per use of a region.
 
 Each registration records the object's device and inode; a process that maps it later checks that it opened
 the same object, so an object unlinked and created again under the key is refused (unregister and register
@@ -33,8 +33,16 @@ read-write one (O_RDWR); each mapping spans its region only. Keys name an object
 ``name``, as ``shm_open`` takes them; ``/`` inside, ``.`` and ``..`` are refused), opened with O_NOFOLLOW and
 O_NONBLOCK (a FIFO there must not block the event loop), and must be regular files. Before each use the object's
 current size is checked: reading past the end of a shrunk object would kill the process with SIGBUS. (A client
-that shrinks it during the copy can still do that, as with Triton: the clients that can name objects of the
-server's user are trusted with them, docs/SECURITY.md.)
+that shrinks its own object during the copy can still do that, as with Triton: docs/SECURITY.md. Such a client
+is trusted no further than with its own objects: see below.)
+
+**A client names only its own user's regions.** The server (perhaps root) opens what a client names, so a
+client must not make it read or write an object the client's user could not open. Each connection's local
+user is the owner of its client's socket (serve/peer.py; a client whose user cannot be found, not on this host,
+is refused with 403 / PERMISSION_DENIED); a region records the uid that registered it, and may be registered
+only over an object that user owns (``fstat().st_uid``; 403 otherwise; root, uid 0, may register any object).
+Each user has names of its own: requests, status and unregister see only the caller's regions (root's too),
+another user's region answers as an unknown one (no names leak), and unregistering all is the caller's all.
 """
 
 from __future__ import annotations
@@ -53,7 +61,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from onnxaccel.serve.protocol import DATATYPES, bad_request, datatype_of, element_count, from_bytes, to_bytes
+from onnxaccel.serve.protocol import (
+    DATATYPES, ProtocolError, bad_request, datatype_of, element_count, from_bytes, to_bytes,
+)
 
 #: Where POSIX shared memory objects live on Linux (glibc's shm_open: /dev/shm/NAME).
 SHM_DIR = "/dev/shm"
@@ -62,7 +72,7 @@ PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_
 #: Seconds between two sweeps of a worker's mappings of unregistered regions (only while it holds any).
 SWEEP_S = 1.0
 REGISTRY_FILE = "shm-regions.json"
-SCHEMA = "onnxaccel.serve.shm-regions/1"
+SCHEMA = "onnxaccel.serve.shm-regions/2"
 _KEY = re.compile(r"^/?([^/\x00]{1,255})$")
 CUDA_REFUSED = ("CUDA shared memory is not offered by this server (its models read their inputs from host memory). "
                 "Use system shared memory (tritonclient.utils.shared_memory; /v2/systemsharedmemory, gRPC "
@@ -76,6 +86,7 @@ class TensorPlace:
     region: str
     byte_size: int
     offset: int = 0
+    uid: int | None = None  # the client's user: its regions are the ones it may name (None: none)
 
     def parameters(self, written: int) -> dict:
         """The response's parameters for an output written here (``shared_memory_byte_size``: the bytes it took)."""
@@ -85,8 +96,9 @@ class TensorPlace:
         return params
 
 
-def tensor_place(params: Mapping, what: str) -> TensorPlace | None:
-    """The shared memory place a tensor's parameters give (``what``: "Input 'x'"), or None when they name none."""
+def tensor_place(params: Mapping, what: str, uid: int | None = None) -> TensorPlace | None:
+    """The shared memory place a tensor's parameters give (``what``: "Input 'x'"), or None when they name none;
+    ``uid``: the user whose regions it may name."""
     region = params.get("shared_memory_region")
     if region is None:
         extra = [key for key in PARAMETERS[1:] if key in params]
@@ -100,7 +112,8 @@ def tensor_place(params: Mapping, what: str) -> TensorPlace | None:
         raise bad_request(f"{what} names shared memory region '{region}' without shared_memory_byte_size; give the "
                           "tensor's size in bytes.")
     size = _count(params["shared_memory_byte_size"], f"{what}: shared_memory_byte_size")
-    return TensorPlace(region, size, _count(params.get("shared_memory_offset", 0), f"{what}: shared_memory_offset"))
+    return TensorPlace(region, size, _count(params.get("shared_memory_offset", 0), f"{what}: shared_memory_offset"),
+                       uid)
 
 
 def _count(value: object, what: str) -> int:
@@ -112,7 +125,8 @@ def _count(value: object, what: str) -> int:
 @dataclass(frozen=True)
 class Region:
     """One registration: the region's name, its object's key, offset and byte size there, the object's identity
-    (device, inode) when it was registered, and a random id telling this registration from a later one."""
+    (device, inode) when it was registered, a random id telling this registration from a later one, and the
+    user that registered it (the only one that sees it)."""
 
     name: str
     key: str
@@ -121,6 +135,7 @@ class Region:
     device: int
     inode: int
     id: str
+    uid: int
 
     def status(self) -> dict:
         """The region as the status endpoints list it."""
@@ -158,6 +173,16 @@ def open_object(key: str, where: str, *, writable: bool) -> int:
         os.close(fd)
         raise bad_request(f"{where}: '{key}' ({path}) is not a shared memory object (not a regular file).")
     return fd
+
+
+def check_owner(owner: int, uid: int, key: str, where: str) -> None:
+    """403 unless the client's user ``uid`` could have opened the object itself: it owns it (``owner``: its
+    st_uid), or it is root. (An object of another user that is open to all is refused too: the rule is the
+    owner's, not the mode's, which its owner may change at any time.)"""
+    if uid != 0 and owner != uid:
+        raise ProtocolError(403, f"{where}: the shared memory object '{key}' belongs to uid {owner}, and this "
+                            f"client's user is uid {uid}; a client may register only objects of its own user. "
+                            "Create the object as the same user that sends the requests.")
 
 
 class _Mapping:
@@ -205,17 +230,19 @@ class SharedMemoryRegistry:
 
     def __init__(self, folder: str | None = None):
         self.path = os.path.join(folder, REGISTRY_FILE) if folder else None
-        self._memory: dict[str, Region] = {}
+        #: The regions by (user, name): each user has names of its own.
+        self._memory: dict[tuple[int, str], Region] = {}
         #: The registry file last read, held open (so no other file can get its inode number while it is), its
         #: (device, inode) and its regions.
-        self._read: tuple[object, tuple[int, int], dict[str, Region]] | None = None
+        self._read: tuple[object, tuple[int, int], dict[tuple[int, str], Region]] | None = None
         self._maps: dict[tuple[str, bool], _Mapping] = {}
 
     # -- registrations ------------------------------------------------------------------------------------
 
-    def register(self, name: str, key: object, offset: object, byte_size: object) -> Region:
-        """Register ``byte_size`` bytes at ``offset`` of the object ``key`` as region ``name``; 400 when the object
-        is missing, unreadable or too short, or the name is taken."""
+    def register(self, name: str, key: object, offset: object, byte_size: object, *, uid: int) -> Region:
+        """Register ``byte_size`` bytes at ``offset`` of the object ``key`` as user ``uid``'s region ``name``; 400
+        when the object is missing, unreadable or too short, or the user has a region of that name; 403 when the
+        object is not the user's own (:func:`check_owner`)."""
         where = f"Cannot register system shared memory region '{name}'"
         if not isinstance(name, str) or not name:
             raise bad_request("A system shared memory region needs a name.")
@@ -227,50 +254,52 @@ class SharedMemoryRegistry:
             found = os.fstat(fd)
         finally:
             os.close(fd)
+        check_owner(found.st_uid, uid, key, where)
         if offset + byte_size > found.st_size:
             raise bad_request(f"{where}: offset {offset} + byte_size {byte_size} = {offset + byte_size} passes the "
                               f"end of the shared memory object '{key}' ({found.st_size} bytes).")
-        region = Region(name, key, offset, byte_size, found.st_dev, found.st_ino, uuid.uuid4().hex)
+        region = Region(name, key, offset, byte_size, found.st_dev, found.st_ino, uuid.uuid4().hex, uid)
         with self._changing() as regions:
-            if name in regions:
-                raise bad_request(f"{where}: a region of that name is registered already (key '{regions[name].key}'); "
-                                  "unregister it first, or choose another name.")
-            regions[name] = region
+            if (uid, name) in regions:
+                raise bad_request(f"{where}: a region of that name is registered already (key "
+                                  f"'{regions[uid, name].key}'); unregister it first, or choose another name.")
+            regions[uid, name] = region
         return region
 
-    def register_body(self, name: str, doc: object) -> Region:
+    def register_body(self, name: str, doc: object, *, uid: int) -> Region:
         """Register from the HTTP route's JSON body ``{"key", "offset", "byte_size"}`` (offset optional)."""
         if not isinstance(doc, dict) or "key" not in doc or "byte_size" not in doc:
             raise bad_request(f"Registering system shared memory region '{name}' needs a JSON body "
                               '{"key": "/NAME", "offset": 0, "byte_size": N}.')
-        return self.register(name, doc["key"], doc.get("offset", 0), doc["byte_size"])
+        return self.register(name, doc["key"], doc.get("offset", 0), doc["byte_size"], uid=uid)
 
-    def unregister(self, name: str = "") -> None:
-        """Unregister region ``name`` (every region when empty) for every process; a name that is not registered
-        is no error (as Triton). This process's mappings of it close at once, the other workers' at their next
-        use of any region or sweep."""
+    def unregister(self, name: str = "", *, uid: int) -> None:
+        """Unregister user ``uid``'s region ``name`` (every region of that user when empty) for every process; a
+        name that is not registered is no error (as Triton). This process's mappings of it close at once, the
+        other workers' at their next use of any region or sweep."""
         with self._changing() as regions:
-            if name:
-                regions.pop(name, None)
-            else:
-                regions.clear()
+            for found in [found for found in regions if found[0] == uid and (not name or found[1] == name)]:
+                del regions[found]
         self._sweep(regions)
 
-    def status(self, name: str = "") -> list[dict]:
-        """Region ``name`` (400 when it is not registered), or every region, as the status endpoints list them."""
-        regions = self._regions()
+    def status(self, name: str = "", *, uid: int) -> list[dict]:
+        """User ``uid``'s region ``name`` (400 when it has none of that name), or all its regions, as the status
+        endpoints list them."""
+        regions = {n: r for (owner, n), r in self._regions().items() if owner == uid}
         if name and name not in regions:
             raise bad_request(f"No system shared memory region '{name}' is registered.")
         return [regions[n].status() for n in ([name] if name else sorted(regions))]
 
     # -- tensors ------------------------------------------------------------------------------------------
 
-    def input_array(self, params: Mapping, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray | None:
-        """Input ``name`` read from the region its parameters name, or None when they name none; 400 when its
+    def input_array(self, params: Mapping, datatype: str, shape: tuple[int, ...], name: str, *,
+                    uid: int | None) -> np.ndarray | None:
+        """Input ``name`` read from user ``uid``'s region its parameters name, or None when they name none; 400 when
+        it is not one of that user's regions, or its
         byte size does not match the tensor or the place is not valid. The bytes are copied out at once: nothing
         of a request holds the mapping afterwards (a runner thread keeps its last feeds until its next batch),
         so an unregister unmaps it at once, and the object is read only right after its size was checked."""
-        place = tensor_place(params, f"Input '{name}'")
+        place = tensor_place(params, f"Input '{name}'", uid)
         if place is None:
             return None
         if datatype != "BYTES" and datatype in DATATYPES:
@@ -281,10 +310,10 @@ class SharedMemoryRegistry:
         value = from_bytes(self._view(place, f"Input '{name}'", writable=False), datatype, shape, name)
         return value if value.dtype == object else value.copy()
 
-    def output_place(self, params: Mapping, name: str) -> TensorPlace | None:
-        """Where requested output ``name`` goes (checked now: the region is registered, the place within it), or
-        None when its parameters name no region."""
-        place = tensor_place(params, f"Output '{name}'")
+    def output_place(self, params: Mapping, name: str, *, uid: int | None) -> TensorPlace | None:
+        """Where requested output ``name`` goes (checked now: the region is one of user ``uid``'s, the place within
+        it), or None when its parameters name no region."""
+        place = tensor_place(params, f"Output '{name}'", uid)
         if place is not None:
             self._place(place, f"Output '{name}'")
         return place
@@ -301,7 +330,7 @@ class SharedMemoryRegistry:
         return len(data)
 
     def _place(self, place: TensorPlace, what: str) -> Region:
-        region = self._regions().get(place.region)
+        region = self._regions().get((place.uid, place.region))  # another user's region of that name is unknown
         if region is None:
             raise bad_request(f"{what} names shared memory region '{place.region}', which is not registered; register "
                               f"it first (POST /v2/systemsharedmemory/region/{place.region}/register, gRPC "
@@ -325,7 +354,7 @@ class SharedMemoryRegistry:
 
     # -- the store --------------------------------------------------------------------------------------
 
-    def _regions(self) -> dict[str, Region]:
+    def _regions(self) -> dict[tuple[int, str], Region]:
         """The registered regions, this process's stale mappings closed. From the file: read again whenever the
         path names another file than the one read last (a change always renames a new file over it; the one read
         last is held open, so its inode number cannot be reused meanwhile): one stat per use."""
@@ -344,7 +373,7 @@ class SharedMemoryRegistry:
                 handle = open(self.path, "rb")  # noqa: SIM115 - held open on purpose (see above)
                 held = os.fstat(handle.fileno())
                 doc = json.loads(handle.read() or b"{}")
-                regions = {n: Region(name=n, **r) for n, r in doc.get("regions", {}).items()}
+                regions = {(r["uid"], r["name"]): Region(**r) for r in doc.get("regions", [])}
                 self._read = (handle, (held.st_dev, held.st_ino), regions)
             else:
                 regions = self._read[2]
@@ -357,7 +386,7 @@ class SharedMemoryRegistry:
             self._read = None
 
     @contextlib.contextmanager
-    def _changing(self) -> Iterator[dict[str, Region]]:
+    def _changing(self) -> Iterator[dict[tuple[int, str], Region]]:
         """The regions to change in place; written back (atomically, under an exclusive lock) unless it raises."""
         if self.path is None:
             yield self._memory
@@ -366,14 +395,13 @@ class SharedMemoryRegistry:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             regions = dict(self._regions())
             yield regions
-            doc = {"schema": SCHEMA, "regions": {n: {k: v for k, v in asdict(r).items() if k != "name"}
-                                                 for n, r in regions.items()}}
+            doc = {"schema": SCHEMA, "regions": [asdict(r) for r in regions.values()]}
             temporary = f"{self.path}.{os.getpid()}.tmp"
             with open(temporary, "w") as handle:
                 json.dump(doc, handle)
             os.replace(temporary, self.path)
 
-    def _sweep(self, regions: Mapping[str, Region]) -> None:
+    def _sweep(self, regions: Mapping[tuple[int, str], Region]) -> None:
         """Close this process's mappings of registrations that are gone."""
         if not self._maps:
             return
