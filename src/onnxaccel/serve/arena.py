@@ -16,8 +16,13 @@ import socket
 import numpy as np
 
 #: Shared memory per worker for request tensors in flight (anonymous memory: touched pages count as the
-#: worker's, shared with the model process). 128 MiB holds ~200 ResNet-50 images (600 kB each).
+#: worker's, shared with the model process), at least: 128 MiB holds ~200 ResNet-50 images (600 kB each).
 ARENA_BYTES = 128 * 2**20
+#: A worker's arena holds this many times what its in-flight budget (--max-inflight-mb) admits: every body the
+#: budget lets in finds a slot, with room for the ring's gaps (slots come back roughly, not exactly, in order).
+#: Below that, bodies past the arena went to the heap and their tensors travelled pickled through the model
+#: socket: with 4.8 MB requests at 32 per worker the served rate fell 25-30 % (docs/BENCHMARKS.md, "Serve").
+BUDGET_SHARE = 1.5
 #: Arena slots start at multiples of this (cache lines; numpy views of any dtype stay aligned).
 ALIGN = 64
 
@@ -139,10 +144,16 @@ class ArenaBody:
         return offset if self.start <= offset and offset + value.nbytes <= self.end else None
 
 
-def _arena() -> Arena | None:
+def arena_bytes(inflight_bytes: int = 0) -> int:
+    """A worker's arena size for an in-flight budget of ``inflight_bytes`` (whole pages, at least ARENA_BYTES)."""
+    page = mmap.PAGESIZE
+    return max(ARENA_BYTES, -(-int(inflight_bytes * BUDGET_SHARE) // page) * page)
+
+
+def _arena(size: int = ARENA_BYTES) -> Arena | None:
     if not hasattr(os, "memfd_create") or not hasattr(socket, "send_fds"):
         return None  # not Linux: tensors travel inside the messages
     try:
-        return Arena(ARENA_BYTES)
+        return Arena(size)
     except OSError:
         return None

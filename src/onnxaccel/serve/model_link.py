@@ -39,7 +39,7 @@ from collections.abc import Callable
 import numpy as np
 
 from onnxaccel.errors import UsageError
-from onnxaccel.serve.arena import _CURRENT_BODY, ALIGN, ArenaBody, _arena, tensor_view
+from onnxaccel.serve.arena import _CURRENT_BODY, ALIGN, ARENA_BYTES, ArenaBody, _arena, tensor_view
 from onnxaccel.serve.batcher import BatchTiming
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import READY, UNAVAILABLE, ModelEntry, ModelIndex
@@ -70,11 +70,12 @@ async def read_message(reader: asyncio.StreamReader) -> tuple:
 class ModelLink:
     """The connection to the model process: send requests, match answers, reconnect after a restart."""
 
-    def __init__(self, path: str, on_models: Callable[[dict], None], on_lost: Callable[[str], None]):
+    def __init__(self, path: str, on_models: Callable[[dict], None], on_lost: Callable[[str], None],
+                 arena_bytes: int = ARENA_BYTES):
         self.path = path
         self.on_models = on_models
         self.on_lost = on_lost
-        self.arena = _arena()
+        self.arena = _arena(arena_bytes)
         self.inflight: collections.Counter[str] = collections.Counter()
         self._pending: dict[int, tuple[asyncio.Future, list[int], str]] = {}
         self._ids = itertools.count()
@@ -279,10 +280,11 @@ class RemoteBatcher:
 class RemoteRepository(ModelIndex):
     """A decoding worker's models: their signatures and states as the model process describes them."""
 
-    def __init__(self, path: str, on_state: Callable[[str, bool], None] | None = None):
+    def __init__(self, path: str, on_state: Callable[[str, bool], None] | None = None,
+                 arena_bytes: int = ARENA_BYTES):
         super().__init__()
         self.on_state = on_state
-        self.link = ModelLink(path, self._described, self._lost)
+        self.link = ModelLink(path, self._described, self._lost, arena_bytes)
 
     def _described(self, described: dict) -> None:
         for name, info in described.items():

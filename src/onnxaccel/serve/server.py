@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from onnxaccel import startup
 from onnxaccel.engines.pool import set_gpu_wait
 from onnxaccel.errors import MissingDependencyError, UsageError
+from onnxaccel.serve.arena import arena_bytes
 from onnxaccel.serve.auth import uvicorn_tls
 from onnxaccel.serve.config import ModelConfig, ServerConfig
 from onnxaccel.serve.core import InferenceService
@@ -145,7 +146,8 @@ class InferenceServer:
 
             repository = RemoteRepository(self.config.model_socket,
                                           on_state=lambda name, ready: metrics.model_ready.labels(name).set(
-                                              1 if ready else 0))
+                                              1 if ready else 0),
+                                          arena_bytes=arena_bytes(self.config.max_inflight_bytes))
         else:
             repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer,
                                          sees_arrivals=True)
