@@ -1,7 +1,9 @@
-"""The adaptive queue delay (``--queue-delay adaptive``, the default) against ``fixed`` (Triton's), on a real server:
-a lone request runs at once instead of waiting out ``--max-queue-delay-ms``; a request whose body is still
-arriving is waited for, so the two run as one batch with the same rows an unbatched run gives; a bad value in a
-model's config.json is refused with the choices.
+"""The adaptive queue delay (``--queue-delay adaptive``, the default) against ``fixed`` (Triton's), on a real server,
+in one process and with ``--workers 2 --shared-models`` (the GPU default layout: the batcher is in the model
+process, and the workers' requests on their way are counters in their arenas): a lone request runs at once
+instead of waiting out ``--max-queue-delay-ms``; a request whose body is still arriving is waited for, so the two
+run as one batch with the same rows an unbatched run gives; a bad value in a model's config.json is refused with
+the choices.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from onnxaccel.serve.config import ModelConfig
 from tests.serve.conftest import ServerProcess
 
 DELAY_MS = 1500
+LAYOUTS = {"one process": (), "shared models": ("--workers", "2", "--shared-models")}
 
 
 def body(x: np.ndarray) -> dict:
@@ -38,10 +41,11 @@ def timed_request(server, x: np.ndarray) -> tuple[float, list]:
     return time.monotonic() - start, response.json()["outputs"][0]["data"]
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("policy", ["adaptive", "fixed"])
-def test_a_lone_request_waits_the_delay_only_when_fixed(tmp_path, mlp_path, policy):
-    server = ServerProcess(mlp_path, "--max-batch", "8", "--max-queue-delay-ms", str(DELAY_MS), "--queue-delay",
-                           policy, "--no-grpc", log=tmp_path / "serve.log").wait_ready(120)
+def test_a_lone_request_waits_the_delay_only_when_fixed(tmp_path, mlp_path, policy, layout):
+    server = ServerProcess(mlp_path, *LAYOUTS[layout], "--max-batch", "8", "--max-queue-delay-ms", str(DELAY_MS),
+                           "--queue-delay", policy, "--no-grpc", log=tmp_path / "serve.log").wait_ready(120)
     try:
         config = httpx.get(f"{server.url}/v2/models/mlp/config").json()
         assert config["parameters"]["queue_delay"] == {"string_value": policy}  # what the batcher applies
@@ -56,12 +60,14 @@ def test_a_lone_request_waits_the_delay_only_when_fixed(tmp_path, mlp_path, poli
         assert server.stop(60) == 0, server.log()
 
 
-def test_a_request_whose_body_is_arriving_is_waited_for(tmp_path, mlp_path):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_request_whose_body_is_arriving_is_waited_for(tmp_path, mlp_path, layout):
     """Request B sends its headers, then its body 1.5 s later; request A, complete, arrives 0.5 s after B's
     headers. With the adaptive delay (5 s here) A's batch waits for B (on its way): both run in one execution,
-    row for row as alone, and A is answered once B's body is in, long before the delay would have run out."""
-    server = ServerProcess(mlp_path, "--max-batch", "8", "--max-queue-delay-ms", "5000", "--no-grpc",
-                           log=tmp_path / "serve.log").wait_ready(120)
+    row for row as alone, and A is answered once B's body is in, long before the delay would have run out.
+    With two workers, A and B may reach different ones: the model process sees B in the other's arena."""
+    server = ServerProcess(mlp_path, *LAYOUTS[layout], "--max-batch", "8", "--max-queue-delay-ms", "5000",
+                           "--no-grpc", log=tmp_path / "serve.log").wait_ready(120)
     session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
     a, b = np.array([[0.1, 0.2, 0.3, 0.4]], np.float32), np.array([[0.9, -0.5, 0.25, 2.0]], np.float32)
     try:
@@ -93,21 +99,6 @@ def test_a_request_whose_body_is_arriving_is_waited_for(tmp_path, mlp_path):
         for name, x in (("a", a), ("b", b)):
             np.testing.assert_array_equal(np.array(answers[name], np.float32),
                                           session.run(None, {"x": x})[0].reshape(-1))
-    finally:
-        assert server.stop(60) == 0, server.log()
-
-
-def test_the_model_process_of_shared_models_says_it_waits_the_fixed_delay(tmp_path, mlp_path):
-    """--shared-models: the model process cannot see the requests its workers decode, so its batcher waits the
-    fixed delay whatever --queue-delay says (the timing below is the check), and the model's config says so."""
-    server = ServerProcess(mlp_path, "--workers", "2", "--shared-models", "--max-batch", "8",
-                           "--max-queue-delay-ms", "400", "--no-grpc", log=tmp_path / "serve.log").wait_ready(120)
-    try:
-        config = httpx.get(f"{server.url}/v2/models/mlp/config").json()
-        assert config["parameters"]["queue_delay"] == {"string_value": "fixed"}
-        x = np.array([[0.1, 0.2, 0.3, 0.4]], np.float32)
-        timed_request(server, x)
-        assert min(timed_request(server, x)[0] for _ in range(2)) >= 0.36
     finally:
         assert server.stop(60) == 0, server.log()
 

@@ -50,9 +50,11 @@ def shared_server(tmp_path, mlp_path):
     make_mean(repo / "mean.onnx")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    # A long queue delay: the batch of 16 below runs when it is full, whichever workers its requests reached.
+    # A long fixed queue delay: the batch of 16 below runs when it is full, whichever workers its requests reached,
+    # and a lone request waits in the model process's queue (the adaptive delay would run it at once).
     server = ServerProcess(repo, "--workers", "2", "--shared-models", "--model-control", "explicit", "--max-batch", "16",
-                           "--max-queue-delay-ms", "1500", log=tmp_path / "serve.log", env={"TMPDIR": str(tmp)})
+                           "--max-queue-delay-ms", "1500", "--queue-delay", "fixed", log=tmp_path / "serve.log",
+                           env={"TMPDIR": str(tmp)})
     server.tmp = tmp
     server.repo = repo
     yield server.wait_ready(120)

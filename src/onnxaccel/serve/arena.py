@@ -12,6 +12,7 @@ import contextvars
 import mmap
 import os
 import socket
+import zlib
 
 import numpy as np
 
@@ -25,6 +26,12 @@ ARENA_BYTES = 128 * 2**20
 BUDGET_SHARE = 1.5
 #: Arena slots start at multiples of this (cache lines; numpy views of any dtype stay aligned).
 ALIGN = 64
+#: A worker's arena begins with counters of the requests it has taken in (headers read) and not sent to the model
+#: process yet, one int64 per slot, a model counting in slot ``arrival_slot(name)``: the model process's adaptive
+#: queue delay reads them (serve/batcher.py), with no message per request. Each counter has one writer (the
+#: worker's event loop); models sharing a slot only make a batch wait for the other's requests too.
+ARRIVAL_SLOTS = 64
+HEADER_BYTES = ARRIVAL_SLOTS * 8
 
 
 def tensor_view(buffer, offset: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -35,10 +42,12 @@ def tensor_view(buffer, offset: int, dtype: str, shape: tuple[int, ...]) -> np.n
 class Arena:
     """A ring of variable-sized slots in shared memory. Slots are taken at the head and returned in any
     order; space comes back when the oldest slots are returned (requests finish roughly in arrival order).
-    ``alloc`` answers None when there is no room: the caller then sends the tensor inline."""
+    ``alloc`` answers None when there is no room: the caller then sends the tensor inline. Slots lie after the
+    first ``header`` bytes (a worker's arena: its arrival counters)."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, header: int = 0):
         self.size = size
+        self.base = -(-header // ALIGN) * ALIGN
         self.fd = os.memfd_create("onnxaccel-arena", getattr(os, "MFD_CLOEXEC", 0))
         try:
             os.ftruncate(self.fd, size)
@@ -56,14 +65,15 @@ class Arena:
     def alloc(self, nbytes: int) -> int | None:
         """Take a slot of at least ``nbytes`` (aligned) and return its offset, or None when there is no room."""
         n = -(-max(nbytes, 1) // ALIGN) * ALIGN
-        if n > self.size:
+        if self.base + n > self.size:
             return None
         if not self._slots:
-            start = 0
+            start = self.base
         else:
             tail = next(iter(self._slots))
             if self._head > tail:  # live region [tail, head): room at the end, else at the start
-                start = self._head if self._head + n <= self.size else (0 if n <= tail else None)
+                start = self._head if self._head + n <= self.size else (self.base if self.base + n <= tail
+                                                                                    else None)
             else:  # wrapped (or full when head == tail): room only in [head, tail)
                 start = self._head if self._head + n <= tail else None
             if start is None:
@@ -150,10 +160,20 @@ def arena_bytes(inflight_bytes: int = 0) -> int:
     return max(ARENA_BYTES, -(-int(inflight_bytes * BUDGET_SHARE) // page) * page)
 
 
+def arrival_slot(name: str) -> int:
+    """The arrival counter of model ``name`` (the same in every process: not Python's salted hash)."""
+    return zlib.crc32(name.encode()) % ARRIVAL_SLOTS
+
+
+def arrival_counts(memory) -> np.ndarray:
+    """The arrival counters at the start of a worker's arena (either end's mapping of it), as int64."""
+    return np.ndarray((ARRIVAL_SLOTS,), np.int64, buffer=memory, offset=0)
+
+
 def _arena(size: int = ARENA_BYTES) -> Arena | None:
     if not hasattr(os, "memfd_create") or not hasattr(socket, "send_fds"):
         return None  # not Linux: tensors travel inside the messages
     try:
-        return Arena(size)
+        return Arena(size, header=HEADER_BYTES)
     except OSError:
         return None

@@ -73,7 +73,7 @@ class OnTheWay:
         batcher, self._batcher = self._batcher, None
         if batcher is not None:
             batcher.on_the_way -= 1
-            if batcher.on_the_way == 0:
+            if batcher.on_the_way == 0 and hasattr(batcher, "_arrival"):  # a worker's RemoteBatcher has none
                 batcher._arrival.set()
 
     def __enter__(self) -> OnTheWay:
@@ -87,14 +87,17 @@ class DynamicBatcher:
     """The queue and workers of one model."""
 
     def __init__(self, instance: ModelInstance, *, on_batch: Callable[[int, float, dict], None] | None = None,
-                 sees_arrivals: bool = False):
+                 sees_arrivals: bool = False, arrivals: Callable[[str], int] | None = None):
         self.instance = instance
         self.max_batch = max(1, instance.max_batch)
         self.delay_s = instance.config.max_queue_delay_ms / 1e3 if instance.batching else 0.0
+        adaptive = instance.config.queue_delay == "adaptive"
         #: Requests for this model taken in by this process's front end and not queued yet (OnTheWay), counted
-        #: where that front end is the only way in (``sees_arrivals``); None elsewhere (the model process of
-        #: --shared-models, whose requests are decoded in other processes): there the delay is always waited.
-        self.on_the_way: int | None = 0 if sees_arrivals and instance.config.queue_delay == "adaptive" else None
+        #: where that front end is the only way in (``sees_arrivals``); None elsewhere.
+        self.on_the_way: int | None = 0 if sees_arrivals and adaptive else None
+        #: The model process of --shared-models: its workers' requests for a model taken in and not sent here
+        #: yet (the counters of their arenas, serve/arena.py). Neither (Ray's replicas): the delay is always waited.
+        self._arrivals = arrivals if adaptive else None
         self.max_queue = instance.config.max_queue
         self._queue: collections.deque[_Pending] = collections.deque()
         #: Rows queued per batch key, kept with the queue (so gathering does not rescan it per arrival).
@@ -138,7 +141,9 @@ class DynamicBatcher:
         self._queue.append(pending)
         self._rows[key] += rows
         self._work.set()
-        if self._rows[key] >= self.max_batch:  # a gathering worker waits for a full batch, not each arrival
+        # A gathering worker waits for a full batch, not each arrival; but where the requests on their way are
+        # counted elsewhere (the model process), each arrival may be the last one on its way: it looks again.
+        if self._rows[key] >= self.max_batch or self._arrivals is not None:
             self._arrival.set()
         return future
 
@@ -234,11 +239,11 @@ class DynamicBatcher:
 
     async def _gather(self, first: _Pending) -> None:
         deadline = first.arrived + self.delay_s
-        adaptive = self.on_the_way is not None
+        adaptive = self.adaptive
         if adaptive:
             await asyncio.sleep(0)  # requests read in the same turn of the event loop are queued first
         while not self._flush and self._rows_for(first.key) < self.max_batch:
-            if adaptive and self.on_the_way == 0:
+            if adaptive and not self._on_their_way():
                 return  # no other request is on its way: waiting could not fill the batch, so it runs now
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
@@ -248,6 +253,14 @@ class DynamicBatcher:
                 await asyncio.wait_for(self._arrival.wait(), remaining)
             except asyncio.TimeoutError:
                 return
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether a batch waits only while requests are on their way (else the whole delay)."""
+        return self.on_the_way is not None or self._arrivals is not None
+
+    def _on_their_way(self) -> int:
+        return (self.on_the_way or 0) + (self._arrivals(self.instance.config.name) if self._arrivals else 0)
 
     def _rows_for(self, key: tuple) -> int:
         return self._rows[key]

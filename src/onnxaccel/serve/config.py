@@ -49,8 +49,8 @@ class ModelConfig:
     max_queue_delay_ms: float = 2.0
     #: "adaptive": a batch waits out max_queue_delay_ms only while another request for the model is on its way
     #: (its body being read or decoded by this server process); with none, waiting could not fill the batch, so
-    #: it runs at once. "fixed": it always waits, as Triton's dynamic batcher. Where the batcher cannot see the
-    #: requests on their way (the model process of --shared-models), it waits as with "fixed".
+    #: it runs at once. "fixed": it always waits, as Triton's dynamic batcher. The model process of
+    #: --shared-models reads its workers' counts (serve/arena.py); Ray's replicas wait as with "fixed".
     queue_delay: str = "adaptive"
     #: Models run in padded batch sizes (GPUs): the largest share of a batch that may be padding. When the
     #: waiting rows would need more, the batch is cut to the padded size below and the rest wait for the next

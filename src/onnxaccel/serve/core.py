@@ -140,7 +140,7 @@ class InferenceService:
         entry = self.repository.ready(name)
         config = entry.instance.triton_config()
         if "dynamic_batching" in config:
-            applied = "adaptive" if getattr(entry.batcher, "on_the_way", None) is not None else "fixed"
+            applied = "adaptive" if getattr(entry.batcher, "adaptive", False) else "fixed"
             config["parameters"] = {**config.get("parameters", {}), "queue_delay": {"string_value": applied}}
         return config
 

@@ -35,6 +35,7 @@ import numpy as np
 from onnxaccel import startup
 from onnxaccel.engines.pool import pin_for_copies, unpin_for_copies
 from onnxaccel.errors import OnnxAccelError
+from onnxaccel.serve.arena import arrival_counts, arrival_slot
 from onnxaccel.serve.config import ModelConfig, ServerConfig
 from onnxaccel.serve.metrics import ServerMetrics
 from onnxaccel.serve.model_link import FRAME, HELLO, pack
@@ -58,6 +59,7 @@ class _Worker(asyncio.Protocol):
         self.host = host
         self.arena = arena
         self._flat = flat  # the arena as bytes (ModelHost._serve makes it, and pins it where it can)
+        self.arrivals = arrival_counts(arena) if arena is not None else None  # its requests on their way
         self.transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._out: list[bytes] = []
@@ -136,7 +138,8 @@ class ModelHost:
         self._stop, self._no_workers = asyncio.Event(), asyncio.Event()
         self._no_workers.set()
         self.metrics = metrics = ServerMetrics(multiprocess_dir=self.multiprocess_dir)
-        self.repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer)
+        self.repository = ModelRepository(self.source, self.model_defaults, on_batch=metrics.batch_observer,
+                                          arrivals=self.arrivals)
         self.repository.require_models()
         _set_gpu_wait(self.repository.defaults.target_value, self.config.gpu_wait)
         await self.repository.load_all()
@@ -233,6 +236,12 @@ class ModelHost:
         # at interpreter exit: the process's end releases everything.
         finalizer = weakref.finalize(flat, _unpin_later, target, address, flat.base)
         finalizer.atexit = False
+
+    def arrivals(self, name: str) -> int:
+        """Requests for model ``name`` the workers have taken in and not sent here yet (their arenas' counters;
+        another model sharing the counter counts too): the adaptive queue delay waits only while there are any."""
+        slot = arrival_slot(name)
+        return sum(int(w.arrivals[slot]) for w in self.workers if w.arrivals is not None)
 
     def joined(self, worker: _Worker) -> None:
         """A worker connected: it gets every model's state and signature."""

@@ -39,7 +39,9 @@ from collections.abc import Callable
 import numpy as np
 
 from onnxaccel.errors import UsageError
-from onnxaccel.serve.arena import _CURRENT_BODY, ALIGN, ARENA_BYTES, ArenaBody, _arena, tensor_view
+from onnxaccel.serve.arena import (
+    _CURRENT_BODY, ALIGN, ARENA_BYTES, ArenaBody, _arena, arrival_counts, arrival_slot, tensor_view,
+)
 from onnxaccel.serve.batcher import BatchTiming
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import READY, UNAVAILABLE, ModelEntry, ModelIndex
@@ -76,6 +78,8 @@ class ModelLink:
         self.on_models = on_models
         self.on_lost = on_lost
         self.arena = _arena(arena_bytes)
+        #: The arrival counters in the arena's header (serve/arena.py), written here, read by the model process.
+        self.arrivals = arrival_counts(self.arena.memory) if self.arena is not None else None
         self.inflight: collections.Counter[str] = collections.Counter()
         self._pending: dict[int, tuple[asyncio.Future, list[int], str]] = {}
         self._ids = itertools.count()
@@ -256,11 +260,30 @@ class ModelLink:
 
 
 class RemoteBatcher:
-    """A worker's stand-in for a model's DynamicBatcher: the batching happens in the model process."""
+    """A worker's stand-in for a model's DynamicBatcher: the batching happens in the model process. With the
+    adaptive queue delay, the requests this worker has taken in and not sent yet (OnTheWay) are counted in its
+    arena's header, where the model process's batcher reads them."""
 
-    def __init__(self, link: ModelLink, name: str):
+    def __init__(self, link: ModelLink, name: str, adaptive: bool = False):
         self.link = link
         self.name = name
+        self._counts = link.arrivals if adaptive else None
+        self._slot = arrival_slot(name)
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the model process's batcher waits only for requests on their way (else the whole delay)."""
+        return self._counts is not None
+
+    @property
+    def on_the_way(self) -> int | None:
+        """The model's counter of requests on their way (shared with models of the same slot); None: fixed."""
+        return None if self._counts is None else int(self._counts[self._slot])
+
+    @on_the_way.setter
+    def on_the_way(self, value: int) -> None:
+        """Set by OnTheWay (one more, one fewer), in the shared counter the model process reads."""
+        self._counts[self._slot] = value
 
     @property
     def queued(self) -> int:
@@ -292,7 +315,8 @@ class RemoteRepository(ModelIndex):
             entry.state, entry.reason = info["state"], info["reason"]
             entry.config, entry.warnings = info["config"], list(info["warnings"])
             entry.instance = info["signature"] if entry.state == READY else None
-            entry.batcher = RemoteBatcher(self.link, name) if entry.state == READY else None
+            adaptive = getattr(entry.config, "queue_delay", "") == "adaptive"
+            entry.batcher = RemoteBatcher(self.link, name, adaptive) if entry.state == READY else None
             entry.loaded_at = info.get("loaded_at")
             if self.on_state is not None:
                 self.on_state(name, entry.state == READY)

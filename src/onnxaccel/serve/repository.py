@@ -208,11 +208,14 @@ class ModelRepository(ModelIndex):
     """Models by name, each with its state; ``load``/``unload`` run compiles off the event loop."""
 
     def __init__(self, source: str, defaults: ModelConfig | dict, *,
-                 on_batch: Callable[[str], Callable[[int, float], None]] | None = None, sees_arrivals: bool = False):
+                 on_batch: Callable[[str], Callable[[int, float], None]] | None = None, sees_arrivals: bool = False,
+                 arrivals: Callable[[str], int] | None = None):
         super().__init__()
         #: Every request reaches the batchers through this process's InferenceService, which counts the ones on
-        #: their way (adaptive queue delay); False in the model process, whose requests other processes decode.
+        #: their way (adaptive queue delay); False in the model process, whose requests other processes decode:
+        #: there ``arrivals`` (model name -> requests its workers have taken in and not sent yet) tells instead.
         self.sees_arrivals = sees_arrivals
+        self.arrivals = arrivals
         self.source = source
         self.defaults = model_defaults(defaults)
         self._on_batch = on_batch
@@ -261,7 +264,8 @@ class ModelRepository(ModelIndex):
                 return entry
             callback = self._on_batch(name) if self._on_batch else None
             entry.config, entry.instance, entry.warnings = config, instance, instance.warnings
-            entry.batcher = DynamicBatcher(instance, on_batch=callback, sees_arrivals=self.sees_arrivals)
+            entry.batcher = DynamicBatcher(instance, on_batch=callback, sees_arrivals=self.sees_arrivals,
+                                           arrivals=self.arrivals)
             entry.state, entry.reason, entry.loaded_at = READY, "", time.time()
         return entry
 
