@@ -201,7 +201,8 @@ def prepare_feeds(
         if suffix == ".npy":
             values[target] = read_npy(path)
         elif suffix == ".pb":
-            values[target] = read_pb(path, model.input(target).type_proto)
+            spec = model.input(target)
+            values[target] = read_pb(path, spec.type_proto, what=f"input '{target}' ({spec.type_text})")
         elif suffix in IMAGE_SUFFIXES:
             images[target] = path
         else:

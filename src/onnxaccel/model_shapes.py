@@ -243,6 +243,12 @@ def _split_bindings(model: Model, shapes: dict[str, tuple[int, ...]]):
     return explicit, dim_values
 
 
+def check_full_shape(spec: TensorSpec, dims: tuple[int, ...]) -> None:
+    """A ShapeError unless ``dims`` can be ``spec``'s full shape (a tensor; its rank; its fixed dims), worded as
+    for ``--shape INPUT=DIMS``."""
+    _check_explicit(spec, tuple(dims), {})
+
+
 def _check_explicit(spec: TensorSpec, dims: tuple[int, ...], dim_values: dict[str, int]) -> None:
     if not spec.is_tensor:
         raise ShapeError(

@@ -30,12 +30,13 @@ def value_kind(type_proto: onnx.TypeProto | None) -> str:
     return type_proto.WhichOneof("value") or ""
 
 
-def read_pb(path: str | Path, type_proto: onnx.TypeProto | None = None) -> Any:
+def read_pb(path: str | Path, type_proto: onnx.TypeProto | None = None, what: str = "") -> Any:
     """Read one ONNX value from a ``.pb`` file.
 
     Returns a numpy array (TensorProto), a list (SequenceProto), None or the contained value
     (OptionalProto), or a dict (MapProto). ``type_proto`` (the graph's type of the input or output the file
-    belongs to) says which message to parse; without it a TensorProto is tried first.
+    belongs to) says which message to parse; without it a TensorProto is tried first. ``what`` names the
+    value in errors, e.g. ``input 'x0' (seq(tensor(float)))``.
     """
     path = Path(path)
     try:
@@ -53,11 +54,43 @@ def read_pb(path: str | Path, type_proto: onnx.TypeProto | None = None) -> Any:
             return _parse(data, candidate)
         except (DecodeError, ValueError, TypeError, KeyError, RuntimeError) as exc:
             last = exc
+    if kind in ("sequence_type", "map_type"):
+        _refuse_tensor(data, path, kind, what)
     raise InputError(
         f"{path} is not an ONNX {kind.replace('_type', '') or 'value'} protobuf ({last}).",
         "Write it with onnx.numpy_helper.from_array(...).SerializeToString() (or from_list/from_optional for "
         "sequences and optionals), as ONNX's backend test data is written.",
     )
+
+
+def _refuse_tensor(data: bytes, path: Path, kind: str, what: str) -> None:
+    """An InputError when ``data`` is a TensorProto but a sequence or map was wanted: a tensor's bytes can also
+    parse as an empty SequenceProto, which ran the model on an empty sequence before."""
+    try:
+        array = _parse(data, "tensor_type")
+    except (DecodeError, ValueError, TypeError, KeyError, RuntimeError):
+        return
+    wanted = kind.replace("_type", "")
+    message, writer = {"sequence": ("SequenceProto", "from_list([array, ...])"),
+                       "map": ("MapProto", "from_dict({key: value, ...})")}[wanted]
+    raise InputError(
+        f"{path} holds a TensorProto (a tensor, {array.dtype} {list(array.shape)}), but {what or 'the value'} "
+        f"is a {wanted}: it needs a {message}, and a tensor file cannot stand for one.",
+        f"Give a {message} .pb, as ONNX's backend test data stores {wanted} inputs (e.g. "
+        f"test_sequence_insert_at_back/test_data_set_0/input_0.pb); write one with "
+        f"onnx.numpy_helper.{writer}.SerializeToString().",
+    )
+
+
+def _exact(proto, data: bytes, message: str):
+    """``proto`` parsed from ``data``, or ValueError when ``data`` had fields the message does not have (another
+    message's bytes, e.g. a TensorProto read as a SequenceProto, parse without error into an empty one)."""
+    proto.ParseFromString(data)
+    size = proto.ByteSize()
+    proto.DiscardUnknownFields()
+    if proto.ByteSize() != size:
+        raise ValueError(f"not a {message}: it has fields a {message} does not have")
+    return proto
 
 
 def _parse(data: bytes, kind: str) -> Any:
@@ -68,8 +101,7 @@ def _parse(data: bytes, kind: str) -> Any:
             raise ValueError("empty TensorProto")
         return numpy_helper.to_array(proto)
     if kind == "sequence_type":
-        proto = onnx.SequenceProto()
-        proto.ParseFromString(data)
+        proto = _exact(onnx.SequenceProto(), data, "SequenceProto")
         if proto.elem_type == onnx.SequenceProto.UNDEFINED:
             raise ValueError("SequenceProto without elem_type")
         return numpy_helper.to_list(proto)
@@ -80,8 +112,7 @@ def _parse(data: bytes, kind: str) -> Any:
             return None
         return numpy_helper.to_optional(proto)
     if kind == "map_type":
-        proto = onnx.MapProto()
-        proto.ParseFromString(data)
+        proto = _exact(onnx.MapProto(), data, "MapProto")
         return numpy_helper.to_dict(proto)
     raise ValueError(f"cannot read a {kind or 'value'} of this kind from a .pb file")
 

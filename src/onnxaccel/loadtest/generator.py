@@ -26,24 +26,26 @@ from onnxaccel.bench.stats import LatencyStats
 from onnxaccel.errors import UsageError
 from onnxaccel.loadtest.clients import GrpcCaller, HttpConnection, grpc_payload, http_payload
 from onnxaccel.loadtest.results import LevelResult, LoadtestConfig, LoadtestReport
+from onnxaccel.loadtest.shapes import request_dims, require_bound
 from onnxaccel.serve.protocol import DATATYPES
 
 
 # --- inputs -----------------------------------------------------------------------------------------------
 
-def make_inputs(metadata: dict, batch: int, shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarray]:
-    """Random inputs from the model's metadata: -1 on axis 0 becomes ``batch``; other -1 need ``shapes``."""
+def make_inputs(metadata: dict, batch: int, shapes: dict[str, tuple[int, ...]], seed: int,
+                source: str = "MODEL") -> dict[str, np.ndarray]:
+    """Random inputs from the model's metadata, shaped as loadtest/shapes.py binds them (--shape INPUT=DIMS or
+    DIM=VALUE, ``batch`` on a variable axis 0); ``source`` names the model in errors (``URL --model NAME``)."""
+    dims = request_dims(metadata, batch, shapes, source)
+    require_bound(metadata, dims, shapes, source)
+    return _random_inputs(metadata, {k: [int(d) for d in v] for k, v in dims.items()}, seed)
+
+
+def _random_inputs(metadata: dict, shapes: dict[str, list[int]], seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out = {}
     for tensor in metadata.get("inputs", []):
-        name, dims = tensor["name"], [int(d) for d in tensor["shape"]]
-        if name in shapes:
-            dims = list(shapes[name])
-        elif dims and dims[0] == -1:
-            dims[0] = batch
-        if any(d < 0 for d in dims):
-            raise UsageError(f"Input '{name}' has dynamic dims {tensor['shape']} besides the batch axis.",
-                             f"Give its full shape: --shape {name}=1x3x224x224.")
+        name, dims = tensor["name"], shapes[tensor["name"]]
         datatype = tensor["datatype"]
         if datatype not in DATATYPES or datatype == "BYTES":
             raise UsageError(f"Input '{name}' is {datatype}; the load test generates numeric inputs only.",
@@ -116,17 +118,13 @@ def parse_shape_mix(text: str | None) -> tuple[str, tuple[int, ...]] | None:
 
 
 def make_input_mix(metadata: dict, batch: int, shapes: dict[str, tuple[int, ...]], mix: tuple[int, ...],
-                   seed: int) -> list[dict[str, np.ndarray]]:
-    """One set of inputs per size of ``mix``: every -1 axis but the batch axis (of the inputs ``shapes`` does not
-    give) takes that size. Requests cycle through them, so a server sees mixed lengths in equal shares (what
-    shape buckets are for: serve --shape-buckets)."""
-    sets = []
-    for index, size in enumerate(mix):
-        sized = dict(metadata)
-        sized["inputs"] = [{**t, "shape": [d if (d != -1 or axis == 0) else size for axis, d in enumerate(t["shape"])]}
-                           for t in metadata.get("inputs", [])]
-        sets.append(make_inputs(sized, batch, shapes, seed + index))
-    return sets
+                   seed: int, source: str = "MODEL") -> list[dict[str, np.ndarray]]:
+    """One set of inputs per size of ``mix``: every variable axis that ``shapes`` and ``batch`` leave free takes
+    that size. Requests cycle through them, so a server sees mixed lengths in equal shares (what shape buckets
+    are for: serve --shape-buckets)."""
+    dims = request_dims(metadata, batch, shapes, source)
+    return [_random_inputs(metadata, {k: [size if d is None else int(d) for d in v] for k, v in dims.items()},
+                           seed + index) for index, size in enumerate(mix)]
 
 
 async def _fetch_json(url: str, path: str) -> tuple[int, dict]:
@@ -229,14 +227,15 @@ def run_loadtest(config: LoadtestConfig, progress=None) -> LoadtestReport:
         raise UsageError(f"The server has no ready model '{config.model}' (HTTP {status_m}: "
                          f"{metadata.get('error', '')}).", "Check --model against GET /v2/repository/index.")
     mix = parse_shape_mix(config.shape_mix)
+    source = f"{config.url} --model {config.model}"
     if config.images:
         if mix:
             raise UsageError("--images and --shape-mix both choose what requests carry.", "Give one of them.")
         inputs = make_image_inputs(metadata, config.images, config.batch)
     elif mix:
-        inputs = make_input_mix(metadata, config.batch, config.shapes, mix[1], config.seed)
+        inputs = make_input_mix(metadata, config.batch, config.shapes, mix[1], config.seed, source)
     else:
-        inputs = [make_inputs(metadata, config.batch, config.shapes, config.seed)]
+        inputs = [make_inputs(metadata, config.batch, config.shapes, config.seed, source)]
     levels = []
     pool = None
     try:
