@@ -1,12 +1,14 @@
 """`run` with pre/post-processing on real pretrained models: YOLOv8 on a real photograph (boxes land on the
-person), ImageNet top-k with labels, PP-OCR det binding its symbolic H/W from the image, and the
-rank-mismatch error reported as such."""
+person), ImageNet top-k with labels, PP-OCR det binding its symbolic H/W from the image, top-k
+naming classes from the model's metadata, and the rank-mismatch error reported as such."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
+import onnx
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -96,3 +98,45 @@ def test_help_shows_the_defaults_of_mean_std_resize():
     text = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "2000"}).output
     assert "0.485,0.456,0.406 for imagenet" in text and "0.229,0.224,0.225" in text
     assert "256 for a 224 crop" in text and "--preprocess" in text and "--postprocess" in text
+
+
+def _with_names(model: Path, out: Path, **props: str) -> Path:
+    """A copy of ``model`` with ``props`` added to its metadata_props."""
+    proto = onnx.load(str(model))
+    onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props}, **props})
+    onnx.save(proto, str(out))
+    return out
+
+
+def test_topk_shows_class_names_from_the_model_metadata(pretrained_cls, tmp_path):
+    """None of the packaged classifiers carries class names (RapidOCR's text-direction classifier has no
+    metadata_props at all; its labels 0/180 live in RapidOCR's config), so this is a copy of that real
+    classifier with an Ultralytics-style ``names`` entry added: "{0: 'upright', 1: 'upside_down'}"."""
+    model = _with_names(pretrained_cls, tmp_path / "cls.onnx", names="{0: 'upright', 1: 'upside_down'}")
+    args = ["run", str(model), "-t", "cpu", "--shape", "x=1x3x48x192", "--postprocess", "topk"]
+    text = invoke(*args)
+    assert text.exit_code == 0, text.output
+    assert "0 (upright): " in text.output and "1 (upside_down): " in text.output
+    assert "class names from metadata 'names'" in text.output
+    post = json.loads(invoke(*args, "--json").output)["postprocess"]
+    assert post["kind"] == "topk" and post["labels"] == "metadata 'names'" and post["notes"] == []
+    ranked = post["topk"][0]
+    assert sorted((r["index"], r["label"]) for r in ranked) == [(0, "upright"), (1, "upside_down")]
+    assert abs(sum(r["probability"] for r in ranked) - 1) < 1e-3
+    # Without --postprocess the names choose top-k: an [N, 2] output and two names.
+    default = json.loads(invoke(*args[:-2], "--json").output)["postprocess"]
+    assert default["kind"] == "topk" and default["origin"] == "a [N, 2] output (save_infer_model/scale_0.tmp_1) " \
+        "named by metadata 'names'"
+
+
+def test_topk_shows_indices_with_a_note_when_the_names_do_not_match(pretrained_cls, tmp_path):
+    """A copy of the packaged text-direction classifier (2 classes) with 4 names (a JSON list under
+    ``labels``, as a 0/90/180/270 orientation classifier would carry): indices only, and a note says why."""
+    model = _with_names(pretrained_cls, tmp_path / "cls4.onnx", labels='["0", "90", "180", "270"]')
+    args = ["run", str(model), "-t", "cpu", "--shape", "x=1x3x48x192", "--postprocess", "topk"]
+    post = json.loads(invoke(*args, "--json").output)["postprocess"]
+    assert post["labels"] is None and all(r["label"] is None for r in post["topk"][0])
+    assert post["notes"] == ["the model's metadata 'labels' holds 4 class name(s) (indices 0..3), but the output "
+                             "has 2 classes: showing class indices only"]
+    text = invoke(*args).output
+    assert "showing class indices only" in text and "(upright)" not in text

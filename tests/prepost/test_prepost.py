@@ -102,3 +102,21 @@ def test_optimize_says_how_calibration_images_were_fed(tmp_path, pretrained_cls,
     assert result.exit_code == 0, result.output
     notes = " ".join(json.loads(result.stdout)["notes"])
     assert "images in --calibration/--eval-data, if any, are fed as scale01" in notes and "--preprocess" in notes
+
+
+def test_class_names_parse_the_common_metadata_forms_as_data_only(yolo_model, pretrained_rec):
+    from onnxaccel.prepost.class_names import class_names, parse_names
+
+    two = {0: "cat", 1: "dog"}
+    assert parse_names("{0: 'cat', 1: 'dog'}") == two  # Ultralytics: a Python dict literal
+    assert parse_names('{"0": "cat", "1": "dog"}') == two  # JSON object
+    assert parse_names('["cat", "dog"]') == parse_names("['cat', 'dog']") == two  # JSON list, Python list
+    assert parse_names("cat, dog") == parse_names("cat\ndog\n") == two  # separated
+    for bad in ("__import__('os').system('true')", "{0: open('x')}", "42", "", "cat", "{'a': 'cat'}", "[[1]]"):
+        assert parse_names(bad) is None, bad
+    assert class_names({"classes": "a,b,c"}).names == {0: "a", 1: "b", 2: "c"}
+    names = class_names(load_model(yolo_model).metadata)  # the real Ultralytics export
+    assert (names.key, names.names) == ("names", {0: "Normal", 1: "Fall"})
+    assert names.for_classes(2) == (("Normal", "Fall"), None) and names.for_classes(3)[0] is None
+    # PP-OCR's recognizer lists its characters under 'character' without the CTC blank: not class names.
+    assert class_names(load_model(pretrained_rec).metadata) is None

@@ -161,8 +161,9 @@ class ResultArgs(Group):
                "ending in / or without suffix) or FILE.pb for ONNX protobufs output_K.pb, as ONNX's test data sets "
                "store them (every type: sequences, optionals, bfloat16, int4...)."),
         option("postprocess", str | None, None, "--postprocess", help=f"{'|'.join(POSTPROCESS)}: top-k with "
-               "ImageNet labels for 1000 classes; YOLOv8 boxes with NMS, letterbox undone. (default: detect for "
-               "Ultralytics task=detect, topk for an N x 1000 output, else none)"),
+               "the class names in the model's metadata (names/labels/classes), else ImageNet labels for 1000 "
+               "classes; YOLOv8 boxes with NMS, letterbox undone. (default: detect for Ultralytics task=detect, "
+               "topk for an N x 1000 output or N x C with C names in the metadata, else none)"),
         option("conf", float, DEFAULT_CONF, "--conf", help="Detection score threshold (--postprocess detect)."),
         option("iou", float, DEFAULT_IOU, "--iou", help="NMS IoU threshold (--postprocess detect)."),
         option("draw", Path | None, None, "--draw", help="Draw the detections on the input image and write it here "
@@ -322,12 +323,14 @@ def _render_post(post: dict) -> None:
     """The post-processing: a detections table, or labelled top-k rows."""
     if post["kind"] == "none":
         return
-    console.print(f"postprocess {post['kind']} ({post['origin']}): {post['params']}", markup=False, highlight=False)
+    labels = f", class names from {post['labels']}" if post.get("labels") else ""
+    console.print(f"postprocess {post['kind']} ({post['origin']}{labels}): {post['params']}", markup=False,
+                  highlight=False)
     for message in post["notes"]:
         note(message)
     if post["kind"] == "topk":
         for i, row in enumerate(post["topk"][:8]):
-            ranked = ", ".join(f"{r['label'] or r['index']} ({r['probability']:.3f})" for r in row)
+            ranked = ", ".join(f"{_class(r)}: {r['probability']:.3f}" for r in row)
             console.print(f"top-{len(row)} {post['output']}[{i}]: {ranked}", markup=False, highlight=False)
         return
     for i, dets in enumerate(post["detections"]):
@@ -339,3 +342,8 @@ def _render_post(post: dict) -> None:
     if post.get("drawn"):
         console.print(f"detections drawn on {post['drawn']}", markup=False, highlight=False)
 
+
+
+def _class(ranked: dict) -> str:
+    """A ranked class as `run` prints it: its index, and its name in parentheses when it has one."""
+    return f"{ranked['index']} ({ranked['label']})" if ranked["label"] else str(ranked["index"])

@@ -1,7 +1,9 @@
 """Post-processing of `run`'s outputs: which one applies (``--postprocess`` or the model), and its result.
 
 Default: ``detect`` when Ultralytics metadata says task=detect, ``topk`` when an output is a [N, 1000]
-classifier output, else ``none``.
+classifier output or a [N, C] one whose C classes the metadata names (prepost/class_names.py), else ``none``.
+Top-k names its classes by the metadata's class names when their count matches, else ImageNet's for 1000
+classes, else shows indices only (with a note when the metadata's names did not match).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from onnxaccel.errors import InputError
 from onnxaccel.inputs_files import ImageInfo
+from onnxaccel.prepost.class_names import class_names
 from onnxaccel.prepost.detect import Detection, decode_yolov8
 from onnxaccel.prepost.draw import draw_detections
 from onnxaccel.prepost.post_options import DEFAULT_CONF, DEFAULT_IOU, POSTPROCESS
@@ -33,6 +36,8 @@ class PostResult:
     params: dict = field(default_factory=dict)
     drawn: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: Where top-k's class names came from ("metadata 'names'", "ImageNet"); None for indices only.
+    labels: str | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready form (the ``postprocess`` entry of `run --json`)."""
@@ -40,6 +45,7 @@ class PostResult:
                      "notes": self.notes}
         if self.kind == "topk":
             out["topk"] = [[r.to_dict() for r in row] for row in self.topk]
+            out["labels"] = self.labels
         if self.kind == "detect":
             out["detections"] = [[d.to_dict() for d in dets] for dets in self.detections]
             out["drawn"] = self.drawn
@@ -60,6 +66,11 @@ def choose_postprocess(requested: str | None, metadata: Mapping[str, str], outpu
         rows = classifier_rows(value) if isinstance(value, np.ndarray) else None
         if rows is not None and rows.shape[1] == IMAGENET_CLASSES:
             return "topk", "a [N, 1000] output (ImageNet classes)"
+    named = class_names(metadata)
+    for name, value in outputs.items():
+        rows = classifier_rows(value) if isinstance(value, np.ndarray) else None
+        if named is not None and rows is not None and named.for_classes(rows.shape[1])[0] is not None:
+            return "topk", f"a [N, {rows.shape[1]}] output ({name}) named by metadata '{named.key}'"
     return "none", "default"
 
 
@@ -74,8 +85,9 @@ def postprocess(kind: str, origin: str, outputs: Mapping[str, object], metadata:
         return PostResult(kind, origin)
     if kind == "topk":
         for name, value in outputs.items():
-            if isinstance(value, np.ndarray) and classifier_rows(value) is not None:
-                return PostResult(kind, origin, output=name, topk=topk(value, k), params={"k": k})
+            rows = classifier_rows(value) if isinstance(value, np.ndarray) else None
+            if rows is not None:
+                return _ranked(kind, origin, name, value, rows.shape[1], metadata, k)
         raise InputError("--postprocess topk: no output is a classifier output [N, C].",
                          "Use --postprocess none for this model.")
     name, value = next(iter(outputs.items()))
@@ -96,4 +108,23 @@ def postprocess(kind: str, origin: str, outputs: Mapping[str, object], metadata:
         if not images:
             raise InputError("--draw needs an image input (--input NAME=photo.jpg).", "Give the image with --input.")
         result.drawn = str(draw_detections(images[0][0], result.detections[0], draw))
+    return result
+
+
+def _ranked(kind: str, origin: str, name: str, value: np.ndarray, classes: int, metadata: Mapping[str, str],
+            k: int) -> PostResult:
+    """Top-k of output ``name``, its classes named by the metadata's names when their count matches."""
+    result = PostResult(kind, origin, output=name, params={"k": k})
+    labels = None
+    named = class_names(metadata)
+    if named is not None:
+        labels, why = named.for_classes(classes)
+        if why is not None:
+            imagenet = classes == IMAGENET_CLASSES
+            result.notes.append(f"{why}: showing {'ImageNet labels' if imagenet else 'class indices only'}")
+        else:
+            result.labels = f"metadata '{named.key}'"
+    if labels is None and classes == IMAGENET_CLASSES:
+        result.labels = "ImageNet"
+    result.topk = topk(value, k, labels)
     return result

@@ -7,6 +7,7 @@ torchvision's and the ONNX Model Zoo's ImageNet classifiers use.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -50,13 +51,17 @@ def classifier_rows(value: np.ndarray) -> np.ndarray | None:
     return value if value.ndim == 2 and value.shape[1] > 1 else None
 
 
-def topk(value: np.ndarray, k: int) -> list[list[Ranked]]:
-    """The ``k`` best classes of each row; ImageNet labels when there are 1000 classes. Probabilities are
-    the softmax of the row unless the row already sums to 1 (a model that ends in Softmax)."""
+def topk(value: np.ndarray, k: int, labels: Sequence[str] | None = None) -> list[list[Ranked]]:
+    """The ``k`` best classes of each row, named by ``labels`` (one per class, e.g. the model's metadata),
+    else ImageNet labels when there are 1000 classes. Probabilities are the softmax of the row unless the row
+    already sums to 1 (a model that ends in Softmax)."""
     rows = classifier_rows(value)
     if rows is None:
         return []
-    labels = imagenet_labels() if rows.shape[1] == IMAGENET_CLASSES else None
+    if labels is not None and len(labels) != rows.shape[1]:
+        raise ValueError(f"{len(labels)} labels for {rows.shape[1]} classes")
+    if labels is None and rows.shape[1] == IMAGENET_CLASSES:
+        labels = imagenet_labels()
     out = []
     for row in rows.astype(np.float64):
         probs = row if np.all(row >= 0) and abs(row.sum() - 1) < 1e-3 else _softmax(row)
