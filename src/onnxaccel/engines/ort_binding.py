@@ -15,7 +15,7 @@ import onnx
 from onnx import numpy_helper
 
 from onnxaccel.engines.base import BoundRun
-from onnxaccel.engines.ort_errors import diagnose, first_error_line
+from onnxaccel.engines.ort_errors import diagnose, first_error_line, output_shape_mismatch
 from onnxaccel.errors import InferenceError
 from onnxaccel.target import Target
 
@@ -26,6 +26,13 @@ if TYPE_CHECKING:
 
 class OrtBoundRun(BoundRun):
     """IO binding: inputs copied to the device once, outputs allocated there by ONNX Runtime.
+
+    An output bound by device (``bind_output``) is allocated by the first run and reused by the next, which
+    ONNX Runtime checks against the shape the graph declares: where the model returns another rank or another
+    fixed dimension than it declares (an output declared ``[1, seqlen]`` that comes back ``24x1x8210``), the
+    second run fails with "Invalid rank for output" (plain ONNX Runtime 1.32 does the same). Such outputs are
+    found after the first run and bound anew before each later one, so ONNX Runtime allocates them per run
+    (not with outputs bound to fixed OrtValues or graph capture, where a failure says what the model declares).
 
     Models with sequence, optional, map or string inputs or outputs are not IO-bound (ONNX Runtime binds
     tensors, and "Creation of OrtValues is currently only supported from non-string numpy arrays" on 1.32):
@@ -40,6 +47,11 @@ class OrtBoundRun(BoundRun):
         self.values = {}
         self._host_feeds: dict | None = None
         self._host_outputs: dict = {}
+        #: Outputs whose declared shape the first run contradicted (name -> (declared, returned)): bound anew
+        #: before every later run; None until a first run has been checked.
+        self.untrusted: dict[str, tuple[str, tuple[int, ...]]] | None = None
+        # Not with fixed outputs or graph capture: a replay writes where the capture wrote, so those stay bound.
+        self._reusable = fixed_outputs is None and not runner.target.graph_capture
         if not all(s.is_tensor and s.elem_type != onnx.TensorProto.STRING
                    for s in (*runner.model.inputs, *runner.model.outputs)):
             self._host_feeds = dict(feeds)
@@ -66,8 +78,8 @@ class OrtBoundRun(BoundRun):
         for name, value in zip(self.output_names, self.fixed):
             self.binding.bind_ortvalue_output(name, value)
 
-    def _bind_outputs_on_device(self) -> None:
-        for name in self.output_names:
+    def _bind_outputs_on_device(self, names=None) -> None:
+        for name in self.output_names if names is None else names:
             if name in self._raw_outputs:
                 self.binding.bind_output(name, "cpu")  # read back from their bits, on the host
             elif self.vendor is not None:
@@ -92,10 +104,28 @@ class OrtBoundRun(BoundRun):
         if self._host_feeds is not None:
             self._host_outputs = self.runner.run_unchecked(self._host_feeds)  # checked when bound
             return
+        if self.untrusted:
+            self._bind_outputs_on_device(self.untrusted)  # dropped the last run's: ORT allocates them anew
         try:
             self.runner.session.run_with_iobinding(self.binding)
         except Exception as exc:  # noqa: BLE001
-            raise inference_error(self.runner.target, exc) from exc
+            raise inference_error(self.runner.target, exc, self.runner.model.outputs, self.untrusted) from exc
+        if self.untrusted is None and self._reusable:
+            self.untrusted = self._contradicted_outputs()
+
+    def _contradicted_outputs(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """The outputs of the first run whose rank or fixed dimensions differ from those the graph declares."""
+        declared = {s.name: s for s in self.runner.model.outputs}
+        found = {}
+        for name, value in zip(self.output_names, self.binding.get_outputs()):
+            spec = declared.get(name)
+            if spec is None or spec.shape is None or not value.is_tensor():
+                continue
+            actual = tuple(value.shape())
+            if len(actual) != len(spec.shape) or any(
+                    isinstance(d, int) and d != a for d, a in zip(spec.shape, actual)):
+                found[name] = (spec.shape_text(), actual)
+        return found
 
     def outputs(self) -> dict[str, np.ndarray]:
         """The last run's outputs, copied to the host (raw-typed ones as ml_dtypes arrays)."""
@@ -195,11 +225,30 @@ def _ortvalue(ort, array: np.ndarray, device: str, device_id: int, vendor: int |
     return ort.OrtValue.ortvalue_from_numpy(array, device, device_id)
 
 
-def inference_error(target: Target, exc: Exception) -> InferenceError:
-    """A failed run as our InferenceError: the runtime's first error line, and its fix where one is known."""
-    found = diagnose(str(exc))
-    return InferenceError(
-        f"Inference failed on {target}: {first_error_line(str(exc))}",
-        found.fix if found else "Check input shapes and dtypes (`onnxaccel inspect`); --debug shows the full error.",
-        details=str(exc),
-    )
+def inference_error(target: Target, exc: Exception, outputs=(), returned=None) -> InferenceError:
+    """A failed run as our InferenceError: the runtime's first error line, and its fix where one is known.
+
+    Where ONNX Runtime refused an output for not having the shape the graph declares, the message says so
+    (output, declared shape, returned shape where known: ``outputs`` are the model's output specs, ``returned``
+    name -> (declared text, returned shape) from an earlier run) and the error is marked explained: random input
+    values are not the cause, so no hint blames them."""
+    text = str(exc)
+    mismatch = output_shape_mismatch(text)
+    if mismatch is None:
+        found = diagnose(text)
+        return InferenceError(
+            f"Inference failed on {target}: {first_error_line(text)}",
+            found.fix if found else "Check input shapes and dtypes (`onnxaccel inspect`); --debug shows the full "
+            "error.", details=text)
+    name, what = mismatch
+    declared = next((s.shape_text() for s in outputs if s.name == name), None)
+    said = f"declares output '{name}' as {declared}" if declared else f"declares another {what} for output '{name}'"
+    if returned and name in returned:
+        said += f" but returns {'x'.join(map(str, returned[name][1])) or 'a scalar'}"
+    error = InferenceError(
+        f"Inference failed on {target}: the model {said} (ONNX Runtime: {first_error_line(text)})",
+        "The model's declared output shape differs from what it returns: fix the output's shape in the graph "
+        "(e.g. clear it and re-run shape inference), or run without IO binding (--no-iobinding) and graph capture.",
+        details=text)
+    error.explained = True
+    return error

@@ -106,6 +106,21 @@ def diagnose(text: str) -> Diagnosis | None:
     return None
 
 
+#: ONNX Runtime's refusal of a bound output whose shape the graph contradicts (InferenceSession::ValidateOutputs,
+#: 1.32: "Invalid rank for output: y Got: 3 Expected: 2 Please fix either the inputs/outputs or the model." and
+#: "Got invalid dimensions for output: y for the following indices index: 0 Got: 24 Expected: 1 ...").
+_OUTPUT_SHAPE = re.compile(r"(Invalid rank|Got invalid dimensions) for output: (\S+)")
+
+
+def output_shape_mismatch(text: str) -> tuple[str, str] | None:
+    """(output name, "rank" or "dimensions") where ONNX Runtime refused an output for contradicting the shape the
+    model declares for it; None for any other message."""
+    match = _OUTPUT_SHAPE.search(text)
+    if match is None:
+        return None
+    return match.group(2), "rank" if match.group(1) == "Invalid rank" else "dimensions"
+
+
 def first_error_line(text: str) -> str:
     """The most telling line of an ONNX Runtime log: the last one that mentions a failure."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
