@@ -72,13 +72,15 @@ def sort_graph(graph: onnx.GraphProto) -> None:
 
 
 def validate(proto: onnx.ModelProto, converter: str, *, path: Path | None = None,
-             original: onnx.ModelProto | None = None) -> onnx.ModelProto:
+             original: onnx.ModelProto | Path | None = None) -> onnx.ModelProto:
     """Sort ``proto`` (in place) and run the full checker; return it, or raise naming ``converter``.
 
     Models over the protobuf limit are checked from ``path`` (already written with external data). With
     ``original`` (the model before the conversion), a failure the original already has is reported as the
     input's, not as a bug of the conversion: ONNX's own test_mvn (opset 13, IR 7) fails the full check as
-    shipped in the onnx wheel.
+    shipped in the onnx wheel. Give the model the user gave (a proto, or its file, checked only on a failure),
+    never an intermediate such as ONNX Runtime's optimized graph: that one failing is not the user's model
+    failing.
     """
     sort_graph(proto.graph)
     try:
@@ -106,18 +108,19 @@ def validate(proto: onnx.ModelProto, converter: str, *, path: Path | None = None
     return proto
 
 
-def save_model(proto: onnx.ModelProto, path: Path, *, converter: str) -> Path:
+def save_model(proto: onnx.ModelProto, path: Path, *, converter: str,
+               original: onnx.ModelProto | Path | None = None) -> Path:
     """Write ``proto`` (weights loaded) to ``path`` atomically (temporary file + os.replace); external data
     when large.
 
     Every model goes through :func:`validate` first (topological order, full
     ONNX check); ``converter`` names the step that produced it in the error when it fails, and then nothing
-    is written. With external data, the weights file is named ``<file>.data`` beside the model; an older one
-    of that name is replaced.
+    is written; ``original`` is the user's model, for :func:`validate`'s attribution. With external data, the
+    weights file is named ``<file>.data`` beside the model; an older one of that name is replaced.
     """
     path = Path(path)
     if proto.ByteSize() <= IN_MEMORY_LIMIT:
-        validate(proto, converter)
+        validate(proto, converter, original=original)
     else:
         sort_graph(proto.graph)  # checked below, from the file
     try:
@@ -131,7 +134,7 @@ def save_model(proto: onnx.ModelProto, path: Path, *, converter: str) -> Path:
             if large:
                 onnx.save_model(proto, str(tmp_model), save_as_external_data=True, all_tensors_to_one_file=True,
                                 location=path.name + ".data", size_threshold=1024)
-                validate(proto, converter, path=tmp_model)
+                validate(proto, converter, path=tmp_model, original=original)
                 os.replace(Path(tmp) / (path.name + ".data"), path.parent / (path.name + ".data"))
             else:
                 onnx.save_model(proto, str(tmp_model))
@@ -141,12 +144,14 @@ def save_model(proto: onnx.ModelProto, path: Path, *, converter: str) -> Path:
     return path
 
 
-def _original_failure(original: onnx.ModelProto | None) -> str | None:
-    """The first line of the full checker's complaint about ``original``, or None when it passes (or is absent)."""
-    if original is None or original.ByteSize() > IN_MEMORY_LIMIT:
+def _original_failure(original: onnx.ModelProto | Path | None) -> str | None:
+    """The first line of the full checker's complaint about ``original`` (a proto or a file), or None when it
+    passes (or is absent)."""
+    if original is None or (isinstance(original, onnx.ModelProto) and original.ByteSize() > IN_MEMORY_LIMIT):
         return None
     try:
-        onnx.checker.check_model(original, full_check=True)
+        onnx.checker.check_model(original if isinstance(original, onnx.ModelProto) else str(original),
+                                 full_check=True)
     except Exception as exc:  # noqa: BLE001 - as in validate
         text = str(exc).strip()
         return text.splitlines()[0] if text else type(exc).__name__

@@ -103,7 +103,33 @@ def ort_optimize(proto: onnx.ModelProto, level: str, provider: str) -> onnx.Mode
             first = str(exc).strip().splitlines()[0]
             raise ModelError(f"ONNX Runtime could not optimize the graph at level '{level}': {first}",
                              "Try --graph-level basic or none.", details=str(exc)) from exc
-        return onnx.load(str(out))
+        return conform_inputs(proto, onnx.load(str(out)))
+
+
+def conform_inputs(source: onnx.ModelProto, optimized: onnx.ModelProto) -> onnx.ModelProto:
+    """Give ONNX Runtime's saved graph of an IR < 4 model the inputs that IR version requires (in place).
+
+    Before IR 4 every initializer must also be a graph input (onnx/onnx docs/IR.md, "Names Within a Graph";
+    the checker: "X in initializer but not in graph input"), and such inputs are overridable defaults. ONNX
+    Runtime's saved graph keeps the IR version but not that rule: the initializers it creates (constant
+    folding, Conv+BN fusion, NCHWc reorders) are not added to the inputs, and the inputs whose initializers it
+    folded away stay as inputs with no value, which a session then requires ("Required inputs ... are missing
+    from input feed"). So drop those (unused, and not an input of ``source`` without an initializer) and add
+    every initializer to the inputs; IR 4 and later models are returned unchanged.
+    """
+    if optimized.ir_version >= 4:
+        return optimized
+    graph = optimized.graph
+    initializers = {t.name: t for t in graph.initializer}
+    fed = {i.name for i in source.graph.input} - {t.name for t in source.graph.initializer}
+    used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    keep = [i for i in graph.input if i.name in initializers or i.name in fed or i.name in used]
+    listed = {i.name for i in keep}
+    keep += [onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+             for name, t in initializers.items() if name not in listed]
+    del graph.input[:]
+    graph.input.extend(keep)
+    return optimized
 
 
 def is_transformer(proto: onnx.ModelProto) -> bool:

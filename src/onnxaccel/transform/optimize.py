@@ -28,7 +28,7 @@ from onnxaccel.errors import UsageError
 from onnxaccel.inputs import ImagePreprocess, PreprocessRequest
 from onnxaccel.prepost.presets import resolve_preprocess
 from onnxaccel.model import Model, load_model
-from onnxaccel.precision.checkpoint import save_model
+from onnxaccel.precision.checkpoint import save_model, validate
 from onnxaccel.precision.fp16 import convert_fp16_detailed, name_unnamed_nodes, set_metadata
 from onnxaccel.precision.int8 import Int8Settings, needs_reduce_range, quantized_node_count
 from onnxaccel.target import NATIVE_PRECISION, Target
@@ -142,7 +142,12 @@ def _transform_and_gate(proto, model: Model, bound: Model, reference: Model, out
                         options: OptimizeOptions, find_divergence: DivergenceFinder | None,
                         steps: _Steps) -> None:
     report = steps.report
+    given = Path(model.path)  # what the user gave: the checker's failures of it are the input's, not ours
     proto = _graph_steps(proto, bound, options, steps)
+    if report.steps and options.precision != "fp32" and not options.native:
+        # Check the graph steps' result here, so that a conversion below never takes an invalid intermediate
+        # (ONNX Runtime's optimized graph) for the user's model.
+        validate(proto, f"optimize ({', '.join(s.name for s in report.steps)})", original=given)
     calibration = _calibration(bound, options, report) if options.int8 and options.calibration else None
     gate = Gate(reference, gate_samples(bound, eval_data=options.eval_data, calibration=calibration,
                                         count=options.eval_samples, preprocess=options.preprocess,
@@ -153,7 +158,7 @@ def _transform_and_gate(proto, model: Model, bound: Model, reference: Model, out
         proto = steps.run("ir-version", lambda p: set_ir_version(p, options.ir_version), proto)
     set_metadata(proto, OPTIMIZED_FROM_KEY, Path(model.path).name)
     names = ", ".join(s.name for s in report.steps)
-    save_model(proto, output, converter=f"optimize ({names})" if names else "optimize")
+    save_model(proto, output, converter=f"optimize ({names})" if names else "optimize", original=given)
     report.after = ModelSummary.of(output, proto)
 
     accuracy_and_timing(report, gate, output, options)
