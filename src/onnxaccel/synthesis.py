@@ -3,8 +3,9 @@
 Floats are uniform in [0, 1) (image-like); booleans random; integer inputs are chosen by what the graph does
 with them, then by name: an input that ends up as the indices of Gather / GatherElements / GatherND /
 Scatter* (directly or through Cast/Reshape/Unsqueeze/Squeeze/Flatten/Identity) is drawn from [0, size of the
-indexed axis) when the graph tells that size, else from the small range [0, 8); otherwise ``*mask*`` gets
-ones and ``*type*``/``*segment*`` zeros (as onnxruntime_perf_test and Olive do), other integers [0, 1000).
+indexed axis) when the graph tells that size, else from the small range [0, 8); the indices of OneHot from
+[0, depth); otherwise ``*mask*`` gets ones and ``*type*``/``*segment*`` zeros (as onnxruntime_perf_test and
+Olive do), other integers the default [0, 1000). Each description says which range was used and why.
 ``value_ranges`` (``--value-range NAME=LOW,HIGH``, as Polygraphy's ``--val-range``) overrides all of that.
 Sequences get one element, optionals are left empty; strings and maps cannot be synthesized.
 """
@@ -38,6 +39,8 @@ _INDEX_OPS = {
 #: Ops that pass an integer tensor on unchanged in value (their first input).
 _PASS_THROUGH = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand", "Tile",
                  "Transpose", "Slice", "Concat"}
+#: OneHot: indices input position -> depth input position (the indices' range is [0, depth)).
+_ONE_HOT = {0: 1}
 #: com.microsoft EmbedLayerNormalization: ids input -> embedding table input (rows are the ids' range).
 _EMBED_LAYER_NORM = {0: 2, 1: 4}
 
@@ -151,7 +154,9 @@ def _random_tensor(
             return np.zeros(shape, dtype=dtype), "zeros (token types, by the name)"
         high = min(DEFAULT_INT_HIGH, hi_limit + 1)
         low = max(0, lo_limit) if lo_limit >= 0 else 0
-        return rng.integers(low, high, size=shape).astype(dtype), f"integers in [{low}, {high})"
+        why = ("the default range: no Gather/OneHot in the graph bounds it as an index; "
+               f"--value-range {spec.name}=LOW,HIGH sets one")
+        return rng.integers(low, high, size=shape).astype(dtype), f"integers in [{low}, {high}) ({why})"
     if dtype.kind == "f" or _is_ml_float(dtype):
         low, high = value_range if value_range is not None else (0.0, 1.0)
         values = rng.random(shape, dtype=np.float32) * np.float32(high - low) + np.float32(low)
@@ -231,6 +236,8 @@ def _index_uses(name: str, consumers: Mapping[str, list]) -> list[tuple[onnx.Nod
             domain = node.domain or "ai.onnx"
             if domain == "ai.onnx" and node.op_type in _INDEX_OPS and pos == _INDEX_OPS[node.op_type][0]:
                 uses.append((node, pos))
+            elif domain == "ai.onnx" and node.op_type == "OneHot" and pos in _ONE_HOT:
+                uses.append((node, pos))
             elif domain == "com.microsoft" and node.op_type == "EmbedLayerNormalization" and pos in _EMBED_LAYER_NORM:
                 uses.append((node, pos))
             elif domain == "ai.onnx" and node.op_type in _PASS_THROUGH and (pos == 0 or node.op_type == "Concat"):
@@ -246,6 +253,11 @@ def _bound_for(node: onnx.NodeProto, pos: int, sizes: _ShapeLookup) -> IndexBoun
         if shape and isinstance(shape[0], int) and shape[0] > 0:
             return IndexBound(shape[0], f"rows of '{table}' read by {label}")
         return IndexBound(SMALL_INDEX_HIGH, f"indices of {label}, whose table size is unknown")
+    if node.op_type == "OneHot":
+        depth = sizes.scalar(node.input[_ONE_HOT[pos]]) if len(node.input) > _ONE_HOT[pos] else None
+        if depth is not None and depth > 0:
+            return IndexBound(depth, f"indices of {label} of depth {depth}")
+        return IndexBound(SMALL_INDEX_HIGH, f"indices of {label}, whose depth is unknown")
     _, data_pos, mode = _INDEX_OPS[node.op_type]
     data = node.input[data_pos]
     shape = sizes.shape(data)
@@ -254,6 +266,8 @@ def _bound_for(node: onnx.NodeProto, pos: int, sizes: _ShapeLookup) -> IndexBoun
         axis = int(attrs.get("axis", 0))
         if shape is not None and -len(shape) <= axis < len(shape):
             dim = shape[axis]
+            if isinstance(dim, int) and dim > 0 and axis % len(shape) == 0:
+                return IndexBound(dim, f"indices of {label} over {dim} rows of '{data}'")
             if isinstance(dim, int) and dim > 0:
                 return IndexBound(dim, f"indices of {label} into axis {axis % len(shape)} of '{data}' ({dim})")
         return IndexBound(SMALL_INDEX_HIGH, f"indices of {label}; the size of the indexed axis is unknown")
@@ -272,11 +286,13 @@ class _ShapeLookup:
         self.model = model
         graph = model.proto.graph
         self.known: dict[str, tuple] = {t.name: tuple(t.dims) for t in graph.initializer}
+        self.tensors: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
         for node in graph.node:
             if node.op_type == "Constant" and node.output:
                 for a in node.attribute:
                     if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
                         self.known[node.output[0]] = tuple(a.t.dims)
+                        self.tensors[node.output[0]] = a.t
         for spec in model.inputs:
             bound = model.input_shapes.get(spec.name)
             if bound is not None:
@@ -291,6 +307,16 @@ class _ShapeLookup:
         if self.inferred is None:
             self.inferred = self._infer()
         return self.inferred.get(name)
+
+    def scalar(self, name: str) -> int | None:
+        """The value of a one-element initializer or Constant (OneHot's depth), else None."""
+        tensor = self.tensors.get(name)
+        if tensor is None or int(np.prod(tensor.dims, dtype=np.int64)) != 1:
+            return None
+        try:
+            return int(onnx.numpy_helper.to_array(tensor).reshape(-1)[0])
+        except (ValueError, TypeError, OverflowError):
+            return None
 
     def _infer(self) -> dict[str, tuple]:
         try:
