@@ -87,10 +87,17 @@ class CheckReport:
         return [p for p, _ in Counter(c.providers[0] for c in self.cases if c.providers).most_common()]
 
     @property
-    def ok(self) -> bool:
-        """True when no case failed or errored (skipped cases do not count)."""
+    def compared(self) -> int:
+        """Cases whose outputs were compared with the expected ones (passed or failed)."""
         counts = self.counts()
-        return counts["fail"] == 0 and counts["error"] == 0
+        return counts["pass"] + counts["fail"]
+
+    @property
+    def ok(self) -> bool:
+        """True when no case failed or errored and at least one was compared: skipped cases do not count,
+        but a run that skipped every case checked nothing and is not a pass."""
+        counts = self.counts()
+        return counts["fail"] == 0 and counts["error"] == 0 and self.compared > 0
 
     @property
     def exit_code(self) -> int:
@@ -100,12 +107,13 @@ class CheckReport:
     def summary(self) -> str:
         """One line of counts per status."""
         c = self.counts()
-        return (f"{c['pass']} passed, {c['fail']} failed, {c['error']} errored, {c['skipped']} skipped "
+        line = (f"{c['pass']} passed, {c['fail']} failed, {c['error']} errored, {c['skipped']} skipped "
                 f"in {self.seconds:.1f} s")
+        return line if self.compared or c["error"] else line + " (nothing compared)"
 
     def to_dict(self) -> dict:
         """JSON-ready report (schema ``SCHEMA``) for ``check --json``."""
         return {"schema": SCHEMA, "target": self.target, "precision": self.precision,
                 "providers": self.providers, "tolerance": self.tolerance, "summary": self.counts(),
-                "passed": self.ok, "seconds": self.seconds, "notes": self.notes,
+                "compared": self.compared, "passed": self.ok, "seconds": self.seconds, "notes": self.notes,
                 "cases": [c.to_dict() for c in self.cases]}
