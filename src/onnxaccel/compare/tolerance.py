@@ -36,7 +36,7 @@ _MANTISSA_BITS = {
 #: same): float8 outputs get no widening there, so 1e-3 asks them to be equal. float16 and bfloat16 keep two
 #: ULPs here (2**-(bits - 1)), bfloat16 as ONNX's runner does. The float8 types get one ULP, 2**-bits: a value
 #: rounded to the neighbour on the other side of the exact result passes, while 2**-(bits - 1) (0.25 for e4m3,
-#: 0.5 for e5m2, 2.0 for e8m0) let a value twice the expected one pass (issue 38, item 19). float8_e8m0fnu has
+#: 0.5 for e5m2, 2.0 for e8m0) let a value twice the expected one pass. float8_e8m0fnu has
 #: no mantissa bits: its values are powers of two and neighbours differ by a factor of two, so "one ULP" is
 #: the whole next value; no widening (the case's rtol, < 0.5) asks for equality, and a doubled or halved value
 #: fails. float4_e2m1fn keeps its two ULPs (rtol 1.0).

@@ -32,7 +32,7 @@ OUTPUT_FILE = re.compile(r"output_(\d+)\.pb$")
 LIGHT_URL_PREFIX = "onnx/backend/test/data/light/"
 #: A case whose data sets hold no output_K.pb: ONNX's runner would run it and compare nothing
 #: (onnx/backend/test/runner/__init__.py reads as many outputs as there are files), so no result could be
-#: judged; it is skipped with this reason rather than passed (issue 38, item 18).
+#: judged; it is skipped with this reason rather than passed.
 NO_OUTPUTS = "no output_K.pb in any test_data_set_N: nothing to compare"
 
 
@@ -81,7 +81,7 @@ def discover(paths: Sequence[str | os.PathLike], *, patterns: Sequence[str] = ()
     name within each path, in the order the paths were given; a case reached twice (the same folder, from
     itself and from a parent, or through a symlink) is kept once. Different case folders are different cases
     even when they share a model file (a symlinked ``model.onnx``, or ONNX's "real" cases that run the
-    shipped "light" models): each folder's expected outputs are its own (issue 38, item 17).
+    shipped "light" models): each folder's expected outputs are its own.
     """
     cases: dict[tuple[Path, str | None], TestCase] = {}
     for raw in paths:

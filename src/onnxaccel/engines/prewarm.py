@@ -1,4 +1,4 @@
-"""Load a GPU provider's libraries in the background while a command starts (issue 36).
+"""Load a GPU provider's libraries in the background while a command starts.
 
 On ONNX Runtime's CUDA provider most of a first run is not the model: the first ``Run`` of any session loads
 cuDNN and cuBLAS (hundreds of MB of libraries) and their first kernels. A plain script pays that in its first

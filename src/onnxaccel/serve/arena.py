@@ -22,7 +22,7 @@ ARENA_BYTES = 128 * 2**20
 #: A worker's arena holds this many times what its in-flight budget (--max-inflight-mb) admits: every body the
 #: budget lets in finds a slot, with room for the ring's gaps (slots come back roughly, not exactly, in order).
 #: Below that, bodies past the arena went to the heap and their tensors travelled pickled through the model
-#: socket: with 4.8 MB requests at 32 per worker the served rate fell 25-30 % (docs/BENCHMARKS.md, "Serve").
+#: socket, a much slower path for large requests (docs/BENCHMARKS.md, "Serve", has the A/B).
 BUDGET_SHARE = 1.5
 #: Arena slots start at multiples of this (cache lines; numpy views of any dtype stay aligned).
 ALIGN = 64

@@ -7,8 +7,8 @@ the server's, found as ``ss -tne`` finds it: the kernel's sock_diag netlink inte
 exact connection up and answers its ``idiag_uid``. Where that is not possible (no netlink, or gRPC on a
 wildcard address: grpc names the client's address only, so the server's address is not known) the socket is
 looked for in /proc/net/tcp (IPv4) and /proc/net/tcp6 (proc(5): ``local_address``, ``rem_address``, ``uid``).
-Reading those walks the kernel's whole connection table: 2.5 ms each for 90 sockets on the machine this was
-written on, against 50 us for the netlink lookup. In either, only sockets of a connection count (not TIME_WAIT
+Reading those walks the kernel's whole connection table, where the netlink lookup finds one connection: the
+tables are the fallback. In either, only sockets of a connection count (not TIME_WAIT
 entries, whose uid reads 0, nor half-open ones), and in the tables, where several sockets could be the client's
 end (the same client address and server port) they must agree on the uid. A client on another host, or in
 another network namespace, has no such socket here: it is refused (:data:`UNIDENTIFIED`) as soon as it uses the
