@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from onnxaccel.errors import InputError
 from onnxaccel.inputs_files import IMAGENET_MEAN, IMAGENET_STD, PRESETS, ImagePreprocess
+from onnxaccel.prepost.class_names import parse_names
 
 #: The zoo's metadata key naming a preset (zoo/finish.py META_PREPROCESS; read here to avoid importing the zoo).
 META_PREPROCESS = "onnxaccel.preprocess"
@@ -54,8 +55,7 @@ def ultralytics_meta(metadata: Mapping[str, str]) -> UltralyticsMeta:
         imgsz = [imgsz, imgsz]
     size = tuple(int(v) for v in imgsz) if isinstance(imgsz, (list, tuple)) and len(imgsz) == 2 else None
     stride = _literal(metadata.get("stride"))
-    names = _literal(metadata.get("names"))
-    names = {int(k): str(v) for k, v in names.items()} if isinstance(names, dict) else None
+    names = parse_names(metadata.get("names"))  # the one parser of class names (prepost/class_names.py)
     return UltralyticsMeta(task=metadata.get("task") if metadata.get("author", "").startswith("Ultralytics")
                            or "imgsz" in metadata else None,
                            imgsz=size,  # type: ignore[arg-type]
