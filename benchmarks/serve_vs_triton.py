@@ -21,7 +21,7 @@ Usage:
   python benchmarks/serve_vs_triton.py --model MODEL.onnx --triton .tritonort/bin/tritonserver \\
       [--concurrency 1,4,16] [--rows 1,8] [--max-batch 8] [--delay-us 2000] [--instances 1] \\
       [--target cpu] [--serve-args ""] [--kind cpu|gpu] [--serve-instances same|auto]
-      [--generators perf_analyzer,loadtest]
+      [--generators perf_analyzer,loadtest,perf_analyzer_grpc,perf_analyzer_shm]
       [--interval-ms 2000] [--warmup-s 0] [--out result.json]
 """
 
@@ -95,7 +95,8 @@ def start_triton(args, repo: Path, log: Path) -> tuple[subprocess.Popen, str]:
     cmd = [args.triton, f"--model-repository={repo}", f"--http-port={http}", f"--grpc-port={grpc}",
            f"--metrics-port={metrics}", "--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
            "--allow-metrics=false", "--log-verbose=0"]
-    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT), f"http://127.0.0.1:{http}"
+    return (subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT), f"http://127.0.0.1:{http}",
+            f"127.0.0.1:{grpc}")
 
 
 def start_serve(args, model: Path, log: Path) -> tuple[subprocess.Popen, str]:
@@ -105,13 +106,23 @@ def start_serve(args, model: Path, log: Path) -> tuple[subprocess.Popen, str]:
            "--grpc-port", str(grpc), "--max-batch", str(args.max_batch), "--max-queue-delay-ms",
            str(args.delay_us / 1000), *(["--instances", str(args.instances)] if args.serve_instances == "same" else []),
            *shlex.split(args.serve_args)]
-    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT), f"http://127.0.0.1:{http}"
+    return (subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT), f"http://127.0.0.1:{http}",
+            f"127.0.0.1:{grpc}")
 
 
-def perf_analyzer(url: str, name: str, rows: int, concurrency: int, args, out: Path) -> dict:
+# perf_analyzer's variants: the protocol it speaks and where its inputs and outputs travel.
+PERF_VARIANTS = {"perf_analyzer": [], "perf_analyzer_grpc": ["-i", "grpc"],
+                 "perf_analyzer_shm": ["--shared-memory", "system"],
+                 "perf_analyzer_grpc_shm": ["-i", "grpc", "--shared-memory", "system"]}
+
+
+def perf_analyzer(url: str, name: str, rows: int, concurrency: int, args, out: Path, variant: str = "perf_analyzer",
+                  grpc: str = "") -> dict:
     env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(PERF_LIBS),
                                                                          os.environ.get("LD_LIBRARY_PATH")]))}
-    cmd = [args.perf_analyzer, "-m", name, "-u", url.removeprefix("http://"), "-b", str(rows),
+    extra = PERF_VARIANTS[variant]
+    cmd = [args.perf_analyzer, "-m", name, "-u", grpc if "grpc" in extra else url.removeprefix("http://"),
+           *extra, "-b", str(rows),
            "--concurrency-range", str(concurrency), "-p", str(args.interval_ms), "--max-trials", "10",
            "--stability-percentage", str(args.stability),
            "-f", str(out), *shlex.split(args.perf_args)]
@@ -189,7 +200,9 @@ def main() -> None:
     ap.add_argument("--kind", choices=["cpu", "gpu"], default="cpu")
     ap.add_argument("--target", default="cpu", help="onnxaccel's target for serve and the in-process reference.")
     ap.add_argument("--serve-args", default="", help="More `serve` options (e.g. --queue-delay fixed).")
-    ap.add_argument("--generators", default="perf_analyzer,loadtest")
+    ap.add_argument("--generators", default="perf_analyzer,loadtest",
+                    help="Load generators: loadtest and perf_analyzer over HTTP, perf_analyzer_grpc, "
+                         "perf_analyzer_shm (system shared memory), perf_analyzer_grpc_shm.")
     ap.add_argument("--servers", default="triton,onnxaccel")
     ap.add_argument("--interval-ms", type=int, default=2000)
     ap.add_argument("--warmup-s", type=float, default=0.0,
@@ -225,9 +238,9 @@ def main() -> None:
         for server in args.servers.split(","):
             log = tmp / f"{server}.log"
             if server == "triton":
-                proc, url = start_triton(args, triton_repo(tmp / "repo", args.model, name, args), log)
+                proc, url, grpc = start_triton(args, triton_repo(tmp / "repo", args.model, name, args), log)
             else:
-                proc, url = start_serve(args, model, log)
+                proc, url, grpc = start_serve(args, model, log)
             try:
                 ready = wait_ready(url, proc, 300)
                 for rows in rows_list if args.warmup_s else ():  # every batch size the batcher will form, seen
@@ -237,8 +250,8 @@ def main() -> None:
                 for generator in generators:
                     for rows in rows_list:
                         for c in concurrencies:
-                            cell = (perf_analyzer(url, name, rows, c, args, tmp / "pa.csv")
-                                    if generator == "perf_analyzer" else
+                            cell = (perf_analyzer(url, name, rows, c, args, tmp / "pa.csv", generator, grpc)
+                                    if generator in PERF_VARIANTS else
                                     loadtest(url, name, rows, c, args.interval_ms / 1e3 * 3))
                             cells[f"{generator}-b{rows}-c{c}"] = cell
                             print(f"{server:9} {generator:13} rows {rows} c{c:<4} {json.dumps(cell)}", flush=True)

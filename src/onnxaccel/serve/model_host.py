@@ -203,9 +203,9 @@ class ModelHost:
         try:
             arena = await self._greet(connection)
             flat = np.frombuffer(arena, dtype=np.uint8) if arena is not None else None
-            if flat is not None:
-                await self._pin(flat)
             await asyncio.get_running_loop().connect_accepted_socket(lambda: _Worker(self, arena, flat), connection)
+            if flat is not None:  # off the ready path: until it is pinned, batches from it are joined on the host
+                self._spawn(self._pin(flat))
         except (OSError, EOFError, pickle.UnpicklingError, ValueError, KeyError, AttributeError):
             connection.close()
 
