@@ -24,13 +24,14 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Generic, TypeVar
 
 import numpy as np
 
 from onnxaccel.engines import Runner, compile_model
 from onnxaccel.errors import InferenceError
-from onnxaccel.inputs import FeedOrigin, FeedSet, ImagePreprocess, prepare_feeds
+from onnxaccel.inputs import FeedOrigin, FeedSet, ImagePreprocess, prepare_feeds, synthesize
 from onnxaccel.model import Model, load_model
 from onnxaccel.plan import ExecutionPlan, PlanRequest, plan_execution
 from onnxaccel.precision import PrecisionVariant, convert_for_target
@@ -244,6 +245,7 @@ class Prepared(Compiled):
         plan = plan_execution(target, PlanRequest(command=self.plan.command if self.plan else "run"), model=self.model)
         compiler = RunnerFromVariant(ConvertedModel(self.model, plan.target), strict=strict)
         runner = compiler()
+        plan = honest_plan(plan, runner, self.feeds)
         return Prepared(self.model, target, runner, _warnings(runner), compiler, plan, self.feeds, self.origins)
 
 
@@ -289,6 +291,7 @@ def prepare(
                           model=feed_set.model)
     compiler = RunnerFromVariant(ConvertedModel(feeds.bound_model, plan.target), strict=strict)
     runner = compiler()
+    plan = honest_plan(plan, runner, feed_set.feeds)
     return Prepared(feed_set.model, target, runner, _warnings(runner), compiler, plan, feed_set.feeds,
                     feed_set.origins)
 
@@ -309,7 +312,36 @@ def compile_only(
     plan = plan_execution(target, PlanRequest(command="run", batch=batch, shapes=dict(shapes or {})), model=bound())
     compiler = RunnerFromVariant(ConvertedModel(bound, plan.target), strict=strict)
     runner = compiler()
+    plan = honest_plan(plan, runner, None)
     return Compiled(bound(), target, runner, _warnings(runner), compiler, plan)
+
+
+def honest_plan(plan: ExecutionPlan, runner: Runner, feeds: Mapping[str, np.ndarray] | None) -> ExecutionPlan:
+    """``plan`` with the precision ``runner``'s session computed in (precision/executed.py), where onnxaccel
+    converted the model (fp16, int8 not left to the provider): the label every command shows then says what ran.
+    ``feeds`` (None: synthesized for the bound model) drive the one profiled run."""
+    if plan.precision == "fp32" or plan.precision_native or plan.target.device != "cpu":
+        # Only the CPU provider is profiled: it lacks most float16 kernels and ONNX Runtime casts around them.
+        # A GPU provider has them; a second session there would cost its start-up (a GPU session, a search).
+        return plan
+    from onnxaccel import model_memo
+    from onnxaccel.engines.ort import import_ort
+    from onnxaccel.precision.executed import executed_precision  # ORT profiling: only for converted models
+
+    path = getattr(getattr(runner, "model", None), "path", None)
+    key = f"executed_precision:{plan.target.device}:{plan.precision}:{import_ort().__version__}"
+    known = model_memo.facts(Path(path)).get(key) if path else None  # kept while the converted file is unchanged
+    if known:
+        return plan.with_executed(known)
+    if feeds is None:
+        try:
+            feeds = synthesize(runner.model)
+        except Exception:  # noqa: BLE001 - inputs no feed can be drawn for (strings): the label stays as asked
+            return plan
+    executed = executed_precision(runner, feeds, plan.precision)
+    if executed is not None and path:
+        model_memo.remember(Path(path), **{key: executed.to_dict()})
+    return plan.with_executed(executed.to_dict() if executed is not None else None)
 
 
 def _warnings(runner: Runner) -> list[str]:

@@ -20,6 +20,7 @@ with the model, the host and what the user asked.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from onnxaccel import providers
@@ -89,6 +90,9 @@ class ExecutionPlan:
     arena_shrinkage: bool
     decoder: str | None
     choices: tuple[Choice, ...] = ()
+    #: The precision the session computed in, per node (precision/executed.py ExecutedPrecision.to_dict()), for a
+    #: model converted here; None until a runner was built (:meth:`with_executed`) or where the label is exact.
+    precision_executed: dict | None = None
 
     @property
     def gil_switch_s(self) -> float | None:
@@ -99,6 +103,20 @@ class ExecutionPlan:
     def notes(self) -> list[str]:
         """The reasons of choices that changed what the user asked (e.g. graph capture dropped)."""
         return [c.reason for c in self.choices if c.overrides]
+
+    def with_executed(self, executed: dict | None) -> ExecutionPlan:
+        """The plan with the precision its session really computed in (``ExecutedPrecision.to_dict()``): the
+        precision decision then states it (e.g. 'fp16 on 2 of 50 nodes, fp32 elsewhere'), so every command that
+        prints or dumps the plan shows what ran, not only what was asked. ``None`` leaves the plan as it is."""
+        if not executed:
+            return self
+        label, asked = executed["label"], self.precision
+        reason = (f"as executed: every compute node of the profiled session ran in {asked}" if label == asked else
+                  f"as executed: {asked} was asked, the other nodes ran in the precision shown (no {asked} kernel "
+                  "or not converted: ONNX Runtime inserts casts)")
+        choices = tuple(Choice("precision", label, reason, overrides=label != asked) if c.name == "precision" else c
+                        for c in self.choices)
+        return dataclasses.replace(self, choices=choices, precision_executed=dict(executed))
 
     def choice(self, name: str) -> Choice | None:
         """The decision named ``name`` (None when the plan made none of that name)."""
@@ -118,7 +136,7 @@ class ExecutionPlan:
             "workers": self.workers, "shared_models": self.shared_models, "graph_capture": self.graph_capture,
             "graph_option": self.graph_option, "gpu_wait": self.gpu_wait, "gil_switch_ms": self.gil_switch_ms,
             "arena_shrinkage": self.arena_shrinkage, "decoder": self.decoder,
-            "choices": [c.to_dict() for c in self.choices],
+            "precision_executed": self.precision_executed, "choices": [c.to_dict() for c in self.choices],
         }
 
     def lines(self) -> list[str]:

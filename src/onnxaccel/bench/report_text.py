@@ -16,7 +16,8 @@ ROW_HEADERS = ("cell", "status", "batch", "session s", "first ms", "p50 ms", "p9
                "items/s", "h2d / d2h ms", "TFLOP/s", "% peak", "accuracy", "GPU util %", "power W", "GPU mem GB")
 
 CSV_COLUMNS = (
-    "id", "target", "device", "precision", "batch", "iobinding", "graph", "concurrency", "status", "error",
+    "id", "target", "device", "precision", "precision_executed", "batch", "iobinding", "graph", "concurrency",
+    "status", "error",
     "error_message", "error_hint", "prepare_s", "create_s", "first_inference_ms", "first_run_ms",
     "calls_per_sample", "count", "mean_ms", "stddev_ms", "min_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms",
     "p99_9_ms", "max_ms", "cv", "unstable", "throughput_items_per_s", "throughput_basis", "h2d_ms", "compute_ms",
@@ -89,6 +90,17 @@ def partial_flops_note(report: BenchReport) -> str | None:
             + "); `onnxaccel inspect` lists them.")
 
 
+def executed_labels(report: BenchReport) -> dict[str, str]:
+    """{target as asked: the precision its session computed in, e.g. 'fp16 on 2 of 47 nodes, fp32 elsewhere'}, from
+    the plans of the report (``precision_executed``, set where onnxaccel converted the model)."""
+    out: dict[str, str] = {}
+    for plan in report.plans:
+        executed = plan.get("precision_executed") or {}
+        if executed.get("label"):
+            out.setdefault(str(plan.get("requested")), executed["label"])
+    return out
+
+
 #: Width of the "what will run" block: a terminal's 80 columns, with a continuation indent.
 PLAN_WIDTH = 80
 
@@ -127,14 +139,16 @@ def _f(value, digits: int) -> str:
     return f"{value:,.{digits}f}" if isinstance(value, (int, float)) else "-"
 
 
-def csv_row(cell: CellResult) -> dict:
-    """One cell as a flat CSV row keyed by ``CSV_COLUMNS``."""
+def csv_row(cell: CellResult, executed: str | None = None) -> dict:
+    """One cell as a flat CSV row keyed by ``CSV_COLUMNS``; ``executed`` is the precision its session computed in
+    (:func:`executed_labels`), empty where it is the one asked or unknown."""
     lat = cell.latency.to_dict() if cell.latency else {}
     session, tel, roof = cell.session or {}, cell.telemetry or {}, cell.roofline or {}
     transfer, memory, accuracy, error = cell.transfer or {}, cell.memory or {}, cell.accuracy or {}, cell.error or {}
     target = cell.cell.effective_target
     row = {
         "id": cell.id, "target": str(target), "device": target.device, "precision": target.precision,
+        "precision_executed": executed,
         "batch": cell.batch, "iobinding": cell.cell.iobinding, "graph": cell.cell.uses_graph,
         "concurrency": cell.cell.concurrency, "status": cell.status, "error": error.get("error"),
         "error_message": error.get("message"), "error_hint": error.get("hint"), "prepare_s": session.get("prepare_s"),
@@ -164,8 +178,10 @@ def to_csv(report: BenchReport) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
+    executed = executed_labels(report)
     for cell in report.cells:
-        writer.writerow({k: ("" if v is None else v) for k, v in csv_row(cell).items()})
+        row = csv_row(cell, executed.get(str(cell.cell.effective_target)))
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
     return buffer.getvalue()
 
 

@@ -24,7 +24,8 @@ from onnxaccel.cli.compose import composed
 from onnxaccel.cli.tables import columns, new_table
 from onnxaccel.errors import UsageError
 
-__all__ = ["INT8_MIN_COSINE", "default_gate", "optimize_command", "refuse_existing_output", "register", "render"]
+__all__ = ["INT8_MIN_COSINE", "default_gate", "node_flops", "optimize_command", "refuse_existing_output", "register",
+           "render"]
 
 #: The order of the options in --help.
 ORDER = ("model output target ep_option shape batch fix_shape opset ir_version simplify graph_level "
@@ -73,7 +74,7 @@ def optimize_command(model, write, target, shapes, graph, conversion, checks, pr
     )
     refuse_existing_output(model, write.output, write.force)
     with err_console.status("optimizing...", spinner="dots") if not as_json else _nothing():
-        report = optimize(model, options, find_divergence)
+        report = optimize(model, options, find_divergence, count_flops=node_flops)
     data = report.to_dict()
     if write.report_path is not None:
         write.report_path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,6 +85,13 @@ def optimize_command(model, write, target, shapes, graph, conversion, checks, pr
         render(report, write.report_path)
     if not report.passed:
         raise typer.Exit(1)
+
+
+def node_flops(model) -> dict[str, int]:
+    """FLOPs per node of a bound model (``analysis.graph_stats``), for INT8's share of the FLOPs in the report."""
+    from onnxaccel.analysis.graph_stats import graph_stats
+
+    return {node.name: node.flops for node in graph_stats(model).nodes}
 
 
 def refuse_existing_output(model: str, output: Path, force: bool) -> None:
@@ -175,6 +183,8 @@ def _render_precision(precision: dict) -> None:
             console.print(table)
     if precision.get("quantized_nodes"):
         console.print("INT8: " + ", ".join(f"{k} x{v}" for k, v in precision["quantized_nodes"].items()), markup=False)
+    if precision.get("coverage"):
+        console.print(precision["coverage"]["summary"], markup=False)
     if precision.get("calibration_table"):
         table = precision["calibration_table"]
         console.print(f"calibration table ({table['format']}, {table['entries']} tensors): {escape(table['path'])}")

@@ -35,7 +35,7 @@ import onnx
 
 from onnxaccel.errors import MissingDependencyError, ModelError
 from onnxaccel.precision.checkpoint import validate
-from onnxaccel.precision.fp16_rules import provider_missing_kernel, runtime_limit_blocks, schema_blocks
+from onnxaccel.precision.fp16_rules import missing_kernel, runtime_limit_blocks, schema_blocks, session_refusal
 from onnxaccel.precision.fp16_sequences import cast_sequence_io
 
 #: Model metadata key: JSON list of node names that FP16 conversion must keep in FP32.
@@ -179,6 +179,7 @@ def convert_fp16_detailed(
     model = onnx.ModelProto()
     model.CopyFrom(proto)
     name_unnamed_nodes(model)
+    drop_initializer_value_info(model)
     known = {n.name for n in model.graph.node}
     nodes = sorted(set(keep_fp32_nodes(model)) | set(node_block_list))
     missing = [n for n in nodes if n not in known]
@@ -190,22 +191,30 @@ def convert_fp16_detailed(
     requested_ops = set(op_block_list)
     schema = schema_blocks(model) | runtime_limit_blocks(model, provider)  # node name -> reason
     provider_ops: dict[str, str] = {}  # op type -> reason
+    refusal = None  # ONNX Runtime's message when the provider refuses the last conversion
     for _ in range(16):  # each round blocks at least one more op type, or stops
         ops = sorted(set(DEFAULT_OP_BLOCK_LIST) | requested_ops | set(provider_ops))
         converted = _convert(model, keep_io_types, ops, sorted(set(nodes) | set(schema)))
         if provider is None:
             break
-        found = provider_missing_kernel(converted, provider)
+        refusal = session_refusal(converted, provider)
+        found = missing_kernel(refusal)
         if found is not None and found[0] in provider_ops:
             # Blocking it did not help: the op has no kernel at all (an old opset), not an FP16 matter.
             del provider_ops[found[0]]
             converted = _convert(model, keep_io_types, sorted(set(ops) - {found[0]}), sorted(set(nodes) | set(schema)))
+            refusal = None  # the op fails in FP32 as well: the input's own matter, reported where it runs
             break
         if found is None or found[0] in ops:
             break
         provider_ops[found[0]] = (f"{provider} has no float16 kernel for {found[0]}({found[1]}) (\"Could not find "
                                   "an implementation\" when the FP16 model was loaded)")
-    converted = _repair(model, converted, keep_io_types, ops, nodes, schema)
+    checked = _repair(model, converted, keep_io_types, ops, nodes, schema)
+    if provider is not None and (refusal is not None or checked is not converted):
+        refusal = session_refusal(checked, provider)
+        if refusal is not None and missing_kernel(refusal) is None:
+            raise _refused(refusal, provider)
+    converted = checked
     kept = _kept(model, nodes, schema, requested_ops, provider_ops, set(DEFAULT_OP_BLOCK_LIST))
     result = Fp16Conversion(converted, _converted_by_op(model, converted), kept, provider)
     if not result.converted_nodes:
@@ -220,6 +229,33 @@ def convert_fp16_detailed(
     set_metadata(converted, PRECISION_KEY, "mixed" if nodes else "fp16")
     set_metadata(converted, KEPT_KEY, json.dumps([k.to_dict() for k in kept]))
     return result
+
+
+def _refused(message: str, provider: str) -> ModelError:
+    """The error for an FP16 model ONNX Runtime would not load: nothing is written or cached."""
+    first = message.splitlines()[0]
+    return ModelError(
+        f"The FP16 model would not load in ONNX Runtime ({provider}), so it was not written: {first}",
+        "Keep the node it names in FP32 (--keep-fp32 NODE, or its op with --fp16-block-op OP), or run the model "
+        "in the precision it has.", details=message)
+
+
+def drop_initializer_value_info(proto: onnx.ModelProto) -> int:
+    """Remove value_info entries of the main graph that name an initializer; return how many.
+
+    An initializer carries its own type, so such an entry says nothing new, but the converter retypes value_info
+    by name: it turns the entry to float16 while the initializer itself stays float32 when only kept nodes (a
+    Cast kept in FP32) read it, and the full checker then fails with "Inferred elem type differs from existing
+    elem type: (1) vs (10)". ONNX Runtime's saved graph has such entries after shape inference stamped every
+    tensor (``--fix-shape``) and constant folding turned some of them into initializers.
+    """
+    initializers = {t.name for t in proto.graph.initializer}
+    kept = [v for v in proto.graph.value_info if v.name not in initializers]
+    dropped = len(proto.graph.value_info) - len(kept)
+    if dropped:
+        del proto.graph.value_info[:]
+        proto.graph.value_info.extend(kept)
+    return dropped
 
 
 def _convert(model: onnx.ModelProto, keep_io_types: bool, ops: list[str], nodes: list[str]) -> onnx.ModelProto:

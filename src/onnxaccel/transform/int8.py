@@ -20,7 +20,9 @@ https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html):
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
@@ -68,9 +70,54 @@ def output_tail(proto: onnx.ModelProto) -> list[str]:
     return tail
 
 
+@dataclass
+class StaticQuantization:
+    """A static QDQ model, whether its weights are per channel, and what was changed from the settings asked."""
+
+    proto: onnx.ModelProto
+    per_channel: bool
+    note: str | None = None
+
+
 def quantize_static_proto(proto: onnx.ModelProto, data: CalibrationData, settings: Int8Settings) -> onnx.ModelProto:
     """Static QDQ quantization of ``proto`` (weights loaded, nodes named) calibrated on ``data``; the
-    :func:`output_tail` stays float."""
+    :func:`output_tail` stays float. See :func:`quantize_static_reported` for the per-tensor fallback."""
+    return quantize_static_reported(proto, data, settings).proto
+
+
+def quantize_static_reported(proto: onnx.ModelProto, data: CalibrationData,
+                             settings: Int8Settings) -> StaticQuantization:
+    """:func:`quantize_static_proto`, saying whether the weights ended up per channel.
+
+    ONNX Runtime's per-channel bias check (qdq_quantizer.py ``_adjust_weight_scale_for_int32_bias``, 1.32)
+    indexes the bias per output channel and fails on a bias that is not 1-D (a Gemm's C of shape [1, N]) with
+    numpy's "The truth value of an array with more than one element is ambiguous". Per-tensor weights take
+    another branch, so the model is quantized per tensor then, and the note names the nodes.
+    """
+    try:
+        return StaticQuantization(_quantize_static(proto, data, settings), settings.per_channel)
+    except _PerChannelBiasError as exc:
+        nodes = bias_not_1d(proto)
+        result = _quantize_static(proto, data, dataclasses.replace(settings, per_channel=False))
+        named = f" ({', '.join(nodes[:5])}{' ...' if len(nodes) > 5 else ''})" if nodes else ""
+        note = (f"weights quantized per tensor, not per channel: ONNX Runtime's per-channel quantizer fails on a bias "
+                f"that is not 1-D{named} (\"{str(exc.__cause__).splitlines()[0][:80]}\"); --per-tensor does this "
+                "directly")
+        return StaticQuantization(result, False, note)
+
+
+class _PerChannelBiasError(Exception):
+    """The quantizer's numpy failure on a per-channel bias that is not 1-D (see quantize_static_reported)."""
+
+
+def bias_not_1d(proto: onnx.ModelProto) -> list[str]:
+    """Conv/Gemm nodes whose bias initializer is not 1-D (what the per-channel bias check cannot index)."""
+    shapes = {t.name: len(t.dims) for t in proto.graph.initializer}
+    return [n.name for n in proto.graph.node if n.op_type in ("Conv", "Gemm") and len(n.input) > 2
+            and shapes.get(n.input[2], 1) != 1]
+
+
+def _quantize_static(proto: onnx.ModelProto, data: CalibrationData, settings: Int8Settings) -> onnx.ModelProto:
     q = import_quantization()
     with tempfile.TemporaryDirectory(prefix="onnxaccel-int8-") as tmp:
         source = Path(tmp) / "model.onnx"
@@ -93,6 +140,10 @@ def quantize_static_proto(proto: onnx.ModelProto, data: CalibrationData, setting
                     calibration_providers=[_CPU], extra_options=extra,
                     use_external_data_format=proto.ByteSize() > 1_800_000_000,
                 )
+            except ValueError as exc:
+                if settings.per_channel and "truth value of an array" in str(exc):
+                    raise _PerChannelBiasError() from exc
+                raise quantize_error("Static INT8 quantization", exc, "or try --int8 dynamic") from exc
             except Exception as exc:  # noqa: BLE001 - the quantizer raises plain exceptions
                 raise quantize_error("Static INT8 quantization", exc, "or try --int8 dynamic") from exc
         result = onnx.load(str(out))

@@ -24,23 +24,24 @@ import onnx
 from onnxaccel.calibration import SYNTHETIC_WARNING, CalibrationData, load_calibration
 from onnxaccel.compare import GateSpec
 from onnxaccel.engines.ort_ep_options import calibration_table_refusal
-from onnxaccel.errors import UsageError
+from onnxaccel.errors import OnnxAccelError, UsageError
 from onnxaccel.inputs import ImagePreprocess, PreprocessRequest
 from onnxaccel.prepost.presets import resolve_preprocess
 from onnxaccel.model import Model, load_model
+from onnxaccel.model_shapes import bind_examples
 from onnxaccel.precision.checkpoint import save_model, validate
-from onnxaccel.precision.fp16 import convert_fp16_detailed, name_unnamed_nodes, set_metadata
-from onnxaccel.precision.int8 import Int8Settings, needs_reduce_range, quantized_node_count
+from onnxaccel.precision.fp16 import name_unnamed_nodes, set_metadata
+from onnxaccel.precision.int8 import Int8Settings
 from onnxaccel.target import NATIVE_PRECISION, Target
 from onnxaccel.transform import graph
-from onnxaccel.transform.amp import auto_mixed_precision
 from onnxaccel.transform.data_shapes import data_shapes
 from onnxaccel.transform.evaluate import model_at
 from onnxaccel.transform.files import OPTIMIZED_FROM_KEY, check_output_path
 from onnxaccel.transform.gate import CPU, DivergenceFinder, Gate, gate_samples, need_finder
 from onnxaccel.transform.embed_preprocess import embed_into_file
-from onnxaccel.transform.gate_report import accuracy_and_timing, loads_here, native_precision
-from onnxaccel.transform.int8 import quantize_dynamic_proto, quantize_static_proto
+from onnxaccel.transform.gate_report import accuracy_and_timing, loads_here
+from onnxaccel.transform.int8_coverage import FlopCounter
+from onnxaccel.transform.precision_step import precision_step
 from onnxaccel.transform.opset import convert_opset, default_opset, set_ir_version
 from onnxaccel.transform.report import ModelSummary, OptimizeReport, StepRecord
 from onnxaccel.transform.shapes import fix_shapes
@@ -91,12 +92,14 @@ class OptimizeOptions:
         return "int8" if self.int8 else ("fp16" if self.fp16 or self.amp else "fp32")
 
 
-def optimize(source: str | Model, options: OptimizeOptions,
-             find_divergence: DivergenceFinder | None = None) -> OptimizeReport:
+def optimize(source: str | Model, options: OptimizeOptions, find_divergence: DivergenceFinder | None = None,
+             count_flops: FlopCounter | None = None) -> OptimizeReport:
     """Transform ``source`` into ``options.output`` and report what changed and how accurate it is.
 
     ``find_divergence`` (``onnxaccel.analysis.bisect.find_divergence``) is needed for ``options.amp`` only:
     AMP asks it for the node to keep in FP32 next (see transform/gate.py for why it is passed in).
+    ``count_flops`` (FLOPs per node, ``analysis``' graph statistics) gives INT8's share of the FLOPs in the
+    report (transform/int8_coverage.py); without it only the share of weights is given.
     """
     model = source if isinstance(source, Model) else load_model(source, check=options.check)
     if not isinstance(options.preprocess, ImagePreprocess):  # a request (or None): the preset rules decide
@@ -106,9 +109,14 @@ def optimize(source: str | Model, options: OptimizeOptions,
         need_finder(find_divergence)  # before any work: AMP cannot search without it
     output = check_output_path(model.path, options.output, force=options.force)
     from_data = _data_bindings(model, options)
-    bound = model.bind({**from_data, **options.shapes}, batch=options.batch)
+    bound, examples = _bind(model, {**from_data, **options.shapes}, options)
     target = options.target
     report = OptimizeReport(model.source, str(output), str(target), ModelSummary.of(model.path, model.proto))
+    if examples:
+        report.example_dims = [d.to_dict() for d in examples]
+        report.notes.append("the accuracy gate and the compile timings ran at " + ", ".join(
+            f"{d.label}={d.example}" for d in examples) + " (the example values `inspect` uses; nothing bound "
+            "these dims): the written model keeps them dynamic; bind others with --shape DIM=VALUE")
     if options.calibration or options.eval_data:
         pre = options.preprocess
         report.notes.append(f"images in --calibration/--eval-data, if any, are fed as {pre.describe()}"
@@ -128,8 +136,18 @@ def optimize(source: str | Model, options: OptimizeOptions,
             # kernels for several opset-6 ops ("Could not find an implementation for Gemm(6)"), and the
             # converted form is what the user asked to check.
             proto, reference = _opset_first(proto, bound, options, steps, Path(tmp))
-        _transform_and_gate(proto, model, bound, reference, output, options, find_divergence, steps)
+        _transform_and_gate(proto, model, bound, reference, output, options, find_divergence, steps, count_flops)
     return report
+
+
+def _bind(model: Model, shapes: dict[str, tuple[int, ...]], options: OptimizeOptions):
+    """The model bound for the gate, and the dims that took example values (model_shapes.bind_examples, as
+    ``inspect`` binds them). --fix-shape writes the bound shapes into the model, so there every dim must be
+    bound by the user or the model: an unbound one is the usual error naming it."""
+    if options.fix_shape:
+        return model.bind(shapes, batch=options.batch), []
+    bound, examples = bind_examples(model, shapes, options.batch)
+    return bound, list({d.label: d for d in examples}.values())
 
 
 def _data_bindings(model: Model, options: OptimizeOptions) -> dict[str, tuple[int, ...]]:
@@ -140,7 +158,7 @@ def _data_bindings(model: Model, options: OptimizeOptions) -> dict[str, tuple[in
 
 def _transform_and_gate(proto, model: Model, bound: Model, reference: Model, output: Path,
                         options: OptimizeOptions, find_divergence: DivergenceFinder | None,
-                        steps: _Steps) -> None:
+                        steps: _Steps, count_flops: FlopCounter | None = None) -> None:
     report = steps.report
     given = Path(model.path)  # what the user gave: the checker's failures of it are the input's, not ours
     proto = _graph_steps(proto, bound, options, steps)
@@ -153,7 +171,8 @@ def _transform_and_gate(proto, model: Model, bound: Model, reference: Model, out
                                         count=options.eval_samples, preprocess=options.preprocess,
                                         seed=options.seed),
                 options.gate, candidate_target=_eval_target(options.target, report), find_divergence=find_divergence)
-    proto = _precision_step(proto, options, calibration, gate, steps, report, source=model.source)
+    proto = precision_step(proto, options, calibration, gate, steps, report, bound=bound, source=model.source,
+                           count_flops=count_flops)
     if options.ir_version:
         proto = steps.run("ir-version", lambda p: set_ir_version(p, options.ir_version), proto)
     set_metadata(proto, OPTIMIZED_FROM_KEY, Path(model.path).name)
@@ -161,9 +180,22 @@ def _transform_and_gate(proto, model: Model, bound: Model, reference: Model, out
     save_model(proto, output, converter=f"optimize ({names})" if names else "optimize", original=given)
     report.after = ModelSummary.of(output, proto)
 
-    accuracy_and_timing(report, gate, output, options)
+    try:
+        accuracy_and_timing(report, gate, output, options)
+    except OnnxAccelError as exc:
+        _discard(output, exc)
+        raise
     if options.embed_preprocess:
         _embed(output, options, report)
+
+
+def _discard(output: Path, exc: OnnxAccelError) -> None:
+    """Remove a written model the gate could not run (ONNX Runtime refused it), so no file is left behind that
+    looks like a result, and a retry needs no --force; the error's hint says so."""
+    for path in (output, output.with_name(output.name + ".data")):
+        path.unlink(missing_ok=True)
+    exc.hint = (f"{exc.hint} " if exc.hint else "") + (f"The model written to {output} could not be run here, so "
+                                                       "it was removed; run optimize again once this is fixed.")
 
 
 def _embed(output: Path, options: OptimizeOptions, report: OptimizeReport) -> None:
@@ -287,71 +319,3 @@ def _eval_target(target: Target, report: OptimizeReport) -> Target:
     report.notes.append(f"{target.device} does not load on this machine: the optimized model was judged on the "
                         "CPU provider; run the same `onnxaccel optimize` on the target machine to gate it there")
     return CPU
-
-
-def _precision_step(proto, options: OptimizeOptions, calibration, gate: Gate, steps: _Steps, report: OptimizeReport,
-                    *, source: str = "MODEL"):
-    precision = report.precision
-    precision["requested"] = options.precision
-    precision["native"] = options.native
-    if options.native:
-        native_precision(proto, options, calibration, report)
-        return proto
-    provider = _fp16_provider(gate)
-    if options.amp:
-        blocked_by_op = {n.name for n in proto.graph.node if n.op_type in set(options.fp16_block_ops)}
-        fp32 = proto
-        holder = {}
-
-        def amp(p):
-            result = auto_mixed_precision(p, gate.judge_proto, lambda keep: gate.locate(fp32, keep),
-                                          keep_fp32=set(options.keep_fp32_nodes) | blocked_by_op,
-                                          provider=provider)
-            holder["result"] = result
-            return result.proto
-
-        fp32 = proto
-        proto = steps.run("fp16-amp", amp, proto)
-        precision["amp"] = holder["result"].to_dict()
-        precision["keep_fp32"] = holder["result"].keep_fp32
-        # The final conversion again, for the per-op counts and the automatic FP32 list of the report.
-        precision["fp16"] = convert_fp16_detailed(fp32, op_block_list=options.fp16_block_ops,
-                                                  node_block_list=holder["result"].keep_fp32,
-                                                  provider=provider).to_dict()
-    elif options.fp16:
-        holder = {}
-
-        def fp16(p):
-            holder["result"] = convert_fp16_detailed(p, op_block_list=options.fp16_block_ops,
-                                                     node_block_list=options.keep_fp32_nodes, provider=provider)
-            return holder["result"].proto
-
-        proto = steps.run("fp16", fp16, proto)
-        precision["keep_fp32"] = list(options.keep_fp32_nodes)
-        precision["op_block_list"] = list(options.fp16_block_ops)
-        precision["fp16"] = holder["result"].to_dict()
-    elif options.int8:
-        settings = options.int8
-        if options.target.device in ("tensorrt", "migraphx") and not settings.symmetric_activations:
-            settings = dataclasses.replace(settings, symmetric_activations=True)
-            report.notes.append("symmetric activation ranges for TensorRT/MIGraphX (TensorRT requires them)")
-        if settings.mode == "static":
-            proto = steps.run("int8-static", lambda p: quantize_static_proto(p, calibration, settings), proto)
-        else:
-            if settings.reduce_range is None:  # automatic: only where the model runs on this CPU
-                reduce = options.target.device == "cpu" and needs_reduce_range()
-                settings = dataclasses.replace(settings, reduce_range=reduce)
-                if reduce:
-                    report.notes.append("7-bit INT8 weights (reduce_range): this x86 CPU has no VNNI, where ONNX "
-                                        "Runtime's U8S8 integer products can saturate")
-            proto = steps.run("int8-dynamic", lambda p: quantize_dynamic_proto(p, settings, source=source), proto)
-
-        precision["int8"] = settings.to_dict()
-        precision["quantized_nodes"] = quantized_node_count(proto)
-    return proto
-
-
-def _fp16_provider(gate: Gate) -> str | None:
-    """The provider FP16 output is probed on for missing kernels: the one the gate judges on (it loads here)."""
-    target = gate.candidate_target
-    return target.provider if target.engine == "ort" else None

@@ -86,6 +86,8 @@ class OptimizeReport:
     created: float = field(default_factory=time.time)
     #: What ``--embed-preprocess`` put into the graph (None: nothing).
     embedded_preprocess: dict | None = None
+    #: Symbolic dims nothing bound, run by the gate at example values (model_shapes.UnboundDim.to_dict()).
+    example_dims: list[dict] = field(default_factory=list)
 
     def op_changes(self) -> list[tuple[str, int, int]]:
         """(op, before, after) for every op whose count changed, largest change first."""
@@ -103,5 +105,5 @@ class OptimizeReport:
             "op_changes": [{"op": op, "before": b, "after": a, "delta": a - b} for op, b, a in self.op_changes()],
             "steps": [s.to_dict() for s in self.steps], "precision": self.precision, "accuracy": self.accuracy,
             "compile": self.compile, "run_with": self.run_with, "warnings": self.warnings, "notes": self.notes,
-            "embedded_preprocess": self.embedded_preprocess,
+            "embedded_preprocess": self.embedded_preprocess, "example_dims": self.example_dims,
         }
