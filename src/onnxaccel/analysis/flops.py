@@ -8,7 +8,8 @@ Conventions (those of fvcore and onnx-tool, so numbers compare with published on
 * Element-wise ops count one FLOP per output element (``Sum``/``Max``/``Min``/``Mean`` of n inputs: n - 1).
 * Normalizations and Softmax count a fixed number of FLOPs per element (the table ``_PER_ELEMENT`` in flops_rules):
   BatchNormalization 2 (scale and shift, statistics are constants at inference), Softmax 3 (exp, sum,
-  divide), LayerNormalization 5 (mean, subtract, variance, normalize, scale and shift).
+  divide), LayerNormalization 5 (mean, subtract, variance, normalize, scale and shift). com.microsoft
+  EmbedLayerNormalization adds the embeddings first: 1 more per element (word + position), 2 with segments.
 * Pooling counts one FLOP per window element per output; global pooling and reductions one per input.
 * Data movement (Reshape, Transpose, Gather, Concat, Slice, Cast, ...) is 0 FLOPs, and so is every op in
   ``ZERO_COST``: that set is explicit, so an op nobody classified is never taken for free.

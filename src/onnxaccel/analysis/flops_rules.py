@@ -252,6 +252,13 @@ def _grid_sample(s: NodeShapes) -> NodeCost | None:
     return NodeCost(macs, 2 * macs + numel(y) * spatial)  # plus un-normalizing the grid coordinates
 
 
+def _embed_layer_norm(s: NodeShapes) -> NodeCost | None:
+    """com.microsoft EmbedLayerNormalization: word + position (+ segment) embeddings, then LayerNormalization."""
+    y = _get(s.outputs, 0)
+    adds = 2 if s.has_input(1) and s.has_input(4) else 1  # segment_ids and segment_embedding given
+    return None if y is None else NodeCost(0, numel(y) * (adds + _PER_ELEMENT["LayerNormalization"]))
+
+
 def _scatter(s: NodeShapes) -> NodeCost | None:
     """ScatterElements/ScatterND: data movement, or one FLOP per update with reduction add/mul/max/min."""
     reduction = s.attr("reduction", b"none")
@@ -376,6 +383,7 @@ RULES: dict[tuple[str, str], Callable[[NodeShapes], NodeCost | None]] = {
     ("com.microsoft.nchwc", "AveragePool"): _pool, ("com.microsoft.nchwc", "GlobalAveragePool"): _reduce,
     ("com.microsoft.nchwc", "GlobalMaxPool"): _reduce,
     ("", "LRN"): _lrn, ("", "GridSample"): _grid_sample, ("com.microsoft", "GridSample"): _grid_sample,
+    ("com.microsoft", "EmbedLayerNormalization"): _embed_layer_norm,
     ("", "ScatterElements"): _scatter, ("", "ScatterND"): _scatter,
     ("", "If"): _control_flow, ("", "Loop"): _control_flow, ("", "Scan"): _control_flow,
     ("", "SequenceMap"): _control_flow,

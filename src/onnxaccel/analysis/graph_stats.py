@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnxaccel.analysis.flop_coverage import FlopCoverage, flop_coverage
 from onnxaccel.analysis.flops import MAC_OPS, NodeShapes, node_cost, numel, uncounted_reason
 from onnxaccel.model import Model
 
@@ -73,6 +74,14 @@ class GraphStats:
     largest_activation: tuple[str, int] | None
     subgraph_nodes: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: Why ONNX Runtime's symbolic shape inference did not run (a missing module), else None: ONNX's own
+    #: inference then leaves shapes computed through Shape -> Gather -> Concat -> Reshape unknown.
+    shape_inference_issue: str | None = None
+
+    @property
+    def coverage(self) -> FlopCoverage:
+        """How much of the arithmetic the totals cover, and whether they are a figure worth showing."""
+        return flop_coverage(self.nodes, shape_inference_issue=self.shape_inference_issue)
 
     @property
     def total_macs(self) -> int:
@@ -131,6 +140,9 @@ class GraphStats:
             # True: total_macs/total_flops are lower bounds; uncounted_by_op names what is missing.
             "flops_partial": self.partial,
             "flops_by_op": self.flops_by_op(),
+            # sufficient False: the totals cover too few of the MAC ops to be shown as a figure.
+            "flops_coverage": self.coverage.to_dict(),
+            "shape_inference_issue": self.shape_inference_issue,
             "parameters": {
                 "count": self.param_count, "bytes": self.param_bytes,
                 "by_dtype": {k: {"count": v.count, "bytes": v.bytes} for k, v in self.parameters.items()},
@@ -155,7 +167,7 @@ def graph_stats(model: Model) -> GraphStats:
     if not model.is_bound:
         model = model.bind()
     graph = model.proto.graph
-    inferred = _infer_shapes(model)
+    inferred, issue = _infer_shapes(model)
     shapes = _shapes_by_name(inferred.graph, graph)
     params, param_owner = _parameters(graph)
     nodes = []
@@ -193,6 +205,7 @@ def graph_stats(model: Model) -> GraphStats:
         largest_activation=largest,
         subgraph_nodes=sub,
         notes=tuple(notes),
+        shape_inference_issue=issue,
     )
 
 
@@ -205,12 +218,13 @@ def inferred_tensors(model: Model) -> dict[str, tuple[int, tuple[int, ...] | Non
     """name -> (ONNX element type, shape or None) of every tensor whose type shape inference knows."""
     if not model.is_bound:
         model = model.bind()
-    return _shapes_by_name(_infer_shapes(model).graph, model.proto.graph)
+    return _shapes_by_name(_infer_shapes(model)[0].graph, model.proto.graph)
 
 
 # -- shape inference -----------------------------------------------------------------------------------
 
-def _infer_shapes(model: Model) -> onnx.ModelProto:
+def _infer_shapes(model: Model) -> tuple[onnx.ModelProto, str | None]:
+    """The light copy with inferred shapes, and why symbolic shape inference was unavailable (else None)."""
     src = model.proto
     light = onnx.ModelProto()
     light.ir_version = src.ir_version
@@ -234,29 +248,30 @@ def _infer_shapes(model: Model) -> onnx.ModelProto:
             graph.initializer.append(tensor)
         else:
             graph.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
-    symbolic = _symbolic_shape_inference(light)
+    symbolic, issue = _symbolic_shape_inference(light)
     if symbolic is not None:
-        return symbolic
+        return symbolic, None
     try:
-        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True), issue
     except (onnx.shape_inference.InferenceError, RuntimeError, ValueError):
         # Shape inference can fail on one exotic op; keep what the graph declares rather than nothing.
-        return light
+        return light, issue
 
 
-def _symbolic_shape_inference(light: onnx.ModelProto) -> onnx.ModelProto | None:
-    """ONNX Runtime's symbolic shape inference, or None when it is not installed or gives up.
+def _symbolic_shape_inference(light: onnx.ModelProto) -> tuple[onnx.ModelProto | None, str | None]:
+    """ONNX Runtime's symbolic shape inference, or None when it gives up, with why it could not run at all
+    (its module or sympy, which it imports and which onnxruntime itself does not require, is missing).
 
     It folds shape arithmetic that ONNX's own data propagation leaves unknown (e.g. a Slice whose end comes
     from Shape -> Gather -> Unsqueeze, as in exported BERT embeddings) and knows the com.microsoft ops.
     """
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-    except ImportError:
-        return None
+    except ImportError as exc:
+        return None, _unavailable(exc)
     opset = next((o.version for o in light.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < 7:
-        return None  # it supports opset 7 and above only
+        return None, None  # it supports opset 7 and above only
     # SymbolicShapeInference.infer_shapes saves "sym_shape_infer_temp.onnx" into the working directory when
     # inference is incomplete (microsoft/onnxruntime onnxruntime/python/tools/symbolic_shape_infer.py, 1.32):
     # take the same steps here, so that inspecting a model never writes a file beside the user's.
@@ -268,8 +283,18 @@ def _symbolic_shape_inference(light: onnx.ModelProto) -> onnx.ModelProto | None:
             complete = inference._infer_impl()
         inference._update_output_from_vi()
     except Exception:  # noqa: BLE001 - it asserts on ops it does not know; fall back to onnx's inference
-        return None
-    return inference.out_mp_ if complete else None
+        return None, None
+    return (inference.out_mp_ if complete else None), None
+
+
+def _unavailable(exc: ImportError) -> str:
+    """Why symbolic shape inference could not be imported, and the install that fixes it."""
+    missing = exc.name or ("sympy" if "sympy" in str(exc) else "onnxruntime")
+    if missing.split(".")[0] == "onnxruntime":
+        return "ONNX Runtime's symbolic shape inference is unavailable: onnxruntime is not installed"
+    core = " (a core dependency of onnxaccel)" if missing == "sympy" else ""
+    return (f"ONNX Runtime's symbolic shape inference is unavailable: {missing} is not installed{core}: "
+            f"pip install {missing}")
 
 
 def _shapes_by_name(inferred: onnx.GraphProto, original: onnx.GraphProto) -> dict[str, tuple[int, tuple | None]]:

@@ -32,6 +32,9 @@ class ModelCost:
     uncounted_nodes: int = 0
     #: Nodes inside If/Loop/Scan bodies (their arithmetic is never counted).
     subgraph_nodes: int = 0
+    #: ``GraphStats.coverage.to_dict()``: with ``sufficient`` False, ``flops`` covers too few of the MAC ops to
+    #: give a rate, and none is reported.
+    coverage: dict | None = None
 
     @property
     def partial(self) -> bool:
@@ -47,7 +50,7 @@ class ModelCost:
         """JSON-ready form of the cost."""
         return {"flops": self.flops, "param_bytes": self.param_bytes, "activation_bytes": self.activation_bytes,
                 "io_bytes": self.io_bytes, "flops_partial": self.partial, "uncounted_nodes": self.uncounted_nodes,
-                "subgraph_nodes": self.subgraph_nodes}
+                "subgraph_nodes": self.subgraph_nodes, "flops_coverage": self.coverage}
 
 
 def model_cost(bound_model) -> ModelCost:
@@ -61,7 +64,8 @@ def model_cost(bound_model) -> ModelCost:
         shape = bound_model.input_shapes.get(spec.name, ())
         io += int(np.prod(shape)) * _itemsize(spec.dtype)
     return ModelCost(stats.total_flops, stats.param_bytes, stats.activation_total_bytes, io,
-                     uncounted_nodes=len(stats.uncounted), subgraph_nodes=stats.subgraph_nodes)
+                     uncounted_nodes=len(stats.uncounted), subgraph_nodes=stats.subgraph_nodes,
+                     coverage=stats.coverage.to_dict())
 
 
 def _itemsize(dtype: str) -> int:
@@ -88,6 +92,12 @@ class Roofline:
     #: Nodes whose arithmetic ``flops_per_inference`` leaves out: every rate here is then a lower bound.
     uncounted_nodes: int = 0
     subgraph_nodes: int = 0
+    coverage: dict | None = None
+
+    @property
+    def counted(self) -> bool:
+        """False when the FLOP count covers too few of the MAC ops for any rate here to mean something."""
+        return not self.coverage or self.coverage.get("sufficient", True)
 
     @property
     def pct_of_peak(self) -> float | None:
@@ -119,17 +129,20 @@ class Roofline:
     def to_dict(self) -> dict:
         """JSON-ready form of the roofline figures."""
         attainable = self.attainable_tflops
+        counted = self.counted  # else every figure made from the FLOP count is left out (None)
         return {
-            "flops_per_inference": self.flops_per_inference, "achieved_tflops": self.achieved_tflops,
-            "bytes_estimate": self.bytes_estimate, "intensity_flops_per_byte": self.intensity,
+            "flops_per_inference": self.flops_per_inference,
+            "achieved_tflops": self.achieved_tflops if counted else None,
+            "bytes_estimate": self.bytes_estimate, "intensity_flops_per_byte": self.intensity if counted else None,
             "device": self.device, "peak_tflops": self.peak_tflops, "peak_basis": self.peak_basis,
-            "pct_of_peak": self.pct_of_peak, "bandwidth_gbps": self.bandwidth_gbps, "ridge_flops_per_byte": self.ridge,
-            "bound": self.bound, "attainable_tflops": attainable,
-            "pct_of_attainable": 100.0 * self.achieved_tflops / attainable if attainable else None,
+            "pct_of_peak": self.pct_of_peak if counted else None, "bandwidth_gbps": self.bandwidth_gbps,
+            "ridge_flops_per_byte": self.ridge, "bound": self.bound if counted else None,
+            "attainable_tflops": attainable if counted else None,
+            "pct_of_attainable": 100.0 * self.achieved_tflops / attainable if attainable and counted else None,
             "spec_source": self.source,
             # True: flops_per_inference and the rates are lower bounds (arithmetic in If/Loop/Scan not counted)
             "flops_partial": self.uncounted_nodes > 0, "uncounted_nodes": self.uncounted_nodes,
-            "subgraph_nodes": self.subgraph_nodes,
+            "subgraph_nodes": self.subgraph_nodes, "flops_coverage": self.coverage,
         }
 
 
@@ -139,7 +152,8 @@ def roofline(cost: ModelCost, *, seconds_per_inference: float, precision: str, d
     achieved = cost.flops / seconds_per_inference / 1e12 if seconds_per_inference > 0 else 0.0
     moved = cost.bytes_for(precision)
     intensity = cost.flops / moved if moved else None
-    counts = {"uncounted_nodes": cost.uncounted_nodes, "subgraph_nodes": cost.subgraph_nodes}
+    counts = {"uncounted_nodes": cost.uncounted_nodes, "subgraph_nodes": cost.subgraph_nodes,
+              "coverage": cost.coverage}
     if spec is None:
         return Roofline(cost.flops, achieved, moved, intensity, **counts)
     key = peak_key(precision, device, options, spec)

@@ -99,12 +99,10 @@ def bench_command(model, targets, precisions, shapes, runner, timing, sweep, rep
         if not reports.paths and len(cells) > 1:
             note("--report out.json keeps results as each cell finishes and lets --resume continue a sweep.")
     if not report.ok_cells and report.cells:
-        first = report.failed_cells[0].error or {}
-        if not as_json:
-            err_console.print(f"[bold red]error:[/] every cell failed; the first: {escape(str(first.get('message')))}",
-                              highlight=False)
-            if first.get("hint"):
-                err_console.print(f"[bold cyan]hint:[/] {escape(str(first['hint']))}", highlight=False)
+        if not as_json:  # each distinct error and its hint are printed once, above (_render_notes)
+            reasons = {(c.error or {}).get("message") for c in report.failed_cells}
+            err_console.print(f"[bold red]error:[/] every cell failed ({len(report.cells)}), for the "
+                              f"reason{'s' if len(reasons) > 1 else ''} above.", highlight=False)
         raise typer.Exit(1)
     if sweep.fail_on_regression and comparison is not None and comparison.regressions:
         raise typer.Exit(1)
@@ -127,7 +125,7 @@ def _sweep(model, cells, skipped, runner, timing, sweep, reports, gate, given, t
     if reports.resume and previous is None:
         note(f"{reports.json_path} does not exist yet: nothing to resume, starting a new sweep.")
     old = load_report(sweep.baseline) if sweep.baseline else None
-    with SweepProgress(disable=as_json) as progress:
+    with SweepProgress(disable=as_json, errors_below=True) as progress:
         run = Sweep(model, settings, list(reports.paths), report=previous, on_event=progress.event)
         warn_if_not_tuned(tuned, run.model.path)
         run.report.skipped = [s.to_dict() for s in skipped]
@@ -193,9 +191,13 @@ class CountColumn(ProgressColumn):
 
 
 class SweepProgress:
-    """Rich progress bars on stderr for sweep events: one bar for cells, one for the current cell's runs."""
+    """Rich progress bars on stderr for sweep events: one bar for cells, one for the current cell's runs.
 
-    def __init__(self, disable: bool = False):
+    ``errors_below``: the caller prints each failed cell's error after the sweep (bench's summary), so the line
+    logged when a cell fails names the cell only and the error is printed once."""
+
+    def __init__(self, disable: bool = False, errors_below: bool = False):
+        self.errors_below = errors_below
         self.disable = disable or not err_console.is_terminal
         self.bar = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                             CountColumn(), TimeElapsedColumn(), console=err_console,
@@ -236,11 +238,12 @@ class SweepProgress:
         elif kind == "cell-done":
             if self.cells is not None:
                 self.bar.advance(self.cells)
-            self.log(cell_line(event.result))
+            self.log(cell_line(event.result, error=not self.errors_below))
 
 
-def cell_line(result) -> str:
-    """One line for a finished cell: ok with p50/p99/throughput, or failed with its message."""
+def cell_line(result, *, error: bool = True) -> str:
+    """One line for a finished cell: ok with p50/p99/throughput, or failed with its message (``error=False``:
+    without it, for a caller that prints the errors after the sweep)."""
     if result.ok:
         lat = result.latency
         extra = " [yellow](unstable)[/]" if result.warnings else ""
@@ -249,8 +252,9 @@ def cell_line(result) -> str:
             extra += " [red]accuracy FAIL[/]"
         return (f"[green]ok[/] {escape(result.id)}: p50 {lat.p50:.3f} ms, p99 {lat.p99:.3f} ms, "
                 f"{result.throughput:,.1f} items/s{extra}")
-    error = result.error or {}
-    return f"[red]failed[/] {escape(result.id)}: {escape(str(error.get('message')))}"
+    if not error:
+        return f"[red]failed[/] {escape(result.id)} (the error is printed at the end)"
+    return f"[red]failed[/] {escape(result.id)}: {escape(str((result.error or {}).get('message')))}"
 
 
 def render_report(report) -> None:
@@ -315,8 +319,9 @@ def terminal_row(cell) -> list[str]:
 
 def flops_rate_text(roof: dict) -> str:
     """Achieved FLOP/s for the table: "1.23T 45%" (share of the device's peak), "≥9.91k" when the model's FLOP
-    count is partial (arithmetic inside If/Loop/Scan bodies is not counted, so the rate is a lower bound)."""
-    if roof.get("achieved_tflops") is None:
+    count is partial (arithmetic inside If/Loop/Scan bodies is not counted, so the rate is a lower bound), "-"
+    when the count covers too few of the MAC ops to be a figure (``flops_coverage``, see _coverage_note)."""
+    if roof.get("achieved_tflops") is None or not flops_counted(roof):
         return "-"
     rate = ("≥" if roof.get("flops_partial") else "") + si(roof["achieved_tflops"] * 1e12)
     if roof.get("pct_of_peak") is not None:
@@ -324,11 +329,36 @@ def flops_rate_text(roof: dict) -> str:
     return rate
 
 
+def flops_counted(roof: dict) -> bool:
+    """False when the roofline's FLOP count covers too few of the model's MAC ops to give a rate (its
+    ``flops_coverage`` says so); True otherwise, a report without that key included."""
+    coverage = roof.get("flops_coverage")
+    return not isinstance(coverage, dict) or coverage.get("sufficient", True) is not False
+
+
+def _coverage_note(report) -> str | None:
+    """Why FLOP/s is not shown: what share of the nodes (and of the MAC ops) the count covers, and why."""
+    cells = [c for c in report.ok_cells if c.roofline and not flops_counted(c.roofline)]
+    if not cells:
+        return None
+    coverage = cells[0].roofline["flops_coverage"]
+    mac_ops = (coverage.get("mac_ops") or {}).items()
+    macs = ", ".join(f"{v.get('counted')} of {v.get('total')} {op}" for op, v in mac_ops)
+    return (f"FLOP/s and roofline not shown for {len(cells)} cell(s): the FLOP count covers "
+            f"{coverage.get('counted_nodes')} of {coverage.get('arithmetic_nodes')} nodes that do arithmetic"
+            + (f" ({macs})" if macs else "") + "; not counted: " + "; ".join(coverage.get("reasons") or ["?"])
+            + ". `onnxaccel inspect` shows the count.")
+
+
 def _render_notes(report) -> None:
     from onnxaccel.bench.report_text import partial_flops_note
 
+    uncovered = _coverage_note(report)
+    if uncovered:
+        warn(uncovered)
     partial = partial_flops_note(report)
-    if partial:
+    if partial and any(flops_counted(c.roofline or {}) for c in report.ok_cells if (c.roofline or {}).get(
+            "flops_partial")):
         note(partial)
     seen: set[str] = set()
     for cell in report.ok_cells:

@@ -87,24 +87,26 @@ def _render(result: InspectResult, top: int) -> None:
     for spec in m.outputs:
         io.add_row("out", escape(spec.name), spec.dtype, escape(spec.shape_text()), "")
     console.print(io)
-    at_least = "≥ " if s.partial else ""  # the totals leave out the uncounted nodes: lower bounds
-    console.print(
-        f"{len(s.nodes)} nodes, {s.param_count:,} parameters ({_bytes(s.param_bytes)}), "
-        f"{at_least}{_flops(s.total_flops)}FLOPs = {at_least}{_flops(s.total_macs)}MACs per inference; "
-        f"activations: peak {_bytes(s.activation_peak_bytes)} live, {_bytes(s.activation_total_bytes)} if none "
-        "were reused"
-    )
+    console.print(f"{len(s.nodes)} nodes, {s.param_count:,} parameters ({_bytes(s.param_bytes)}), "
+                  f"{_totals_text(s)}; activations: peak {_bytes(s.activation_peak_bytes)} live, "
+                  f"{_bytes(s.activation_total_bytes)} if none were reused")
     if result.scaling is not None:
         _render_scaling(result)
+    coverage = s.coverage
     if s.partial:
         inside = f"; {s.subgraph_nodes} node(s) inside If/Loop/Scan subgraphs" if s.subgraph_nodes else ""
         console.print(f"[yellow]partial FLOP count, {len(s.uncounted)} node(s) uncounted:[/] " + escape(", ".join(
             f"{op} x{count}" for op, count in s.uncounted_by_op().items()) + inside), highlight=False)
+        console.print(f"  {escape(coverage.text())}; not counted: {escape(coverage.why())}", highlight=False)
     ops = columns(new_table("ops"), ("op", "count", "FLOPs", "% FLOPs"), numbers=("count", "FLOPs", "% FLOPs"))
-    by_op = s.flops_by_op()
+    by_op, uncounted = s.flops_by_op(), s.uncounted_by_op()
     total = s.total_flops or 1
     for op, count in s.op_histogram.items():
-        ops.add_row(escape(op), str(count), _flops(by_op.get(op, 0)), f"{100 * by_op.get(op, 0) / total:.1f}")
+        flops = by_op.get(op, 0)
+        missing = uncounted.get(op, 0)
+        shown = "?" if missing == count else ("≥ " if missing else "") + _flops(flops)
+        share = f"{100 * flops / total:.1f}" if coverage.sufficient and missing < count else "?"
+        ops.add_row(escape(op), str(count), shown, share)
     console.print(ops)
     if len(s.parameters) > 1:
         console.print("parameters by dtype: " + ", ".join(
@@ -125,6 +127,16 @@ def _render(result: InspectResult, top: int) -> None:
         (warn if "fall" in text or "took" in text else note)(text)
     if result.placement is not None:
         _render_placement(result)
+
+
+def _totals_text(s) -> str:
+    """``1.44 GFLOPs = 717.23 MMACs per inference``; ``≥`` before each when the count is partial; no figure
+    at all when it covers too few of the MAC ops to mean anything (the share is printed instead)."""
+    coverage = s.coverage
+    if not coverage.sufficient:
+        return f"FLOPs not counted ({coverage.text()}: too few for a total)"
+    at_least = "≥ " if s.partial else ""  # the totals leave out the uncounted nodes: lower bounds
+    return f"{at_least}{_flops(s.total_flops)}FLOPs = {at_least}{_flops(s.total_macs)}MACs per inference"
 
 
 def _render_scaling(result: InspectResult) -> None:

@@ -256,7 +256,7 @@ def _arrow():
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as exc:
-        raise MissingDependencyError("pyarrow", "ray", "Writing parquet output") from exc
+        raise MissingDependencyError("pyarrow", "parquet", "Writing parquet output") from exc
     return pa, pq
 
 
