@@ -21,7 +21,7 @@ from onnxaccel.errors import InputError
 # The file readers live in inputs_files; IMAGE_SUFFIXES, ImagePreprocess and load_image are
 # re-exported because calibration, the CLI, pipeline, scale and transform import them from here.
 from onnxaccel.inputs_files import (  # noqa: F401
-    IMAGE_SUFFIXES, PRESETS, ImageInfo, ImagePreprocess, image_size, load_image,
+    IMAGE_SUFFIXES, PRESETS, ImageInfo, ImagePreprocess, color_text, image_size, load_image,
     read_image, read_npy, read_npz,
 )
 from onnxaccel.feeds_check import check_tensor, dtype_text, fits, validate_feeds
@@ -63,9 +63,10 @@ class FeedOrigin:
     def note(self) -> str | None:
         """For an image fed without a preset (none by default): what was fed and how to choose one."""
         info = self.image
-        if info is None or info.pre.preset != "none" or not info.pre.origin.startswith("default"):
+        if info is None or info.pixels or info.pre.preset != "none" or not info.pre.origin.startswith("default"):
             return None
-        return (f"input '{self.name}': image fed as raw pixel values 0..255 (float, {info.pre.channel_order.upper()}, "
+        color = color_text(info.channels, info.pre.channel_order)
+        return (f"input '{self.name}': image fed as raw pixel values 0..255 (float, {color}, "
                 f"{info.pre.layout.upper()}, {info.fed[0]}x{info.fed[1]}) because the model's metadata names no "
                 f"preprocessing; choose one with --preprocess {'|'.join(PRESETS)}")
 
@@ -228,7 +229,9 @@ def prepare_feeds(
         spec = model.input(key)
         if spec.is_tensor and isinstance(value, np.ndarray) and fits(spec, value):
             bindings[key] = tuple(value.shape)
-    pre = resolve_preprocess(model.metadata, preprocess) if images else ImagePreprocess()
+    first = model.input(next(iter(images))) if images else None
+    pre = resolve_preprocess(model.metadata, preprocess, first.shape if first is not None else None) if images \
+        else ImagePreprocess()
     for target, path in images.items():
         bindings.update(_image_bindings(model.input(target), path, pre, shapes or {}, batch))
     bindings.update(shapes or {})

@@ -2,7 +2,8 @@
 
 One resolution order, the same for every command (docs/SHAPES.md, "Resolution order"):
 
-1. ``--shape`` (an input's full shape, or ``DIM=VALUE`` for a named dim), and ``--batch`` for axis 0;
+1. ``--shape`` (an input's full shape, ``DIM=VALUE`` for a named dim, or ``INPUT:AXIS=VALUE`` for one axis of
+   one input, named or not), and ``--batch`` for axis 0;
 2. the shapes of the inputs the user gave (arrays, files, preprocessed images, eval data): callers pass them
    in ``shapes`` as full input shapes, under the explicit ``--shape`` entries;
 3. the model's metadata: ``onnxaccel.dim_defaults`` (the zoo) and Ultralytics' ``imgsz`` (the export size,
@@ -68,6 +69,8 @@ class UnboundDim:
 class _Resolution:
     explicit: dict[str, tuple[int, ...]]
     dim_values: dict[str, int]
+    #: (input, axis) -> size from ``INPUT:AXIS=VALUE`` bindings.
+    axis_values: dict[tuple[str, int], int]
     resolved: dict[str, tuple[int, ...]]
     notes: list[str]
     unbound: list[UnboundDim]
@@ -164,7 +167,7 @@ def _command() -> str:
 
 def _resolve(model: Model, shapes: dict[str, tuple[int, ...]], batch: int | None,
              examples: Mapping[str, int] | None) -> _Resolution:
-    explicit, dim_values = _split_bindings(model, shapes)
+    explicit, dim_values, axis_values = _split_bindings(model, shapes)
     if batch is not None and batch < 1:
         raise ShapeError(f"--batch must be at least 1, got {batch}.", "Pass --batch 1 or more.")
     for spec in model.inputs:
@@ -174,7 +177,7 @@ def _resolve(model: Model, shapes: dict[str, tuple[int, ...]], batch: int | None
     notes = list(model.notes)
     defaults = _metadata_dim_defaults(model)
     image_defaults = _ultralytics_image_size(model)
-    res = _Resolution(explicit, dim_values, {}, notes, [])
+    res = _Resolution(explicit, dim_values, axis_values, {}, notes, [])
     for spec in model.inputs:
         if spec.name in explicit:
             res.resolved[spec.name] = explicit[spec.name]
@@ -207,6 +210,8 @@ def _default_for(spec: TensorSpec, axis: int, dim, res: _Resolution, batch: int 
                  image_defaults: dict[int, int], examples: Mapping[str, int] | None) -> int | None:
     """Steps 1-4 of the resolution order for one symbolic dim (None: nothing binds it)."""
     named = isinstance(dim, str)
+    if (spec.name, axis) in res.axis_values:
+        return res.axis_values[(spec.name, axis)]
     if named and dim in res.dim_values:
         return res.dim_values[dim]
     if axis == 0 and batch is not None:
@@ -229,18 +234,41 @@ def _split_bindings(model: Model, shapes: dict[str, tuple[int, ...]]):
     input_names = {s.name for s in model.inputs}
     dim_values: dict[str, int] = {}
     explicit: dict[str, tuple[int, ...]] = {}
+    axis_values: dict[tuple[str, int], int] = {}
     for key, dims in shapes.items():
+        axis = _input_axis(model, key)
         if key in input_names:
             explicit[key] = tuple(dims)
         elif len(dims) == 1 and _is_dim_param(model, key):
             dim_values[key] = dims[0]
+        elif len(dims) == 1 and axis is not None:
+            axis_values[axis] = int(dims[0])
         else:
             raise ShapeError(
                 f"--shape names '{key}', which is neither an input nor a symbolic dimension of the model.",
                 f"Inputs: {', '.join(sorted(input_names))}; symbolic dims: "
-                f"{', '.join(sorted(_dim_params(model))) or 'none'}.",
+                f"{', '.join(sorted(_dim_params(model))) or 'none'}; one axis of an input: INPUT:AXIS=VALUE "
+                f"({', '.join(_symbolic_axes(model)) or 'none'}).",
             )
-    return explicit, dim_values
+    return explicit, dim_values, axis_values
+
+
+def _input_axis(model: Model, key: str) -> tuple[str, int] | None:
+    """``(input, axis)`` for a key ``INPUT:AXIS`` naming a symbolic axis of an input; None otherwise."""
+    name, sep, axis = key.rpartition(":")
+    if not sep or not axis.isdigit():
+        return None
+    for spec in model.inputs:
+        if spec.name == name and spec.shape is not None and int(axis) < len(spec.shape) \
+                and not (isinstance(spec.shape[int(axis)], int) and spec.shape[int(axis)] > 0):
+            return name, int(axis)
+    return None
+
+
+def _symbolic_axes(model: Model) -> list[str]:
+    """``INPUT:AXIS`` of every symbolic input axis."""
+    return [f"{s.name}:{a}" for s in model.inputs for a, d in enumerate(s.shape or ())
+            if not (isinstance(d, int) and d > 0)]
 
 
 def check_full_shape(spec: TensorSpec, dims: tuple[int, ...]) -> None:

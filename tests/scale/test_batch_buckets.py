@@ -56,9 +56,16 @@ def test_rows_of_different_lengths_are_padded_to_buckets_and_cropped_back(token_
         np.testing.assert_allclose(written, _expected(token_shards, length), atol=1e-4, rtol=1e-4)
 
 
-def test_without_buckets_the_lengths_are_refused(token_shards, tmp_path):
-    result = CliRunner().invoke(app, ["batch", "zoo:bert-tiny", "-i", str(token_shards), "-o", str(tmp_path / "o")])
-    assert result.exit_code == 2 and "per row" in result.output
+def test_without_buckets_each_length_runs_in_a_group_of_its_own(token_shards, tmp_path):
+    """The files' lengths bind `sequence` (over the zoo's metadata default of 128): no padding, exact results."""
+    out = tmp_path / "o"
+    result = CliRunner().invoke(app, ["batch", "zoo:bert-tiny", "-i", str(token_shards), "-o", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert sorted(e["shapes"]["input_ids"][1] for e in report["shapes"]) == list(LENGTHS)
+    for length in LENGTHS:
+        np.testing.assert_allclose(_read(out / f"len{length}.parquet"), _expected(token_shards, length),
+                                   atol=1e-4, rtol=1e-4)
 
 
 def test_rows_longer_than_every_bucket_name_the_buckets(token_shards, tmp_path):

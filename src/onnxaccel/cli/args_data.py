@@ -92,7 +92,7 @@ RUN_IMAGE_HELP = {
     "std": "Image normalization std. (default: the preset's: 0.229,0.224,0.225 for imagenet, 1,1,1 otherwise)",
     "resize": "Image shorter side before the center crop (imagenet preset). (default: crop size * 256/224, i.e. 256 "
               "for a 224 crop)",
-    "bgr": "Feed images as BGR instead of RGB.",
+    "bgr": "Feed images as BGR instead of RGB. (default: the model metadata's onnxaccel.channel_order, else RGB)",
 }
 OPTIMIZE_IMAGE_HELP = {"mean": "Image normalization mean, e.g. 0.485,0.456,0.406.", "std": "Image normalization std.",
                        "resize": "Image shorter side before the center crop.", "bgr": "Images as BGR."}
@@ -112,7 +112,8 @@ class PreprocessArgs(Group):
             found += [option("mean", str | None, None, help=image["mean"]),
                       option("std", str | None, None, help=image["std"]),
                       option("resize", int | None, None, help=image["resize"]),
-                      option("layout", str, "nchw", help="Image tensor layout: nchw or nhwc."),
+                      option("layout", str | None, None, help="Image tensor layout: nchw or nhwc. (default: "
+                             "the image input's: nhwc where its last axis is 1, 3 or 4 channels, else nchw)"),
                       option("bgr", bool, False, "--bgr", help=image["bgr"])]
         if embed:
             found.append(option("embed_preprocess", str | None if embed[1] is None else str, embed[1],
@@ -142,11 +143,11 @@ class PreprocessArgs(Group):
         preset = v.preprocess.lower() if v.preprocess else None
         if not self.image:
             return PreprocessRequest(preset=preset) if preset else None
-        if v.layout.lower() not in ("nchw", "nhwc"):
+        if v.layout is not None and v.layout.lower() not in ("nchw", "nhwc"):
             raise InputError(f"--layout must be nchw or nhwc, got '{v.layout}'.", "Use --layout nchw or --layout nhwc.")
         return PreprocessRequest(preset=preset, mean=floats(v.mean, "--mean") if v.mean else None,
                                  std=floats(v.std, "--std") if v.std else None, resize=v.resize,
-                                 layout=v.layout.lower(), channel_order="bgr" if v.bgr else "rgb")
+                                 layout=v.layout.lower() if v.layout else None, channel_order="bgr" if v.bgr else None)
 
 
 class AccuracyArgs(Group):

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from onnxaccel import startup
-from onnxaccel.cli.args_data import OutputArgs, PreprocessArgs
+from onnxaccel.cli.args_data import RUN_IMAGE_HELP, OutputArgs, PreprocessArgs
 from onnxaccel.cli.args_model import ConfigArgs, ShapeArgs, SourceArg, TargetArgs
 from onnxaccel.cli.common import console, err_console, handle_errors, note, print_json, warn
 from onnxaccel.cli.compose import REQUIRED, Built, Group, composed, option
@@ -28,7 +28,8 @@ from onnxaccel.errors import ModelError, UsageError
 EXIT_WITH_ERRORS = 3
 #: The order of the options in --help.
 ORDER = ("model input output target precision ep_option config ray batch workers cpus_per_worker shape column "
-         "id_column images_per_shard overwrite shape_buckets on_error embed_preprocess preprocess decoder as_json")
+         "id_column images_per_shard overwrite shape_buckets on_error embed_preprocess preprocess mean std resize "
+         "layout bgr decoder as_json")
 
 
 class DatasetArgs(Group):
@@ -99,7 +100,8 @@ def register(app: typer.Typer) -> None:
                           "embedded (it takes uint8 NHWC pixels; cast, scale, mean/std and transpose run in the "
                           "graph), images decoded at reduced size by a pool of processes. Default: on GPU targets, "
                           "images given --preprocess imagenet|yolo|scale01 get it embedded; none: never. A model "
-                          "with preprocessing embedded already is fed pixels without this flag.", None)),
+                          "with preprocessing embedded already is fed pixels without this flag; --mean, --std, "
+                          "--resize or --bgr keep the preprocessing on the host.", None), image=RUN_IMAGE_HELP),
     OutputArgs(), order=ORDER,
 )
 def batch_command(model, data, target, tuned, ray, shapes, preprocess, as_json) -> None:
@@ -187,6 +189,11 @@ def _render(report) -> None:
                   f"{buckets}")
     console.print(f"input {escape(str(report.input['path']))}: {report.input['kind']}, {report.shards_total} shard(s), "
                   f"{report.rows_total} rows")
+    if report.shapes:
+        from onnxaccel.scale.shape_groups import describe_ran
+
+        console.print("shapes: " + "; ".join(describe_ran(entry) for entry in report.shapes), markup=False,
+                      highlight=False)
     if report.shards_skipped:
         note(f"{report.shards_skipped} shard(s) ({report.rows_skipped} rows) were finished before and skipped.")
     failed = f" ({report.rows_failed} unreadable row(s) left out)" if report.rows_failed else ""

@@ -49,6 +49,9 @@ class OutputSummary:
     inf: int
     topk: list[list[tuple[int, float]]] = field(default_factory=list)
     kind: str = "tensor"
+    #: The L2 norm of the finite values (per row in ``row_norms`` for an [N, D] output, first 8 rows).
+    norm: float | None = None
+    row_norms: list[float] = field(default_factory=list)
 
     @classmethod
     def of(cls, name: str, value, k: int) -> OutputSummary:
@@ -78,7 +81,12 @@ class OutputSummary:
                 idx = np.argsort(-row, kind="stable")[:k]
                 topk.append([(int(i), float(row[i])) for i in idx])
         floating = as_float is not None and (value.dtype.kind == "f" or value.dtype.kind == "V")
+        norms = []
+        if floating and value.ndim == 2 and value.shape[0]:
+            norms = [float(np.linalg.norm(np.nan_to_num(r, posinf=0, neginf=0))) for r in as_float[:8]]
         return cls(
+            norm=float(np.linalg.norm(finite)) if floating and finite is not None and finite.size else None,
+            row_norms=norms,
             name=name, dtype="string" if value.dtype.kind in "OUS" else value.dtype.name, shape=list(value.shape),
             min=float(finite.min()) if finite is not None and finite.size else None,
             max=float(finite.max()) if finite is not None and finite.size else None,
@@ -91,7 +99,8 @@ class OutputSummary:
     def to_dict(self) -> dict:
         """The summary as JSON-ready values (the `outputs` entries of `run --json`)."""
         return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "shape": self.shape, "min": self.min,
-                "max": self.max, "mean": self.mean, "nan": self.nan, "inf": self.inf,
+                "max": self.max, "mean": self.mean, "norm": self.norm, "row_norms": self.row_norms, "nan": self.nan,
+                "inf": self.inf,
                 "topk": [[{"index": i, "score": s} for i, s in row] for row in self.topk]}
 
 
@@ -206,10 +215,14 @@ def run_command(model, given, target, shapes, want, execution, preprocess, tuned
     latency = (time.perf_counter() - start) * 1e3
     started = startup.summary(first_result=True)
     warnings = list(prepared.warnings) + [o.note for o in prepared.origins if o.note]
+    warnings += [f"input '{o.name}': {o.image.warning}" for o in prepared.origins if o.image and o.image.warning]
     images = [(Path(o.image.source), o.image) for o in prepared.origins if o.image is not None and o.image.source]
-    kind, why = choose_postprocess(want.postprocess, prepared.model.metadata, outputs)
+    graph = prepared.model.proto.graph
+    kind, why = choose_postprocess(want.postprocess, prepared.model.metadata, outputs, graph)
     post = postprocess_outputs(kind, why, outputs, prepared.model.metadata, images=images, k=want.topk,
-                               conf=want.conf, iou=want.iou, draw=want.draw)
+                               conf=want.conf, iou=want.iou, draw=want.draw, graph=graph)
+    # Raw top-k only for the output post-processing ranks: an embedding or other tensor is summarised instead.
+    ranked = {post.output} if post.kind == "topk" else set()
     saved = None
     if want.save is not None:
         saved, skipped = save_outputs(want.save, outputs, prepared.model)
@@ -221,7 +234,7 @@ def run_command(model, given, target, shapes, want, execution, preprocess, tuned
         compile_seconds=runner.compile_seconds, latency_ms=latency,
         input_shapes={k: list(v) for k, v in prepared.model.input_shapes.items()},
         placement=runner.placement.to_dict(),
-        outputs=[OutputSummary.of(k, v, want.topk) for k, v in outputs.items()],
+        outputs=[OutputSummary.of(k, v, want.topk if k in ranked else 0) for k, v in outputs.items()],
         warnings=warnings, saved=saved, inputs=[o.to_dict() for o in prepared.origins],
         preprocess={o.name: o.image.to_dict() for o in prepared.origins if o.image is not None},
         postprocess=post.to_dict(), plan=prepared.plan.to_dict() if prepared.plan else None,
@@ -282,7 +295,8 @@ def save_outputs(path: Path, outputs: dict, model: Model) -> tuple[str, list[str
 
 def _render(result: RunResult) -> None:
     for message in result.warnings:
-        (warn if "fall" in message or "took" in message else note)(message)
+        loud = ("fall", "took", "cropped the image", "changed the aspect ratio")
+        (warn if any(word in message for word in loud) else note)(message)
     shapes = ", ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in result.input_shapes.items())
     console.print(f"[bold]{escape(result.model)}[/] on [bold]{escape(result.target)}[/] ({result.providers[0]}); inputs {shapes}")
     for origin in result.inputs:
@@ -298,16 +312,19 @@ def _render(result: RunResult) -> None:
                   f"{result.latency_ms:.2f} ms ({'IO binding' if result.iobinding else 'numpy in/out'})")
     if result.startup:
         console.print(startup.Startup.from_dict(result.startup).line(), markup=False, highlight=False)
-    table = columns(new_table("outputs"), ("name", "dtype", "shape", "min", "max", "mean", "NaN/Inf"),
-                    numbers=("min", "max", "mean", "NaN/Inf"))
+    table = columns(new_table("outputs"), ("name", "dtype", "shape", "min", "max", "mean", "norm", "NaN/Inf"),
+                    numbers=("min", "max", "mean", "norm", "NaN/Inf"))
     for out in result.outputs:
         fmt = (lambda v: "-" if v is None else f"{v:.4g}")
         shape = f"[{out.shape[0]}]" if out.kind == "sequence" else "x".join(map(str, out.shape)) or "scalar"
         table.add_row(escape(out.name), out.dtype, "-" if out.kind == "none" else escape(shape), fmt(out.min),
                       fmt(out.max),
-                      fmt(out.mean), f"{out.nan}/{out.inf}" if out.nan or out.inf else "0")
+                      fmt(out.mean), fmt(out.norm), f"{out.nan}/{out.inf}" if out.nan or out.inf else "0")
     console.print(table)
     for out in result.outputs:
+        if len(out.row_norms) > 1:
+            console.print(f"{out.name}: L2 norm per row " + ", ".join(f"{n:.4g}" for n in out.row_norms), markup=False,
+                          highlight=False)
         for i, row in enumerate(out.topk[:8]):
             ranked = ", ".join(f"{idx} ({score:.4f})" for idx, score in row)
             console.print(f"top-{len(row)} {out.name}[{i}]: {ranked}", markup=False)

@@ -339,7 +339,9 @@ class NvjpegDecoder:
         n, _, h0, w0 = img.shape
         height, width, pre = self.height, self.width, self.pre
         x = img.float()
-        if pre.preset == "imagenet":
+        if (h0, w0) == (height, width) and pre.preset != "yolo":  # already the model's size (apply_geometry)
+            pass
+        elif pre.preset == "imagenet":
             short = pre.resize or round(min(height, width) * 256 / 224)
             scale = short / min(h0, w0)
             nh, nw = max(height, round(h0 * scale)), max(width, round(w0 * scale))

@@ -1,7 +1,9 @@
 """Post-processing of `run`'s outputs: which one applies (``--postprocess`` or the model), and its result.
 
-Default: ``detect`` when Ultralytics metadata says task=detect, ``topk`` when an output is a [N, 1000]
-classifier output or a [N, C] one whose C classes the metadata names (prepost/class_names.py), else ``none``.
+Default: ``detect`` when Ultralytics metadata says task=detect, ``topk`` when an output is a classification
+(:func:`classification_outputs`: [N, 1000] or [N, 1001] ImageNet scores, [N, C] with C class names in the
+metadata (prepost/class_names.py), or [N, C] computed by a final Softmax), else ``none``: an embedding or any
+other tensor is summarised (shape, norm, min/max), never ranked.
 Top-k names its classes by the metadata's class names when their count matches, else ImageNet's for 1000
 classes, else shows indices only (with a note when the metadata's names did not match).
 """
@@ -52,9 +54,50 @@ class PostResult:
         return out
 
 
-def choose_postprocess(requested: str | None, metadata: Mapping[str, str], outputs: Mapping[str, object]
-                       ) -> tuple[str, str]:
-    """The post-processing to apply and why: ``requested`` wins, else the rules in the module docstring."""
+#: Ops an output may pass through after its Softmax and still be the classifier's probabilities.
+_PASS_THROUGH = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Cast"}
+#: Class counts of ImageNet classifiers: 1000, and 1001 with a background class (TF-slim's).
+IMAGENET_COUNTS = (IMAGENET_CLASSES, IMAGENET_CLASSES + 1)
+
+
+def softmax_outputs(graph) -> set[str]:
+    """The graph outputs computed by a Softmax or LogSoftmax, through reshapes, casts and identities."""
+    producer = {out: node for node in graph.node for out in node.output}
+    found = set()
+    for output in graph.output:
+        node = producer.get(output.name)
+        while node is not None and node.op_type in _PASS_THROUGH and node.input:
+            node = producer.get(node.input[0])
+        if node is not None and node.op_type in ("Softmax", "LogSoftmax"):
+            found.add(output.name)
+    return found
+
+
+def classification_outputs(metadata: Mapping[str, str], outputs: Mapping[str, object], graph=None
+                           ) -> dict[str, str]:
+    """Output name -> why it is a classification, for the [N, C] float outputs that are one: C of ImageNet's
+    counts, C classes named by the metadata, or (``graph`` given) a final Softmax."""
+    named = class_names(metadata)
+    softmax = softmax_outputs(graph) if graph is not None else set()
+    found = {}
+    for name, value in outputs.items():
+        rows = classifier_rows(value) if isinstance(value, np.ndarray) else None
+        if rows is None:
+            continue
+        classes = rows.shape[1]
+        if classes in IMAGENET_COUNTS:
+            found[name] = f"a [N, {classes}] output (ImageNet classes)"
+        elif named is not None and named.for_classes(classes)[0] is not None:
+            found[name] = f"a [N, {classes}] output ({name}) named by metadata '{named.key}'"
+        elif name in softmax:
+            found[name] = f"a [N, {classes}] output ({name}) computed by a Softmax"
+    return found
+
+
+def choose_postprocess(requested: str | None, metadata: Mapping[str, str], outputs: Mapping[str, object],
+                       graph=None) -> tuple[str, str]:
+    """The post-processing to apply and why: ``requested`` wins, else the rules in the module docstring
+    (``graph``: the model's graph, for outputs computed by a Softmax)."""
     if requested is not None:
         if requested not in POSTPROCESS:
             raise InputError(f"--postprocess must be one of {', '.join(POSTPROCESS)}, got '{requested}'.",
@@ -62,29 +105,25 @@ def choose_postprocess(requested: str | None, metadata: Mapping[str, str], outpu
         return requested, "--postprocess"
     if ultralytics_meta(metadata).task == "detect":
         return "detect", "Ultralytics metadata task=detect"
-    for value in outputs.values():
-        rows = classifier_rows(value) if isinstance(value, np.ndarray) else None
-        if rows is not None and rows.shape[1] == IMAGENET_CLASSES:
-            return "topk", "a [N, 1000] output (ImageNet classes)"
-    named = class_names(metadata)
-    for name, value in outputs.items():
-        rows = classifier_rows(value) if isinstance(value, np.ndarray) else None
-        if named is not None and rows is not None and named.for_classes(rows.shape[1])[0] is not None:
-            return "topk", f"a [N, {rows.shape[1]}] output ({name}) named by metadata '{named.key}'"
-    return "none", "default"
+    found = classification_outputs(metadata, outputs, graph)
+    if found:
+        return "topk", next(iter(found.values()))
+    return "none", "no output is a classification (an [N, 1000] output, class names in the metadata, a final Softmax)"
 
 
 def postprocess(kind: str, origin: str, outputs: Mapping[str, object], metadata: Mapping[str, str], *,
                 images: Sequence[tuple[Path, ImageInfo]] = (), k: int = 5, conf: float = DEFAULT_CONF,
-                iou: float = DEFAULT_IOU, draw: Path | None = None) -> PostResult:
-    """Apply ``kind`` to ``outputs``; ``images`` are the image feeds (path, what preprocessing did)."""
+                iou: float = DEFAULT_IOU, draw: Path | None = None, graph=None) -> PostResult:
+    """Apply ``kind`` to ``outputs``; ``images`` are the image feeds (path, what preprocessing did); ``graph``: the
+    model's graph (top-k ranks a classification output first, :func:`classification_outputs`)."""
     if draw is not None and kind != "detect":
         raise InputError(f"--draw needs --postprocess detect (the post-processing is {kind}).",
                          "Add --postprocess detect, or drop --draw.")
     if kind == "none":
         return PostResult(kind, origin)
     if kind == "topk":
-        for name, value in outputs.items():
+        chosen = classification_outputs(metadata, outputs, graph)
+        for name, value in sorted(outputs.items(), key=lambda item: item[0] not in chosen):
             rows = classifier_rows(value) if isinstance(value, np.ndarray) else None
             if rows is not None:
                 return _ranked(kind, origin, name, value, rows.shape[1], metadata, k)

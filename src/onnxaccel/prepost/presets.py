@@ -19,6 +19,11 @@ from onnxaccel.prepost.class_names import parse_names
 
 #: The zoo's metadata key naming a preset (zoo/finish.py META_PREPROCESS; read here to avoid importing the zoo).
 META_PREPROCESS = "onnxaccel.preprocess"
+#: A model's channel order, "rgb" or "bgr" (models trained on OpenCV's BGR images, e.g. PaddleOCR's).
+META_CHANNEL_ORDER = "onnxaccel.channel_order"
+#: What `optimize --embed-preprocess` embedded (transform/embed_preprocess.py META_EMBEDDED, JSON with the
+#: preset): such a model takes uint8 pixels at that preset's geometry.
+META_EMBEDDED = "onnxaccel.embedded_preprocess"
 DEFAULT_STRIDE = 32
 
 #: Each preset's scale, mean and std before ``--mean``/``--std`` overrides.
@@ -80,8 +85,10 @@ class PreprocessRequest:
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
     resize: int | None = None
-    layout: str = "nchw"
-    channel_order: str = "rgb"
+    #: nchw or nhwc; None: the image input's own (NHWC where its last axis is 1, 3 or 4 channels), else nchw.
+    layout: str | None = None
+    #: rgb or bgr; None: the metadata's (META_CHANNEL_ORDER, the embedded preprocessing's), else rgb.
+    channel_order: str | None = None
 
     def __post_init__(self) -> None:
         if self.preset is not None and self.preset not in PRESETS:
@@ -97,13 +104,45 @@ def preset_from_metadata(metadata: Mapping[str, str]) -> tuple[str | None, str]:
     zoo = metadata.get(META_PREPROCESS)
     if zoo in PRESETS:
         return zoo, f"model metadata {META_PREPROCESS}={zoo}"
+    embedded = _embedded(metadata).get("preset")
+    if embedded in PRESETS:
+        return embedded, (f"model metadata {META_EMBEDDED}: {embedded} geometry; the model scales and normalizes "
+                          "the pixels itself")
     return None, "the model's metadata names no preprocessing"
 
 
-def resolve_preprocess(metadata: Mapping[str, str], request: PreprocessRequest | ImagePreprocess | None
-                       ) -> ImagePreprocess:
+def _embedded(metadata: Mapping[str, str]) -> dict:
+    import json
+
+    try:
+        value = json.loads(metadata.get(META_EMBEDDED) or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def channel_order_of(metadata: Mapping[str, str]) -> tuple[str | None, str]:
+    """The channel order the metadata gives (META_CHANNEL_ORDER, else the embedded preprocessing's) and which key
+    said so; (None, "") when it gives none."""
+    for key, value in ((META_CHANNEL_ORDER, metadata.get(META_CHANNEL_ORDER)),
+                       (META_EMBEDDED, _embedded(metadata).get("channel_order"))):
+        if isinstance(value, str) and value.lower() in ("rgb", "bgr"):
+            return value.lower(), f"model metadata {key}"
+    return None, ""
+
+
+def layout_of(shape) -> str:
+    """nhwc for a 4-D shape whose last axis is a channel count (1, 3, 4) and whose axis 1 is not; else nchw."""
+    if shape is not None and len(shape) == 4 and shape[3] in (1, 3, 4) and shape[1] not in (1, 3, 4):
+        return "nhwc"
+    return "nchw"
+
+
+def resolve_preprocess(metadata: Mapping[str, str], request: PreprocessRequest | ImagePreprocess | None,
+                       shape=None) -> ImagePreprocess:
     """The concrete preprocessing for a model: an ImagePreprocess is kept (filled with the metadata's size
-    and stride for yolo); a request (or None) is resolved by the rules in this module's docstring."""
+    and stride for yolo); a request (or None) is resolved by the rules in this module's docstring. ``shape``: the
+    image input's declared shape, which decides the layout where the request leaves it open."""
     meta = ultralytics_meta(metadata)
     stride = meta.stride or DEFAULT_STRIDE
     if isinstance(request, ImagePreprocess):
@@ -127,6 +166,13 @@ def resolve_preprocess(metadata: Mapping[str, str], request: PreprocessRequest |
     scale, mean, std = _VALUES[name]
     if request.mean is not None or request.std is not None:
         origin += " (--mean/--std given)"
+    order = request.channel_order
+    if order is None:
+        order, key = channel_order_of(metadata)
+        origin += f" ({order.upper()} from {key})" if order else ""
+    layout = request.layout or layout_of(shape)
+    if request.layout is None and layout == "nhwc":
+        origin += " (NHWC: the input's last axis holds the channels)"
     return ImagePreprocess(resize=request.resize, mean=request.mean or mean, std=request.std or std, scale=scale,
-                           layout=request.layout, channel_order=request.channel_order, preset=name,
+                           layout=layout, channel_order=order or "rgb", preset=name,
                            stride=stride, size=meta.imgsz if name == "yolo" else None, origin=origin)

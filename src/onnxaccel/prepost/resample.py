@@ -66,6 +66,8 @@ def geometry_plan(h0: int, w0: int, height: int, width: int, pre: ImagePreproces
     """The preset's geometry for one image of h0 x w0 as (rows plan, columns plan, pad): each plan is axis_plan's
     (first input index, weights) over the output's rows / columns; pad is the letterbox's fill value (yolo) or
     None. Sizes and rounding as NvjpegDecoder's per-size geometry and inputs_files.apply_geometry."""
+    if (h0, w0) == (height, width) and pre.preset != "yolo":  # already the model's size: fed as it is
+        return axis_plan(h0, height, h0, 0), axis_plan(w0, width, w0, 0), None
     if pre.preset == "imagenet":
         short = pre.resize or round(min(height, width) * 256 / 224)
         scale = short / min(h0, w0)

@@ -66,6 +66,9 @@ class Shard:
     fingerprint: str
     #: Set when the shard's file could not be scanned (``on_error="skip"``): the shard has no rows.
     bad: BadInput | None = None
+    #: Per model input, the shape of one row as the file holds it (.npy/.npz shards; empty for other kinds): what
+    #: binds the model's symbolic dims for this shard (scale/shape_groups.py).
+    row_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -202,7 +205,7 @@ def _scan(files: list[Path], base: Path, on_error: str, scan_one) -> list[Shard]
     for index, path in enumerate(files):
         rel = path.relative_to(base)
         try:
-            rows = scan_one(path)
+            scanned = scan_one(path)
         except InputError as exc:
             if on_error != "skip":
                 raise
@@ -210,7 +213,8 @@ def _scan(files: list[Path], base: Path, on_error: str, scan_one) -> list[Shard]
             shards.append(Shard(index, _shard_name(rel), (str(rel),), 0, _stamp([path], base),
                                 BadInput(str(rel), exc.message, "scan")))
             continue
-        shards.append(Shard(index, _shard_name(rel), (str(rel),), rows, _stamp([path], base)))
+        rows, row_shapes = scanned if isinstance(scanned, tuple) else (scanned, ())
+        shards.append(Shard(index, _shard_name(rel), (str(rel),), rows, _stamp([path], base), row_shapes=row_shapes))
     if first_error is not None and all(s.bad for s in shards):
         raise first_error
     return shards
@@ -260,10 +264,13 @@ def _array_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
                          "Write shards with numpy.savez.") from None
 
 
-def _array_shard(path: Path, base: Path, model: Model, columns: dict[str, str]) -> int:
-    """Rows of one .npy/.npz shard, its arrays checked against the model's inputs (headers only)."""
+def _array_shard(path: Path, base: Path, model: Model, columns: dict[str, str]
+                 ) -> tuple[int, tuple[tuple[str, tuple[int, ...]], ...]]:
+    """Rows of one .npy/.npz shard and its row shape per input, its arrays checked against the model's inputs
+    (headers only)."""
     headers = _array_headers(path)
     rows = None
+    row_shapes = []
     for spec in model.inputs:
         key = _array_key(path, headers, spec, columns, model)
         shape, dtype = headers[key]
@@ -275,7 +282,8 @@ def _array_shard(path: Path, base: Path, model: Model, columns: dict[str, str]) 
             raise InputError(f"{path}: the arrays for the model's inputs have different row counts "
                              f"({rows} and {shape[0]}).", "Every array of a shard needs the same axis 0.")
         rows = shape[0]
-    return rows or 0
+        row_shapes.append((spec.name, tuple(int(d) for d in shape[1:])))
+    return rows or 0, tuple(row_shapes)
 
 
 def _array_key(path: Path, headers: dict, spec: TensorSpec, columns: dict[str, str], model: Model) -> str:
@@ -299,7 +307,7 @@ def parquet_modules():
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as exc:
-        raise MissingDependencyError("pyarrow", "ray", "Reading and writing parquet") from exc
+        raise MissingDependencyError("pyarrow", "parquet", "Reading and writing parquet") from exc
     return pa, pq
 
 
@@ -328,6 +336,13 @@ def _parquet_shard(pa_pq, path: Path, base: Path, model: Model, columns: dict[st
 
 def _check_row_shape(spec: TensorSpec, model: Model, row_shape: tuple, dtype: np.dtype, where: str) -> None:
     want = row_shape_of(model, spec.name)
+    declared = tuple(spec.shape[1:]) if spec.shape else None
+    if want is None and declared is not None and (len(row_shape) != len(declared) or any(
+            isinstance(d, int) and d > 0 and d != got for d, got in zip(declared, row_shape))):
+        text = "[" + ", ".join(str(d) if isinstance(d, int) and d > 0 else "?" for d in declared) + "]"
+        raise InputError(f"{where}: rows for input '{spec.name}' have shape {list(row_shape)}; the model takes "
+                         f"{text} per row (its input {spec.shape_text()} without the batch axis).",
+                         f"Save rows of shape {text} (? any size), one row per index of axis 0.")
     if want is not None and tuple(row_shape) != want:
         raise InputError(f"{where}: rows for input '{spec.name}' have shape {list(row_shape)}; the model takes "
                          f"{list(want)} per row (bound shape {list(model.input_shapes[spec.name])}).",

@@ -29,6 +29,8 @@ from onnxaccel.scale.local import rows_of
 from onnxaccel.scale.pipeline import run_pipelined
 from onnxaccel.scale.ray_data import plan_pool, run_on_ray
 from onnxaccel.scale.report import BatchReport, WorkerStats
+from onnxaccel.scale.shape_groups import shape_groups
+from onnxaccel.scale.stages import merged
 from onnxaccel.scale.worker import UnitResult, WorkerSpec, hand_over
 from onnxaccel.scale.writer import OutputStore
 from onnxaccel.plan import ExecutionPlan, PlanRequest, plan_execution
@@ -102,19 +104,19 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
         request = PreprocessRequest(preset=embedded["preset"])
     else:
         request = job.preprocess
-    job = dataclasses.replace(job, preprocess=resolve_preprocess(model.metadata, request))
+    image_shape = model.inputs[0].shape if len(model.inputs) == 1 else None
+    job = dataclasses.replace(job, preprocess=resolve_preprocess(model.metadata, request, image_shape))
     target = plan.requested
     batch = plan.batch_sizes[0]
-    bound = model.bind(dict(job.shapes) or None, batch=batch)
-    if job.shape_buckets:
-        bound = _bucketed_rows(bound, job.shape_buckets)
-    dataset = open_dataset(job.input, bound, columns=job.columns, id_column=job.id_column,
+    # The rows' own shapes bind the model's dims (under --shape), per group of shards: scale/shape_groups.py.
+    dataset = open_dataset(job.input, model, columns=job.columns, id_column=job.id_column,
                            preprocess=job.preprocess, images_per_shard=job.images_per_shard,
                            on_error=job.on_error)
     if job.shape_buckets and dataset.kind != "arrays":
         raise InputError(f"--shape-buckets reads .npy/.npz shards; --input {job.input} holds {dataset.kind}.",
                          "Save rows of each length as .npy/.npz shards (one length per shard), or drop "
                          "--shape-buckets and bind --shape.")
+    groups, dataset = shape_groups(model, dataset, dict(job.shapes), batch, job.shape_buckets, job.on_error)
     # What decides how a row is computed, not which files there are (those are fingerprinted per shard), nor
     # where the data lies (the same data moved elsewhere is still the same job).
     described = dataset.describe()
@@ -131,13 +133,14 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
             store.write_bad(s.name, s.index, s.fingerprint, s.bad)
     pending = [s.index for s in dataset.shards if s.rows and s.name not in finished]
     skipped = [s for s in dataset.shards if s.index not in pending and s.bad is None]
-    units = plan_units(dataset, pending, batch)
+    runs = [(group, plan_units(dataset, [i for i in pending if i in group.shards], batch)) for group in groups]
+    units = [unit for _, group_units in runs for unit in group_units]
     rows_total = dataset.rows
     rows_skipped = sum(s.rows for s in skipped)
     # The workers build sessions with the plan's target (one CPU thread per GPU session, graph capture as
     # planned); the output header keeps the requested target, so a rerun with the same request resumes.
-    spec = WorkerSpec(run_model, plan, dataset, dict(job.shapes), shape_buckets=job.shape_buckets,
-                      on_error=job.on_error)
+    specs = [(WorkerSpec(run_model, plan, dataset, dict(group.shapes), shape_buckets=job.shape_buckets,
+                         on_error=job.on_error), group_units) for group, group_units in runs if group_units]
     hand_over(run_model, model)  # this process's worker takes the model read here instead of reading it again
 
     assembler = ShardAssembler(dataset, store)
@@ -165,6 +168,12 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
     if progress is not None:
         progress(Progress(rows_skipped, rows_total, len(skipped), len(dataset.shards)))
     warnings: list[str] = list(notes)
+    if dataset.kind == "images" and job.preprocess.geometry_warning():
+        warnings.append(job.preprocess.geometry_warning())
+    if len(groups) > 1:
+        warnings.append(f"the rows have {len(groups)} shapes: each ran as a group of its own, with a session bound "
+                        "at its shapes" + ("" if job.shape_buckets else "; --shape-buckets pads rows to a few "
+                                           "shapes instead (fewer sessions, padded compute)"))
     ray_info = None
     stages = None
     if job.ray is None:
@@ -172,11 +181,14 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
             sink(result.unit.shard, rows_of(result.unit), result.row_ids, result.outputs, result.worker,
                  result.read_s, result.run_s, 1, result.bad)
 
-        more, times = run_pipelined(spec, units, unit_sink)
-        warnings += more
-        stages = times.to_dict() if units else None
+        parts = []
+        for spec, group_units in specs:
+            more, times = run_pipelined(spec, group_units, unit_sink)
+            warnings += [w for w in more if w not in warnings]
+            parts.append(times)
+        stages = merged(parts).to_dict() if units else None
     else:
-        ray_info = _run_ray(job, spec, target, units, sink, warnings)
+        ray_info = _run_ray(job, specs, target, len(units), sink, warnings)
     assembler.check_complete()
     errors = store.errors()  # this run's and those carried by shards finished before (their input unchanged)
     wall = time.perf_counter() - start
@@ -192,6 +204,7 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
         stages=stages, embedded=embedded, plan=plan.to_dict(),
         startup=startup.Startup(startup.spans(), done.get("first_result")).to_dict(),
         preprocess=job.preprocess.to_dict() if dataset.kind == "images" else None,
+        shapes=[entry for group in groups for entry in group.ran],
     )
 
 
@@ -204,11 +217,17 @@ def plan_job(job: BatchJob) -> tuple[ExecutionPlan, str, Model, dict | None, lis
     target = job.target if isinstance(job.target, Target) else parse_target(job.target)
     model = load_model(job.model)
     preset = job.preprocess.preset if job.preprocess is not None else None
+    embed = job.embed_preprocess
+    notes: list[str] = []
+    if embed == "auto" and _overrides(job.preprocess):
+        # An embedded preset computes its own mean/std, resize and channel order: the ones asked run on the host.
+        embed = "none"
+        notes.append("preprocessing kept on the host: --mean, --std, --resize or --bgr were given, and an embedded "
+                     "preset would compute the preset's own")
     request = PlanRequest(command="batch", batch=job.batch, shapes=dict(job.shapes), shape_buckets=job.shape_buckets,
-                          preprocess=preset, embed_preprocess=job.embed_preprocess, input_kind=input_kind(job.input),
+                          preprocess=preset, embed_preprocess=embed, input_kind=input_kind(job.input),
                           decoder=job.decoder)
     plan = plan_execution(target, request, model=model)
-    notes: list[str] = []
     path = job.model
     if plan.embed_preprocess is not None and embedded_of_model(model) is None:
         from onnxaccel.transform.embed_preprocess import embedded_copy
@@ -224,6 +243,13 @@ def plan_job(job: BatchJob) -> tuple[ExecutionPlan, str, Model, dict | None, lis
             notes.append(f"{plan.embed_preprocess} preprocessing embedded in the model "
                          f"({plan.choice('embed_preprocess').reason}); embed_preprocess 'none' keeps it on the host")
     return plan, path, model, embedded_of_model(model), notes
+
+
+def _overrides(pre: ImagePreprocess | PreprocessRequest | None) -> bool:
+    """Whether a preprocessing request changes a preset's mean, std, resize or channel order."""
+    if not isinstance(pre, PreprocessRequest):
+        return False
+    return pre.mean is not None or pre.std is not None or pre.resize is not None or pre.channel_order == "bgr"
 
 
 #: The metadata key a model with embedded preprocessing carries (transform/embed_preprocess.py META_EMBEDDED,
@@ -246,31 +272,19 @@ def embedded_of_model(model: Model) -> dict | None:
     return data if isinstance(data, dict) and data.get("preset") else None
 
 
-def _run_ray(job: BatchJob, spec: WorkerSpec, target: Target, units, sink, warnings: list[str]) -> dict:
-    import dataclasses
-
-
+def _run_ray(job: BatchJob, specs: list, target: Target, count: int, sink, warnings: list[str]) -> dict:
+    """Run each shape group's units (``specs``: (WorkerSpec, units) pairs) on one Ray cluster, one after another."""
     with ray_cluster(job.ray, num_cpus=job.local_cpus, object_store_mb=job.local_object_store_mb) as cluster:
         plan = plan_pool(target, cluster.gpus, cluster.cpus, job.workers, job.cpus_per_worker, cluster.address,
                          job.calls_per_worker)
-        if target.is_gpu:
-            if target.device_id is not None:
-                warnings.append(f"Ray gives each actor one GPU (as device 0); the device id in {target} is ignored.")
-            spec = dataclasses.replace(spec, drop_device_id=True)
-        elif "intra_op_num_threads" not in target.option_dict:
-            # ONNX Runtime's CPU pool defaults to every core; N actors on one node would oversubscribe it.
-            spec = dataclasses.replace(spec, options={"intra_op_num_threads": str(max(1, int(plan.num_cpus)))})
-        if units:
+        if target.is_gpu and target.device_id is not None:
+            warnings.append(f"Ray gives each actor one GPU (as device 0); the device id in {target} is ignored.")
+        for spec, units in specs:
+            if target.is_gpu:
+                spec = dataclasses.replace(spec, drop_device_id=True)
+            elif "intra_op_num_threads" not in target.option_dict:
+                # ONNX Runtime's CPU pool defaults to every core; N actors on one node would oversubscribe it.
+                spec = dataclasses.replace(spec, options={"intra_op_num_threads": str(max(1, int(plan.num_cpus)))})
             run_on_ray(spec, units, plan, sink, job.units_per_task)
-        return {"cluster": cluster.to_dict(), "pool": plan.to_dict(), "units": len(units)}
+        return {"cluster": cluster.to_dict(), "pool": plan.to_dict(), "units": count}
 
-
-def _bucketed_rows(bound: Model, spec: str) -> Model:
-    """The bound model without the shapes of inputs that carry a bucketed dim: their rows may have any length
-    (a bucket that fits is chosen per unit, and the run says which fit none)."""
-    from onnxaccel.engines.buckets import ShapeBuckets
-
-    buckets = ShapeBuckets.parse(spec)
-    buckets.validate(bound)
-    carried = set(buckets.axes(bound))
-    return dataclasses.replace(bound, input_shapes={k: v for k, v in bound.input_shapes.items() if k not in carried})

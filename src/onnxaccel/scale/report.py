@@ -67,6 +67,10 @@ class BatchReport:
     #: Where the time to the first rows computed went (startup.py Startup.to_dict): this process's stages (on
     #: Ray, the actors' sessions are not in it).
     startup: dict | None = None
+    #: The input shapes that ran (scale/shape_groups.py): per row shape, the shapes fed (``shapes``: input ->
+    #: dims, the batch axis as bound), the bucket they were padded to (``padded_to``, or None), shards and rows.
+    #: Shards skipped as finished count too: the shapes are the job's, not only this run's.
+    shapes: list[dict] = field(default_factory=list)
 
     @property
     def steady_s(self) -> float:
@@ -97,5 +101,5 @@ class BatchReport:
             "rows_per_s_wall": self.rows_per_s_wall, "workers": [w.to_dict() for w in self.workers],
             "ray": self.ray, "warnings": self.warnings, "shape_buckets": self.shape_buckets,
             "on_error": self.on_error, "errors": self.errors, "stages": self.stages, "embedded": self.embedded,
-            "preprocess": self.preprocess, "plan": self.plan, "startup": self.startup,
+            "preprocess": self.preprocess, "plan": self.plan, "startup": self.startup, "shapes": self.shapes,
         }

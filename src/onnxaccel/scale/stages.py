@@ -75,6 +75,24 @@ class StageTimes:
                 "notes": list(self.notes)}
 
 
+def merged(parts: Sequence[StageTimes]) -> StageTimes:
+    """The stage times of runs made one after another (a job's shape groups) as one: seconds and units summed,
+    the largest worker counts, the first decoder, every note once."""
+    if len(parts) == 1:
+        return parts[0]
+    out = StageTimes()
+    for part in parts:
+        for name in ("wall_s", "read_s", "decode_s", "wait_for_device_s", "starved_s", "run_s", "write_s", "units",
+                     "units_run"):
+            setattr(out, name, getattr(out, name) + getattr(part, name))
+        for name in ("read_workers", "decode_workers", "run_instances"):
+            setattr(out, name, max(getattr(out, name), getattr(part, name)))
+        out.host_copies = out.host_copies or part.host_copies
+        out.decoder, out.decoder_reason = out.decoder or part.decoder, out.decoder_reason or part.decoder_reason
+        out.notes.extend(n for n in part.notes if n not in out.notes)
+    return out
+
+
 def _pump(worker: BatchWorker, source, units: Sequence[Unit], sink: Sink, depth: int, times: StageTimes) -> None:
     """The three stages: a reader thread, the run in this thread, a writer thread."""
     ready: queue.Queue = queue.Queue(maxsize=depth)

@@ -113,7 +113,8 @@ class BatchWorker:
         if spec.shape_buckets:
             self.pool = RunnerPool.build(_bucketed_factory(spec, target), 1, name="batch")
             self.pool.submit(0, self.pool.runners[0].warm_up).result()  # each bucket compiled and warmed at load
-            bound = BoundModel(self.pool.runners[0].model)
+            largest = self.pool.runners[0].model  # bound at the largest bucket: bound again at its own shapes
+            bound = BoundModel(largest, dict(largest.input_shapes))
         else:
             bound = BoundModel(ModelFromSource(source_of(spec.model)), dict(spec.shapes) or None,
                                batch=spec.batch)
