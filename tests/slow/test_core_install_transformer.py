@@ -48,3 +48,20 @@ def test_optimize_fp16_then_inspect_a_transformer_on_the_core_install(core_pytho
         if matmuls:
             assert coverage["mac_ops"]["MatMul"] == {"counted": matmuls, "total": matmuls}
         assert 1.1e9 < graph["total_flops"] < 1.8e9  # the hand count, 1.43 GFLOPs, within 20%
+
+
+def test_optimize_fp16_on_the_zoo_bert_with_no_shape_given(core_python, tmp_path):
+    """The zoo's BERT on the core install, no --shape: the accuracy check runs at the example dims `inspect` uses
+    and says so; the written model keeps its dims dynamic and passes onnx's full check."""
+    out = tmp_path / "bert.fp16.onnx"
+    optimized = run_cli(core_python, "optimize", "zoo:bert-tiny", "-o", str(out), "--fp16", "-t", "cpu", "--json",
+                        cwd=tmp_path)
+    assert optimized.returncode == 0, optimized.stdout[-3000:] + optimized.stderr[-3000:]
+    report = json.loads(optimized.stdout)
+    shapes = report["accuracy"]["samples"]["shapes"]  # the shapes the accuracy check ran at, stated
+    assert shapes and all(len(found) == 1 and len(found[0]) == 2 for found in shapes.values()), shapes
+    check = ("import onnx, sys; m = onnx.load(sys.argv[1]); onnx.checker.check_model(m, full_check=True); "
+             "print([d.dim_param or d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim])")
+    checked = subprocess.run([str(core_python), "-c", check, str(out)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    assert any(isinstance(d, str) for d in eval(checked.stdout.strip()))  # noqa: S307 - a list of dims printed above

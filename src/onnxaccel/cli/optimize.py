@@ -194,6 +194,11 @@ def _render_accuracy(accuracy: dict, passed: bool) -> None:
     if not accuracy:
         return
     title = f"accuracy vs the original ({accuracy['samples']['count']} sample(s): {accuracy['samples']['source']})"
+    shapes = accuracy["samples"].get("shapes") or {}
+    if shapes:
+        console.print("accuracy checked at " + ", ".join(
+            f"{name}=" + " | ".join("x".join(map(str, s)) for s in found) for name, found in shapes.items()),
+            markup=False, highlight=False)
     table = columns(new_table(escape(title)), ("check", "threshold", "value", "result", "detail"),
                     numbers=("threshold", "value"))
     for check in accuracy.get("checks", []):

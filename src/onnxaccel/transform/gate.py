@@ -79,9 +79,20 @@ class Samples:
     source: str
     synthetic: bool
 
+    def shapes(self) -> dict[str, list[list[int]]]:
+        """Input name -> the distinct shapes the samples gave it (what the accuracy check covered)."""
+        found: dict[str, list[list[int]]] = {}
+        for feeds in self.feeds:
+            for name, value in feeds.items():
+                shape = [int(d) for d in np.shape(value)]
+                if shape not in found.setdefault(name, []):
+                    found[name].append(shape)
+        return found
+
     def to_dict(self) -> dict:
-        """JSON-ready form (the count, not the feeds)."""
-        return {"source": self.source, "count": len(self.feeds), "synthetic": self.synthetic}
+        """JSON-ready form (the count and the input shapes, not the feeds)."""
+        return {"source": self.source, "count": len(self.feeds), "synthetic": self.synthetic,
+                "shapes": self.shapes()}
 
 
 def gate_samples(bound: Model, *, eval_data: str | None, calibration: CalibrationData | None, count: int,
