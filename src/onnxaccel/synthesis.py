@@ -4,7 +4,9 @@ Floats are uniform in [0, 1) (image-like); booleans random; integer inputs are c
 with them, then by name: an input that ends up as the indices of Gather / GatherElements / GatherND /
 Scatter* (directly or through Cast/Reshape/Unsqueeze/Squeeze/Flatten/Identity) is drawn from [0, size of the
 indexed axis) when the graph tells that size, else from the small range [0, 8); the indices of OneHot from
-[0, depth); otherwise ``*mask*`` gets ones and ``*type*``/``*segment*`` zeros (as onnxruntime_perf_test and
+[0, depth); an input compared by Equal (through the same shape-only ops) with a constant holding a contiguous
+run of integers lo..hi, as a one-hot spelled out (JAX's one_hot through tf2onnx) does, from [lo, hi]; otherwise
+``*mask*`` gets ones and ``*type*``/``*segment*`` zeros (as onnxruntime_perf_test and
 Olive do), other integers the default [0, 1000). Each description says which range was used and why.
 ``value_ranges`` (``--value-range NAME=LOW,HIGH``, as Polygraphy's ``--val-range``) overrides all of that.
 Sequences get one element, optionals are left empty; strings and maps cannot be synthesized.
@@ -41,16 +43,22 @@ _PASS_THROUGH = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity
                  "Transpose", "Slice", "Concat"}
 #: OneHot: indices input position -> depth input position (the indices' range is [0, depth)).
 _ONE_HOT = {0: 1}
+#: Comparisons whose other operand, a constant holding the integers lo..hi, tells the input's range (a one-hot
+#: spelled out as Equal against 0..K-1).
+_RANGE_OPS = {"Equal"}
+#: Largest constant read to find such a range.
+_RANGE_CONSTANT_MAX = 1 << 20
 #: com.microsoft EmbedLayerNormalization: ids input -> embedding table input (rows are the ids' range).
 _EMBED_LAYER_NORM = {0: 2, 1: 4}
 
 
 @dataclass(frozen=True)
 class IndexBound:
-    """An integer input used as indices: draw from [0, high); ``reason`` says which op and axis tell it."""
+    """An integer input used as indices: draw from [low, high); ``reason`` says which op and axis tell it."""
 
     high: int
     reason: str
+    low: int = 0
 
 
 def synthesize(
@@ -145,16 +153,17 @@ def _random_tensor(
             how = f"integers in [{low}, {high}] (--value-range)"
             return rng.integers(low, high + 1, size=shape).astype(dtype), how
         if index is not None:
-            high = max(1, min(index.high, hi_limit + 1))
-            return (rng.integers(0, high, size=shape).astype(dtype),
-                    f"integers in [0, {high}) ({index.reason})")
+            low = max(index.low, lo_limit)
+            high = max(low + 1, min(index.high, hi_limit + 1))
+            return (rng.integers(low, high, size=shape).astype(dtype),
+                    f"integers in [{low}, {high}) ({index.reason})")
         if "mask" in name:
             return np.ones(shape, dtype=dtype), "ones (a mask, by its name)"
         if "type" in name or "segment" in name:
             return np.zeros(shape, dtype=dtype), "zeros (token types, by the name)"
         high = min(DEFAULT_INT_HIGH, hi_limit + 1)
         low = max(0, lo_limit) if lo_limit >= 0 else 0
-        why = ("the default range: no Gather/OneHot in the graph bounds it as an index; "
+        why = ("the default range: no Gather/OneHot/Equal in the graph bounds it; "
                f"--value-range {spec.name}=LOW,HIGH sets one")
         return rng.integers(low, high, size=shape).astype(dtype), f"integers in [{low}, {high}) ({why})"
     if dtype.kind == "f" or _is_ml_float(dtype):
@@ -197,11 +206,12 @@ def _is_ml_float(dtype: np.dtype) -> bool:
 # -- index-aware bounds -----------------------------------------------------------------------------------
 
 def index_bounds(model: Model) -> dict[str, IndexBound]:
-    """For each integer graph input used as indices: the range [0, high) that keeps every index in bounds.
+    """For each integer graph input used as indices: the range [low, high) that keeps every index in bounds.
 
-    ``high`` is the size of the indexed axis of the data tensor when the graph tells it (an initializer, a
-    Constant, a graph input with a fixed or bound dim, or onnx's shape inference), else SMALL_INDEX_HIGH.
-    An input that indexes several tensors gets the smallest range.
+    ``low`` is 0 and ``high`` the size of the indexed axis of the data tensor when the graph tells it (an initializer, a
+    Constant, a graph input with a fixed or bound dim, or onnx's shape inference), else SMALL_INDEX_HIGH; an
+    input compared by Equal with a constant holding the integers lo..hi gets [lo, hi + 1). An input bounded
+    several ways gets the narrowest range.
     """
     graph = model.proto.graph
     consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
@@ -220,12 +230,13 @@ def index_bounds(model: Model) -> dict[str, IndexBound]:
             if bound is not None:
                 found.append(bound)
         if found:
-            out[spec.name] = min(found, key=lambda b: b.high)
+            out[spec.name] = min(found, key=lambda b: b.high - b.low)
     return out
 
 
 def _index_uses(name: str, consumers: Mapping[str, list]) -> list[tuple[onnx.NodeProto, int]]:
-    """(node, input position) where ``name``, or a value passed on from it unchanged, is used as indices."""
+    """(node, input position) where ``name``, or a value passed on from it unchanged, is used as indices
+    (or compared with a constant that may tell its range)."""
     uses, todo, seen = [], [name], set()
     while todo:
         current = todo.pop()
@@ -240,6 +251,8 @@ def _index_uses(name: str, consumers: Mapping[str, list]) -> list[tuple[onnx.Nod
                 uses.append((node, pos))
             elif domain == "com.microsoft" and node.op_type == "EmbedLayerNormalization" and pos in _EMBED_LAYER_NORM:
                 uses.append((node, pos))
+            elif domain == "ai.onnx" and node.op_type in _RANGE_OPS and pos in (0, 1):
+                uses.append((node, pos))
             elif domain == "ai.onnx" and node.op_type in _PASS_THROUGH and (pos == 0 or node.op_type == "Concat"):
                 todo.extend(o for o in node.output if o)
     return uses
@@ -247,6 +260,8 @@ def _index_uses(name: str, consumers: Mapping[str, list]) -> list[tuple[onnx.Nod
 
 def _bound_for(node: onnx.NodeProto, pos: int, sizes: _ShapeLookup) -> IndexBound | None:
     label = f"{node.op_type} '{node.name}'" if node.name else node.op_type
+    if node.op_type in _RANGE_OPS:
+        return _range_bound(node, pos, sizes, label)
     if node.op_type == "EmbedLayerNormalization":
         table = node.input[_EMBED_LAYER_NORM[pos]] if len(node.input) > _EMBED_LAYER_NORM[pos] else ""
         shape = sizes.shape(table) if table else None
@@ -278,6 +293,24 @@ def _bound_for(node: onnx.NodeProto, pos: int, sizes: _ShapeLookup) -> IndexBoun
     return IndexBound(SMALL_INDEX_HIGH, f"indices of {label}; the size of the indexed axes is unknown")
 
 
+def _range_bound(node: onnx.NodeProto, pos: int, sizes: _ShapeLookup, label: str) -> IndexBound | None:
+    """[lo, hi + 1) when the comparison's other operand is a constant holding exactly the integers lo..hi
+    (at least two of them: a comparison with one value, such as a padding check, tells no range)."""
+    if len(node.input) != 2:
+        return None
+    other = node.input[1 - pos]
+    values = sizes.values(other)
+    if values is None or values.size < 2 or values.dtype.kind not in "iuf":
+        return None
+    if values.dtype.kind == "f" and not (np.isfinite(values).all() and (values == np.round(values)).all()):
+        return None
+    distinct = np.unique(values.astype(np.int64))
+    lo, hi = int(distinct[0]), int(distinct[-1])
+    if distinct.size < 2 or distinct.size != hi - lo + 1:
+        return None
+    return IndexBound(hi + 1, f"values compared by {label} with '{other}', which holds {lo}..{hi}", low=lo)
+
+
 class _ShapeLookup:
     """Shapes of graph tensors: initializers, Constants, bound graph inputs, then onnx's shape inference
     (run once, lazily, only when the direct sources do not tell)."""
@@ -293,6 +326,10 @@ class _ShapeLookup:
                     if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
                         self.known[node.output[0]] = tuple(a.t.dims)
                         self.tensors[node.output[0]] = a.t
+                    elif a.name in ("value_int", "value_ints"):
+                        value = np.asarray(onnx.helper.get_attribute_value(a), dtype=np.int64)
+                        self.known[node.output[0]] = value.shape
+                        self.tensors[node.output[0]] = onnx.numpy_helper.from_array(value)
         for spec in model.inputs:
             bound = model.input_shapes.get(spec.name)
             if bound is not None:
@@ -316,6 +353,16 @@ class _ShapeLookup:
         try:
             return int(onnx.numpy_helper.to_array(tensor).reshape(-1)[0])
         except (ValueError, TypeError, OverflowError):
+            return None
+
+    def values(self, name: str) -> np.ndarray | None:
+        """The values of an initializer or Constant of at most _RANGE_CONSTANT_MAX elements, else None."""
+        tensor = self.tensors.get(name)
+        if tensor is None or int(np.prod(tensor.dims, dtype=np.int64)) > _RANGE_CONSTANT_MAX:
+            return None
+        try:
+            return np.asarray(onnx.numpy_helper.to_array(tensor))
+        except (ValueError, TypeError, OverflowError, OSError):
             return None
 
     def _infer(self) -> dict[str, tuple]:

