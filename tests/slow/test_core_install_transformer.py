@@ -35,8 +35,13 @@ def test_optimize_fp16_then_inspect_a_transformer_on_the_core_install(core_pytho
     optimized = run_cli(core_python, "optimize", str(minilm_model), "-o", str(out), "--fp16", "-t", "cpu", *SHAPE,
                         "--json", cwd=tmp_path)
     assert optimized.returncode == 0, optimized.stdout[-3000:] + optimized.stderr[-3000:]
-    fused = json.dumps(json.loads(optimized.stdout))
+    report = json.loads(optimized.stdout)
+    fused = json.dumps(report)
     assert "EmbedLayerNormalization" in fused and "Attention" in fused  # the fusions ran
+    assert report["accuracy"]["samples"]["shapes"] == {"input_ids": [[1, 128]], "attention_mask": [[1, 128]]}
+    check = "import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), full_check=True)"
+    checked = subprocess.run([str(core_python), "-c", check, str(out)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr[-2000:]
 
     for model, matmuls in ((minilm_model, 24), (out, None)):
         inspected = run_cli(core_python, "inspect", str(model), *SHAPE, "--json", "-n", "0", cwd=tmp_path)
