@@ -29,6 +29,10 @@ def jpegs(photo, tmp_path_factory):
     for name, size in (("half-imagenet", (685, 512)), ("half-yolo", (448, 301))):
         img.resize(size).save(folder / f"{name}.jpg", "JPEG", quality=90)
         paths.append(str(folder / f"{name}.jpg"))
+    # Photographs already at the model's size (both sizes the tests use): fed as they are, never resized or cropped.
+    for name, size in (("exact-224", (224, 224)), ("exact-256x320", (320, 256))):
+        img.resize(size).save(folder / f"{name}.jpg", "JPEG", quality=90)
+        paths.append(str(folder / f"{name}.jpg"))
     exif = Image.Exif()
     exif[0x0112] = 6
     img.resize((300, 500)).save(folder / "exif-rotated.jpg", "JPEG", quality=90, exif=exif)

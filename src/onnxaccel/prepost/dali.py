@@ -15,7 +15,8 @@ differences: docs/BENCHMARKS.md ("Batch", "Decode") and its history.
 Geometry: the imagenet preset's resize + center crop is one ``fn.resize`` with a region of interest: output pixel
 i of the crop samples the input at center (top + i + 0.5) * h0 / nh, the same sampling and antialiasing scale as
 resizing to nh x nw and cropping, so the pixels are those of prepost/resample.py within rounding (held by
-tests/prepost/test_dali.py on photographs, DALI on the CPU). yolo: resized to the letterbox's size, then
+tests/prepost/test_dali.py on photographs, DALI on the CPU); an image already at the model's size keeps it
+(nh x nw is its own size: no resize, no crop). yolo: resized to the letterbox's size, then
 ``fn.slice`` with the fill outside the image; none/scale01: resized to the input size. Sizes rounded as
 inputs_files.apply_geometry (Python's round: halves to even), read from the headers without EXIF rotation.
 
@@ -65,8 +66,10 @@ def geometry(fn, types, dmath, encoded, images, height: int, width: int, pre: Im
     if pre.preset == "imagenet":
         short = pre.resize or round(min(height, width) * 256 / 224)
         scale = short / dmath.min(h0, w0)
-        nh = dmath.max(float(height), _round(dmath, h0 * scale))
-        nw = dmath.max(float(width), _round(dmath, w0 * scale))
+        # An image already at the model's size is fed as it is (resample.geometry_plan): its resized size is its own.
+        exact = fn.cast(h0 == float(height), dtype=types.FLOAT) * fn.cast(w0 == float(width), dtype=types.FLOAT)
+        nh = exact * height + (1.0 - exact) * dmath.max(float(height), _round(dmath, h0 * scale))
+        nw = exact * width + (1.0 - exact) * dmath.max(float(width), _round(dmath, w0 * scale))
         top, left = dmath.floor((nh - height) * 0.5), dmath.floor((nw - width) * 0.5)
         sy, sx = h0 / nh, w0 / nw
         return fn.resize(images, size=[float(height), float(width)], roi_start=fn.stack(top * sy, left * sx),
