@@ -93,8 +93,8 @@ def test_shape_buckets_pad_each_width_to_its_bucket(pretrained_rec, rec_rows, tm
         rows = np.load(rec_rows / f"w{width}.npy")
         written = _written(tmp_path / "out" / f"w{width}.parquet", "softmax_11.tmp_0")
         np.testing.assert_allclose(written, _direct(pretrained_rec, rows), atol=1e-4)
-    # The recognizer's output axis is W/8, not W: no output axis carries the bucket's size, so it stays padded.
-    assert _written(tmp_path / "out" / "w192.parquet", "softmax_11.tmp_0").shape == (2, 256 // 8, 6625)
+    # The recognizer's output axis is W/8: cropped to what the unpadded width gives (192 / 8 = 24 steps).
+    assert _written(tmp_path / "out" / "w192.parquet", "softmax_11.tmp_0").shape == (2, 192 // 8, 6625)
 
 
 def test_shape_binds_one_axis_and_files_of_another_width_are_error_rows(pretrained_rec, rec_rows, tmp_path):

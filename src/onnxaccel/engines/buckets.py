@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxaccel.engines.base import BoundRun, Runner
+from onnxaccel.engines.bucket_outputs import output_dims, output_length
 from onnxaccel.errors import InputError, ShapeError
 from onnxaccel.feeds_check import FeedCheck
 from onnxaccel.model import Model
@@ -120,9 +121,10 @@ class ShapeBuckets:
         images = sorted({name for name, pairs in self.axes(model).items() if len(model.input(name).shape or ()) == 4})
         if not images:
             return None
-        return (f"shape buckets pad image input(s) {', '.join(images)} at the bottom/right: a convolutional model's "
-                "outputs near the padded border can differ from an unpadded run (results are cropped back, not "
-                "recomputed); compare with `onnxaccel compare` before relying on them")
+        return (f"shape buckets pad image input(s) {', '.join(images)} at the bottom/right: outputs can differ from an "
+                "unpadded run (a convolutional model's near the padded border, one with attention along the axis "
+                "anywhere; results are cropped back, not recomputed); compare with `onnxaccel compare` before relying "
+                "on them")
 
     def validate(self, model: Model) -> None:
         """Every bucketed dim must be a symbolic dim of some input; else a ShapeError naming the model's."""
@@ -197,9 +199,11 @@ class ShapeBuckets:
 
     def crop(self, model: Model, outputs: Mapping[str, np.ndarray], bucket: Sequence[int],
              actual: Mapping[str, int]) -> dict[str, np.ndarray]:
-        """Outputs cut back to the actual sizes along the axes that carry a bucketed dim: by the output's
-        dim_param where the model names it, else a symbolic output axis whose size equals the bucket's value
-        for a dim (in the order of ``dims``). Other outputs (e.g. YOLO's anchors) stay as they are."""
+        """Outputs cut back to the sizes an unpadded run gives, along the axes that follow a bucketed dim: by the
+        axis's size as a function of the input dims (:func:`output_dims`, checked against the bucket's output),
+        e.g. the PP-OCR recognizer's width/8; else by the output's dim_param where the model names it, else a
+        symbolic output axis whose size equals the bucket's value for a dim (in the order of ``dims``). Other
+        outputs (e.g. YOLO's anchors) stay as they are (:meth:`uncropped_note` names the unknown ones)."""
         size = dict(zip(self.dims, bucket))
         specs = {s.name: s for s in model.outputs}
         named = {alias: dim for dim, alias in self.aliases(model).items()}
@@ -212,13 +216,39 @@ class ShapeBuckets:
                 if axis == 0 or isinstance(dim, int):
                     continue
                 length = int(np.shape(value)[axis])
+                follows = self._follows(model, name, axis, length, size, actual)
                 by_name = named.get(dim, dim)
                 match = by_name if by_name in left else next((d for d in left if length == size[d]), None)
-                if match is not None and length == size[match]:
+                if follows is not None:
+                    index[axis] = slice(0, min(follows, length))
+                elif match is not None and length == size[match]:
                     index[axis] = slice(0, actual[match])
                     left.remove(match)
             out[name] = value[tuple(index)] if any(s != slice(None) for s in index) else value
         return out
+
+    def _follows(self, model: Model, output: str, axis: int, length: int, size: Mapping[str, int],
+                 actual: Mapping[str, int]) -> int | None:
+        """The length of ``output``'s ``axis`` at the actual sizes, where its size as a function of the input dims
+        (:func:`output_dims`) gives ``length`` at the bucket's; None where there is none or it does not hold."""
+        aliases = self.aliases(model)
+
+        def at(sizes: Mapping[str, int]) -> int | None:
+            bound = {**model.dim_values, **{aliases.get(d, d): int(v) for d, v in sizes.items()}}
+            return output_length(model, output, axis, bound)
+
+        return at({**size, **actual}) if at(size) == length else None
+
+    def uncropped_note(self, model: Model) -> str | None:
+        """A note naming the symbolic output axes whose size is no known function of the input dims: they come back
+        at the bucket's length unless it equals a bucketed dim. None if there are none."""
+        known = output_dims(model).get("outputs", {})
+        unknown = [f"{spec.name}:{axis}" for spec in model.outputs for axis, dim in enumerate(spec.shape or ())
+                   if axis and not isinstance(dim, int) and str(axis) not in known.get(spec.name, {})
+                   and dim not in self.dims and dim not in self.aliases(model).values()]
+        return (f"shape buckets: output axis {', '.join(unknown)} has no size known as a function of the input "
+                "dims (ONNX Runtime's symbolic shape inference gave none): where it follows a bucketed dim without "
+                "equalling it, it comes back at the bucket's length, padding included") if unknown else None
 
 
 def bucket_models(model: Model, buckets: ShapeBuckets, *, batch: int | None = None,
@@ -303,9 +333,7 @@ class BucketedRunner(Runner):
         first = next(iter(self.runners.values()))
         self.placement = first.placement
         self.warnings = list(dict.fromkeys(w for r in self.runners.values() for w in r.warnings))
-        note = buckets.padding_note(model)
-        if note:
-            self.warnings.append(note)
+        self.warnings += [n for n in (buckets.padding_note(model), buckets.uncropped_note(model)) if n]
         self.compile_seconds = sum(s.compile_seconds for s in self.stats.values())
 
     @property

@@ -26,7 +26,7 @@ from onnxaccel.bench.stats import LatencyStats
 from onnxaccel.errors import UsageError
 from onnxaccel.loadtest.clients import GrpcCaller, HttpConnection, grpc_payload, http_payload
 from onnxaccel.loadtest.results import LevelResult, LoadtestConfig, LoadtestReport
-from onnxaccel.loadtest.shapes import request_dims, require_bound
+from onnxaccel.loadtest.shapes import request_dims, request_rows, require_bound
 from onnxaccel.serve.protocol import DATATYPES
 
 
@@ -236,6 +236,7 @@ def run_loadtest(config: LoadtestConfig, progress=None) -> LoadtestReport:
         inputs = make_input_mix(metadata, config.batch, config.shapes, mix[1], config.seed, source)
     else:
         inputs = [make_inputs(metadata, config.batch, config.shapes, config.seed, source)]
+    rows = request_rows(metadata, inputs[0], config.batch)  # inferences per request: the rows sent, not --batch
     levels = []
     pool = None
     try:
@@ -251,7 +252,7 @@ def run_loadtest(config: LoadtestConfig, progress=None) -> LoadtestReport:
                 parts = list(pool.map(_worker, [config] * workers, [inputs] * workers,
                                       [s for s in shares], [cap] * workers))
             after = asyncio.run(_fetch_json(config.url, f"/v2/models/{config.model}/stats"))[1]
-            level = _merge(concurrency, config.batch, parts)
+            level = _merge(concurrency, rows, parts)
             level.images = bool(config.images)
             level.server_queue_ms, level.server_compute_ms = _server_times(before, after)
             levels.append(level)
@@ -271,7 +272,8 @@ def _workers(requested: int, concurrency: int) -> int:
     return max(1, min(concurrency // 8 or 1, cores // 2 or 1, 8))
 
 
-def _merge(concurrency: int, batch: int, parts: list[dict]) -> LevelResult:
+def _merge(concurrency: int, rows: int, parts: list[dict]) -> LevelResult:
+    """One level from its workers' parts; ``rows``: the rows each request carries (shapes.request_rows)."""
     latencies = [x for p in parts for x in p["latencies"]]
     errors: dict[str, int] = {}
     for part in parts:
@@ -283,7 +285,7 @@ def _merge(concurrency: int, batch: int, parts: list[dict]) -> LevelResult:
     for part in parts:
         for code, text in part.get("error_samples", {}).items():
             samples.setdefault(code, text)
-    return LevelResult(concurrency, len(latencies), errors, seconds, batch, stats, error_samples=samples)
+    return LevelResult(concurrency, len(latencies), errors, seconds, rows, stats, error_samples=samples)
 
 
 def _server_times(before: dict, after: dict) -> tuple[float | None, float | None]:

@@ -51,6 +51,7 @@ class LevelResult:
     requests: int
     errors: dict[str, int]
     seconds: float
+    #: The rows each request carried (axis 0 as sent: ``--batch``, or what ``--shape INPUT=DIMS`` gives there).
     batch: int
     latency: LatencyStats | None
     server_queue_ms: float | None = None
@@ -67,14 +68,15 @@ class LevelResult:
 
     @property
     def inferences_per_s(self) -> float:
-        """Rows per second: successful requests per second times the batch."""
+        """Rows per second: successful requests per second times the rows each carried."""
         return self.throughput * self.batch
 
     def to_dict(self) -> dict:
         """JSON-ready form, with the derived rates."""
         return {"concurrency": self.concurrency, "requests": self.requests, "errors": self.errors,
                 "error_count": sum(self.errors.values()), "seconds": self.seconds,
-                "requests_per_s": self.throughput, "inferences_per_s": self.inferences_per_s,
+                "requests_per_s": self.throughput, "rows_per_request": self.batch,
+                "inferences_per_s": self.inferences_per_s,
                 "images_per_s": self.inferences_per_s if self.images else None,
                 "latency": self.latency.to_dict() if self.latency else None,
                 "server_queue_ms": self.server_queue_ms, "server_compute_ms": self.server_compute_ms,

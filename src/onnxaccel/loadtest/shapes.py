@@ -4,7 +4,8 @@ binding rules and the wording of the other commands (model_shapes.py).
 The protocol's metadata gives every variable axis as -1, without its name. ``--shape INPUT=DIMS`` gives an
 input's full shape (checked against its rank and fixed dims); ``--shape DIM=VALUE`` (a named dim, as `run`,
 `bench` and `batch` take it) sets the variable axis besides the batch axis of every input that has one, since
-the metadata cannot tell one named axis from another; ``--batch`` sets a variable axis 0. ``--batch N`` (N > 1)
+the metadata cannot tell one named axis from another; ``--batch`` sets a variable axis 0 that ``--shape`` leaves
+free, and the report counts the rows requests carry there (:func:`request_rows`). ``--batch N`` (N > 1)
 that no input can take (every axis 0 fixed by the model or given by ``--shape`` to another size) is refused, as
 the report counts N rows per request. What nothing binds is named in an error whose command line keeps the
 model's fixed dims and fills only the free ones.
@@ -68,6 +69,17 @@ def request_dims(metadata: dict, batch: int, shapes: Mapping[str, tuple[int, ...
             for axis in axes:
                 out[name][axis] = size
     return out
+
+
+def request_rows(metadata: dict, inputs: Mapping[str, np.ndarray], batch: int) -> int:
+    """The rows one request carries, which the report counts as inferences: axis 0 of the inputs whose axis 0 the
+    served model leaves variable (set by ``--batch``, or by ``--shape INPUT=DIMS`` where it gives that axis), the
+    largest where they differ; ``batch`` where no input has a variable axis 0 (a fixed axis 0 may be no batch
+    axis at all, as Silero VAD's state[2, batch, 128])."""
+    specs = served_specs(metadata)
+    sizes = [int(np.shape(value)[0]) for name, value in inputs.items()
+             if name in specs and specs[name].shape and specs[name].shape[0] is None and np.ndim(value)]
+    return max(sizes) if sizes else batch
 
 
 def _check_batch_taken(specs: Mapping[str, TensorSpec], explicit: Mapping[str, tuple[int, ...]],

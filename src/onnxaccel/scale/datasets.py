@@ -66,8 +66,8 @@ class Shard:
     fingerprint: str
     #: Set when the shard's file could not be scanned (``on_error="skip"``): the shard has no rows.
     bad: BadInput | None = None
-    #: Per model input, the shape of one row as the file holds it (.npy/.npz shards; empty for other kinds): what
-    #: binds the model's symbolic dims for this shard (scale/shape_groups.py).
+    #: Per model input, the shape of one row as the file holds it (.npy/.npz shards, parquet tensor columns;
+    #: empty for images): what binds the model's symbolic dims for this shard (scale/shape_groups.py).
     row_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
@@ -312,8 +312,9 @@ def parquet_modules():
 
 
 def _parquet_shard(pa_pq, path: Path, base: Path, model: Model, columns: dict[str, str],
-                   id_column: str | None) -> int:
-    """Rows of one parquet shard, its columns checked against the model's inputs (metadata only)."""
+                   id_column: str | None) -> tuple[int, tuple]:
+    """Rows of one parquet shard and the row shape of its tensor columns per input (:func:`_parquet_row_shape`),
+    its columns checked against the model's inputs."""
     pa, pq = pa_pq
     try:
         meta = pq.ParquetFile(path)
@@ -331,7 +332,48 @@ def _parquet_shard(pa_pq, path: Path, base: Path, model: Model, columns: dict[st
     if id_column is not None and id_column not in names:
         raise InputError(f"{path} has no id column '{id_column}' (columns: {', '.join(names)}).",
                          "Pass an existing column to --id-column, or leave it out (ids become FILE:ROW).")
-    return meta.metadata.num_rows
+    row_shapes = []
+    for spec in model.inputs:
+        column = columns.get(spec.name, spec.name)
+        row = _parquet_row_shape(pa, meta, column, schema.field(column).type, spec, f"{path} column '{column}'")
+        if row is not None:  # values are cast when read (rows.py): only the shape is checked here
+            _check_row_shape(spec, model, row, np.dtype(spec.dtype), f"{path} column '{column}'")
+            row_shapes.append((spec.name, row))
+    return meta.metadata.num_rows, tuple(row_shapes)
+
+
+def _parquet_row_shape(pa, meta, column: str, kind, spec: TensorSpec, where: str) -> tuple[int, ...] | None:
+    """The per-row shape a tensor column gives: a ``fixed_shape_tensor``'s shape or nested ``fixed_size_list``
+    sizes (from the schema), or the lengths of nested lists as deep as the input's rank less the batch axis where
+    every row has the same (that column read); an InputError where they differ between rows. None for columns
+    that bind nothing: numbers, image bytes, lists of another depth (flat lists take the bound per-row shape)."""
+    if isinstance(kind, pa.FixedShapeTensorType):
+        return tuple(int(d) for d in kind.shape)
+    kind = kind.storage_type if isinstance(kind, pa.BaseExtensionType) else kind
+    levels, inner = [], kind
+    while pa.types.is_list(inner) or pa.types.is_large_list(inner) or pa.types.is_fixed_size_list(inner):
+        levels.append(inner.list_size if pa.types.is_fixed_size_list(inner) else None)
+        inner = inner.value_type
+    if not levels or spec.shape is None or len(levels) != len(spec.shape) - 1:
+        return None
+    if None not in levels:
+        return tuple(levels)
+    import pyarrow.compute as pc
+
+    values = meta.read(columns=[column]).column(column).combine_chunks()
+    values = values.storage if isinstance(values.type, pa.BaseExtensionType) else values
+    shape = []
+    for size in levels:
+        if size is None:
+            lengths = pc.unique(pc.list_value_length(values).drop_null()).to_pylist()
+            if len(lengths) > 1:
+                raise InputError(f"{where}: rows hold lists of {' and '.join(map(str, sorted(lengths)[:2]))} values "
+                                 f"at depth {len(shape) + 1}; a shard binds input '{spec.name}' to one shape.",
+                                 "Write rows of one shape per parquet file (one file per length).")
+            size = lengths[0] if lengths else 0
+        shape.append(int(size))
+        values = values.flatten()
+    return tuple(shape)
 
 
 def _check_row_shape(spec: TensorSpec, model: Model, row_shape: tuple, dtype: np.dtype, where: str) -> None:

@@ -1,10 +1,11 @@
 """Which shapes a `batch` job runs: the model's symbolic dims bound by the shapes of the files it reads.
 
 The resolution order of docs/SHAPES.md holds here as for `run`: ``--shape`` first, then the shapes of the data
-given (each .npy/.npz shard's row shape, read from its header), then the model's metadata and the batch default.
-Shards whose rows bind the dims to the same sizes form one :class:`ShapeGroup`; a job runs its groups one after
-the other, each with the model bound at its shapes, so rows of one shape always run together. Axes that carry a
-``--shape-buckets`` dim are left out of the grouping: their rows are padded to a bucket per unit instead.
+given (each .npy/.npz shard's row shape, read from its header; the row shape of a parquet shard's tensor columns,
+scale/datasets.py ``_parquet_row_shape``), then the model's metadata and the batch default. Shards whose rows
+bind the dims to the same sizes form one :class:`ShapeGroup`; a job runs its groups one after the other, each with
+the model bound at its shapes, so rows of one shape always run together. Axes that carry a ``--shape-buckets`` dim
+are left out of the grouping: their rows are padded to a bucket per unit instead.
 
 A shard whose rows cannot take the bound shapes (``--shape`` binds a dim to another size, or two inputs of the
 shard disagree on a shared dim) becomes a bad shard (stage ``scan``) with the reason, or stops the job with
