@@ -66,3 +66,44 @@ def test_a_buffer_that_does_not_fit_is_not_used(tmp_path):
         got = read_npy_rows(path, 0, 2, out=buffer)
         assert got.ctypes.data != buffer.ctypes.data and not buffer.any()
         np.testing.assert_array_equal(got, arr[:2])
+
+
+@pytest.mark.parametrize("layout", ["c", "fortran", "npz"])
+def test_headers_are_parsed_one_thread_at_a_time(tmp_path, monkeypatch, layout):
+    # numpy parses .npy headers with ast.literal_eval, which CPython 3.11 cannot run in two threads at once
+    # ("SystemError: AST constructor recursion depth mismatch", python/cpython#106905): a `batch --ray` actor
+    # reads two units at once. Count the parses that overlap, widening the window with a sleep; without
+    # NPY_HEADER_LOCK several of the 8 threads are inside at once.
+    import ast
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from onnxaccel.scale import rows
+
+    arr = np.arange(4 * 3, dtype=np.float32).reshape(4, 3)
+    path = tmp_path / ("a.npz" if layout == "npz" else "a.npy")
+    if layout == "npz":
+        np.savez(path, x=arr)
+    else:
+        np.save(path, np.asfortranarray(arr) if layout == "fortran" else arr)
+    inside, most, guard = [0], [0], threading.Lock()
+    real = ast.literal_eval
+
+    def slow_literal_eval(text):
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.02)
+        try:
+            return real(text)
+        finally:
+            with guard:
+                inside[0] -= 1
+
+    monkeypatch.setattr(ast, "literal_eval", slow_literal_eval)
+    read = (lambda _: rows._load_npz(path)["x"]) if layout == "npz" else (lambda _: read_npy_rows(path, 0, 4))
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(read, range(16)))
+    assert all(np.array_equal(g, arr) for g in got)
+    assert most[0] == 1, f"{most[0]} threads parsed a .npy header at once"

@@ -24,7 +24,8 @@ def test_eval_data_binds_the_ppocr_detector(pretrained_det, tmp_path):
                                       str(data), "--no-compile-cache", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["accuracy"]["samples"] == {"source": str(data), "count": 2, "synthetic": False}
+    assert report["accuracy"]["samples"] == {"source": str(data), "count": 2, "synthetic": False,
+                                                 "shapes": {"x": [[1, 3, 96, 128]]}}
     assert f"shapes from {data}: x=1x3x96x128 (--shape overrides)" in report["notes"]
     assert out.is_file()
 

@@ -44,7 +44,7 @@ def test_static_int8_pretrained_classifier_keeps_top1_on_text_images(static_int8
     # cosine 0.988) on ORT 1.32 CPU; the classifier itself is right on 92% of these renders.
     assert output["topk"]["top1"] >= 0.85 and output["cosine"] > 0.95
     assert report["accuracy"]["samples"] == {"source": report["accuracy"]["samples"]["source"], "count": 64,
-                                             "synthetic": False}
+                                             "synthetic": False, "shapes": {"x": [[1, 3, 48, 192]]}}
 
 
 def test_dynamic_int8_quantizes_transformer_matmuls(invoke, tmp_path):

@@ -17,6 +17,7 @@ and goes on. A whole dataset of bad files is still an error: there is nothing to
 from __future__ import annotations
 
 import hashlib
+import threading
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -236,12 +237,25 @@ def _image_shards(files: list[Path], base: Path, model: Model, per_shard: int) -
     return shards
 
 
+#: numpy parses a .npy header with ast.literal_eval. CPython 3.11 keeps the AST constructor's recursion depth in
+#: per-interpreter state, so two threads parsing at once can fail with "SystemError: AST constructor recursion depth
+#: mismatch" (python/cpython#106905 and the reports linked there; it failed a `batch --ray` actor reading two units
+#: at once, in threads, here on 3.11.7). Every header, and every .npz load, here is parsed under this lock.
+NPY_HEADER_LOCK = threading.Lock()
+
+
+def read_npy_header(handle) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran_order, dtype) of the .npy array at ``handle``'s position (its magic string first), parsed
+    under NPY_HEADER_LOCK; the handle is left at the first byte of the data."""
+    version = np.lib.format.read_magic(handle)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    with NPY_HEADER_LOCK:
+        return read(handle)
+
+
 def _npy_rows(handle, where: str) -> tuple[tuple[int, ...], np.dtype]:
     try:
-        version = np.lib.format.read_magic(handle)
-        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                       else np.lib.format.read_array_header_2_0)
-        shape, _, dtype = read_header(handle)  # the header only, not the data
+        shape, _, dtype = read_npy_header(handle)  # the header only, not the data
     except (ValueError, OSError, EOFError) as exc:
         raise InputError(f"Cannot read {where}: it is not a valid .npy array ({exc}).",
                          "Write shards with numpy.save / numpy.savez.") from None

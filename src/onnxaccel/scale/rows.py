@@ -20,7 +20,8 @@ from onnxaccel.errors import InputError
 from onnxaccel.inputs import load_image
 from onnxaccel.model import Model, TensorSpec
 from onnxaccel.prepost.cpu_decode import decode_pixels
-from onnxaccel.scale.datasets import BadInput, Dataset, Shard, Unit, parquet_modules, row_shape_of
+from onnxaccel.scale.datasets import (NPY_HEADER_LOCK, BadInput, Dataset, Shard, Unit, parquet_modules,
+                                      read_npy_header, row_shape_of)
 
 
 class RowReader:
@@ -176,7 +177,7 @@ def _read_rows(handle, start: int, stop: int, columns: list[str]):
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with NPY_HEADER_LOCK, np.load(path, allow_pickle=False) as data:  # a header per member
             return {k: data[k] for k in data.files}
     except (ValueError, OSError, zipfile.BadZipFile) as exc:
         raise InputError(f"Cannot read {path}: {exc}", "Write shards with numpy.savez.") from None
@@ -190,11 +191,10 @@ def read_npy_rows(path: Path, start: int, stop: int, out: np.ndarray | None = No
     ``out``: a reused C-contiguous buffer of at least the rows asked for, read into when the file's dtype and row
     shape are its own (its first rows are returned); otherwise ignored."""
     with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = header(f)
+        shape, fortran, dtype = read_npy_header(f)
         if fortran or dtype.hasobject or not shape:
-            data = np.load(path, mmap_mode="r", allow_pickle=False)
+            with NPY_HEADER_LOCK:
+                data = np.load(path, mmap_mode="r", allow_pickle=False)
             return np.array(data[start:stop])
         offset = f.tell()
         need = int(np.prod(shape)) * dtype.itemsize
