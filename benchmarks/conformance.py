@@ -9,11 +9,16 @@ case:
   (b) `onnxaccel check` on the target (library API: discover + run_check);
   (c) with --fp16: the model converted as `optimize --fp16` converts it (precision.fp16.convert_fp16, FP32
       inputs/outputs kept), validated by onnx.checker.check_model(full_check=True) and rerun through `check`
-      within FP16 tolerances (compare.tolerance FP16_RTOL/FP16_ATOL).
+      within FP16 tolerances (compare.tolerance FP16_RTOL/FP16_ATOL);
+  (d) with --optimize-cli: the command itself, `onnxaccel optimize MODEL -o OUT --fp16 -t TARGET`, per case
+      (every Nth with --optimize-every N); each OUT it writes is validated by onnx.checker.check_model(OUT,
+      full_check=True), reloaded with `onnxaccel run OUT -t TARGET`, and checked against the case's expected
+      outputs within FP16 tolerances.
 
   python benchmarks/conformance.py --out benchmarks/results/conformance_cpu
   python benchmarks/conformance.py --target cuda --out benchmarks/results/conformance_cuda
   python benchmarks/conformance.py --target cuda --precision fp16 --no-fp16 --out .../conformance_cuda_fp16
+  python benchmarks/conformance.py --suite light --optimize-cli --out benchmarks/results/optimize_fp16_cli_light
 
 Writes OUT.json and OUT.md (counts per suite; the cases plain ORT passes and onnxaccel does not, with the
 reason; the FP16 results).
@@ -81,6 +86,15 @@ def main(argv: list[str] | None = None) -> int:
             entry["fp16"] = fp16_run(cases, target, fp16_dir, TolerancePolicy(precision="fp16"))
             entry["fp16"]["seconds"] = round(time.perf_counter() - t0, 2)
             entry["fp16"]["of_ort_pass"] = _fp16_of_ort_pass(entry["fp16"], reference)
+        if args.optimize_cli:
+            t0 = time.perf_counter()
+            picked = cases[:: args.optimize_every]
+            entry["optimize_cli"] = optimize_cli_run(picked, target, cache_root() / "conformance" / "optimize-cli",
+                                                     TolerancePolicy(precision="fp16"), reference)
+            entry["optimize_cli"]["every"] = args.optimize_every
+            entry["optimize_cli"]["seconds"] = round(time.perf_counter() - t0, 2)
+            _progress(f"{suite}: optimize --fp16 " + json.dumps({k: v for k, v in entry["optimize_cli"].items()
+                                                                  if not isinstance(v, list)}))
         entry["seconds"] = round(time.perf_counter() - started, 2)
         report["suites"][suite] = entry
         _progress(f"{suite}: ORT {entry['ort']}, check {entry['check']}, {len(regressions)} regression(s), "
@@ -207,6 +221,64 @@ def fp16_run(cases, target, folder: Path, policy) -> dict:
                             for r in checked.cases if r.status != "pass"]}
 
 
+def optimize_cli_run(cases, target, folder: Path, policy, reference) -> dict:
+    """`onnxaccel optimize MODEL -o OUT --fp16 -t TARGET` per case, as a user runs it (a subprocess); every OUT
+    written is checked with onnx.checker (full_check), reloaded by `onnxaccel run OUT -t TARGET` and compared
+    with the case's expected outputs (`check`, FP16 tolerances)."""
+    import shutil
+    import subprocess
+
+    import onnx
+
+    from onnxaccel.conformance import run_check
+
+    fp32_target = dataclasses.replace(target, precision="fp32")
+    cli = [sys.executable, "-m", "onnxaccel.cli.main"]
+    rows = []
+    for case in cases:
+        if case.skip or case.model is None:
+            continue
+        out = folder / case.name / "model.onnx"
+        shutil.rmtree(out.parent, ignore_errors=True)
+        out.parent.mkdir(parents=True)
+        proc = subprocess.run(cli + ["optimize", str(case.model), "-o", str(out), "--fp16", "-t", str(target)],
+                              capture_output=True, text=True)
+        row = {"case": case.name, "ort": reference[case.name]["status"], "optimize_rc": proc.returncode,
+               "written": out.exists()}
+        if proc.returncode != 0:
+            row["optimize_error"] = _last_error(proc.stdout + proc.stderr)
+        if out.exists():
+            try:
+                onnx.checker.check_model(str(out), full_check=True)
+                row["checker"] = "pass"
+            except Exception as exc:  # noqa: BLE001 - the checker's verdict is the result
+                row["checker"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+            ran = subprocess.run(cli + ["run", str(out), "-t", str(target)], capture_output=True, text=True)
+            row["run_rc"] = ran.returncode
+            if ran.returncode != 0:
+                row["run_error"] = _last_error(ran.stdout + ran.stderr)
+            result = run_check([dataclasses.replace(case, model=out)], fp32_target, policy=policy).cases[0]
+            row["check"] = result.status
+            if result.status != "pass":
+                row["check_reason"] = _reason(result)[:300]
+        rows.append(row)
+    written = [r for r in rows if r["written"]]
+    return {"cases": len(rows), "accepted": sum(r["optimize_rc"] == 0 for r in rows),
+            "refused": sum(not r["written"] for r in rows),
+            "written_gate_failed": sum(r["written"] and r["optimize_rc"] != 0 for r in rows),
+            "checker_pass": sum(r.get("checker") == "pass" for r in written),
+            "run_pass": sum(r.get("run_rc") == 0 for r in written),
+            "check_pass": sum(r.get("check") == "pass" for r in written), "rows": rows}
+
+
+def _last_error(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith("error:"):
+            return " ".join(lines[i:i + 3])[:400]
+    return " ".join(lines[-3:])[:400]
+
+
 def _fp16_of_ort_pass(fp16: dict, reference: dict) -> dict:
     """The FP16 figures over the cases plain ONNX Runtime passes in FP32: the others (opset-28 kernels, float8
     Casts, training ops...) fail at FP32 too, so their FP16 failure says nothing about the conversion."""
@@ -251,7 +323,8 @@ def markdown(report: dict) -> str:
               + ", ".join(f"{s} {e['fp16']['nothing_to_convert']}" for s, e in report["suites"].items()
                           if e.get("fp16")) + ".",
               ""]
-    ort_pass = [(s, e["fp16"]["of_ort_pass"]) for s, e in report["suites"].items() if e.get("fp16", {}).get("of_ort_pass")]
+    ort_pass = [(s, e["fp16"]["of_ort_pass"]) for s, e in report["suites"].items()
+                if e.get("fp16", {}).get("of_ort_pass")]
     if ort_pass:
         total_conv = sum(x["converted"] for _, x in ort_pass)
         total_ok = sum(x["pass"] for _, x in ort_pass)
@@ -268,6 +341,30 @@ def markdown(report: dict) -> str:
     regressions = [(s, r) for s, e in report["suites"].items() for r in e["ort_pass_check_not"]]
     lines += [f"- `{s}/{r['case'].split('/', 1)[-1]}` ({r['status']}): {r['reason']}"
               for s, r in regressions] or ["none"]
+    cli = [(s, e["optimize_cli"]) for s, e in report["suites"].items() if e.get("optimize_cli")]
+    if cli:
+        lines += ["", "## `onnxaccel optimize MODEL -o OUT --fp16` (the command), OUT checked and reloaded", "",
+                  "| suite | cases run | accepted (exit 0) | refused (no OUT) | OUT written, accuracy gate failed | "
+                  "OUT passes check_model(full_check) | `run OUT` exit 0 | OUT passes `check` (FP16 tol.) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for s, c in cli:
+            every = f" (every {c['every']}th)" if c["every"] > 1 else ""
+            written = c["cases"] - c["refused"]
+            lines.append(f"| {s} | {c['cases']}{every} | {c['accepted']} | {c['refused']} | {c['written_gate_failed']} "
+                         f"| {c['checker_pass']}/{written} | {c['run_pass']}/{written} | {c['check_pass']}/{written} |")
+        lines += ["", "Written models not passing the checker, `run` or `check`; then the refusals:", ""]
+        if all(r["written"] and r["checker"] == "pass" and r["run_rc"] == 0 and r["check"] == "pass"
+               for _, c in cli for r in c["rows"]):
+            lines.append("none")
+        for s, c in cli:
+            for r in c["rows"]:
+                if r["written"] and (r["checker"] != "pass" or r["run_rc"] != 0 or r["check"] != "pass"):
+                    lines.append(f"- `{r['case']}` (plain ORT {r['ort']}; optimize exit {r['optimize_rc']}): checker "
+                                 f"{r['checker']}; run exit {r['run_rc']} {r.get('run_error', '')}; check {r['check']} "
+                                 f"{r.get('check_reason', '')}")
+            for r in c["rows"]:
+                if not r["written"]:
+                    lines.append(f"- `{r['case']}` (plain ORT {r['ort']}) refused: {r.get('optimize_error', '')}")
     for suite, e in report["suites"].items():
         fp16 = e.get("fp16")
         if not fp16 or not (fp16["checker_failures"] or fp16["not_passing"]):
@@ -316,6 +413,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=0, help="At most N cases per suite (0: all).")
     parser.add_argument("--fp16", action=argparse.BooleanOptionalAction, default=True,
                         help="Also convert each case to FP16 and check it (default: on).")
+    parser.add_argument("--optimize-cli", action="store_true", help="Also run `onnxaccel optimize MODEL --fp16` per "
+                        "case (a subprocess) and check, reload (`run`) and `check` what it writes.")
+    parser.add_argument("--optimize-every", type=int, default=1, help="With --optimize-cli: every Nth case only.")
     return parser
 
 
