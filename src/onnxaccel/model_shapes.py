@@ -193,6 +193,9 @@ def _resolve(model: Model, shapes: dict[str, tuple[int, ...]], batch: int | None
             if isinstance(dim, int) and dim > 0:
                 dims.append(dim)
                 continue
+            if _declared_empty(spec, axis):
+                dims.append(0)
+                continue
             value = _default_for(spec, axis, dim, res, batch, defaults, image_defaults, examples)
             if value is None:
                 res.unbound.append(UnboundDim(spec.name, axis, dim if isinstance(dim, str) else None,
@@ -204,6 +207,17 @@ def _resolve(model: Model, shapes: dict[str, tuple[int, ...]], batch: int | None
             dims.append(value)
         res.resolved[spec.name] = tuple(dims)
     return res
+
+
+def _declared_empty(spec: TensorSpec, axis: int) -> bool:
+    """The input declares ``dim_value: 0`` on ``axis`` (e.g. an empty `axes` input of ReduceSum in ONNX's own
+    test cases). model._dim reads 0 as unknown, as exporters write it on outputs, but ONNX Runtime holds a graph
+    input to it: any other size fails "Got invalid dimensions for input"."""
+    tp = spec.type_proto
+    if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+        return False
+    dims = tp.tensor_type.shape.dim
+    return axis < len(dims) and dims[axis].HasField("dim_value") and dims[axis].dim_value == 0
 
 
 def _default_for(spec: TensorSpec, axis: int, dim, res: _Resolution, batch: int | None, defaults: dict[str, int],

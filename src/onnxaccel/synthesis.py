@@ -141,6 +141,15 @@ def _random_tensor(
     value_range: tuple[float, float] | None,
     index: IndexBound | None,
 ) -> tuple[np.ndarray, str]:
+    """A value for ``spec`` and how it was drawn; always an ndarray: numpy's draws of shape () are numpy scalars,
+    which InferenceSession.run refuses ("Unable to handle object of type <class 'numpy.float32'>": Clip's
+    min/max in ONNX's test_clip failed `optimize`'s accuracy gate so)."""
+    value, how = _random_value(spec, shape, rng, value_range, index)
+    return np.asarray(value), how
+
+
+def _random_value(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator,
+                  value_range: tuple[float, float] | None, index: IndexBound | None) -> tuple[np.ndarray, str]:
     dtype = spec.np_dtype
     name = spec.name.lower()
     if dtype.kind == "b":
