@@ -19,6 +19,7 @@ case:
   python benchmarks/conformance.py --target cuda --out benchmarks/results/conformance_cuda
   python benchmarks/conformance.py --target cuda --precision fp16 --no-fp16 --out .../conformance_cuda_fp16
   python benchmarks/conformance.py --suite light --optimize-cli --out benchmarks/results/optimize_fp16_cli_light
+  python benchmarks/conformance.py --suite node --case test_clip --case test_if --optimize-cli --no-fp16 --out ...
 
 Writes OUT.json and OUT.md (counts per suite; the cases plain ORT passes and onnxaccel does not, with the
 reason; the FP16 results).
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     for suite in suites:
         started = time.perf_counter()
         cases = discover([suite_dir(suite)])
+        if args.case:
+            cases = [c for c in cases if c.name.split("/", 1)[-1] in args.case]
         if args.limit:
             cases = cases[: args.limit]
         _progress(f"{suite}: {len(cases)} cases")
@@ -411,6 +414,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", "-t", default="cpu", help="Target string, e.g. cpu, cuda, migraphx.")
     parser.add_argument("--precision", "-p", default=None, help="fp32 (default) or fp16.")
     parser.add_argument("--limit", type=int, default=0, help="At most N cases per suite (0: all).")
+    parser.add_argument("--case", action="append", help="Only this case (its folder name, e.g. test_clip; "
+                        "repeatable).")
     parser.add_argument("--fp16", action=argparse.BooleanOptionalAction, default=True,
                         help="Also convert each case to FP16 and check it (default: on).")
     parser.add_argument("--optimize-cli", action="store_true", help="Also run `onnxaccel optimize MODEL --fp16` per "

@@ -203,3 +203,45 @@ def test_optimize_fp16_synthesizes_scalar_and_empty_inputs_of_onnx_cases(tmp_pat
     _reloads_and_runs(out)
     ran = _cli("run", path, "-t", "cpu")
     assert ran.exit_code == 0 and fed in " ".join(ran.output.split()), ran.output
+
+
+def test_a_graph_ort_cannot_save_and_reload_is_compiled_without_the_cache(tmp_path, compile_cache):
+    # ORT 1.32's graph of ONNX's LinearAttention case (a function op, inlined) at level 'all' names two Casts
+    # alike: it fails onnx's SSA check, so the compile cache cannot keep it. The model itself runs: optimize
+    # wrote it, then removed it ("a bug in onnxaccel's conversion"); now it is compiled as given, and says so.
+    path = tmp_path / "model.onnx"
+    onnx.save(_node_case("test_linear_attention_linear").model, str(path))
+    out = tmp_path / "fp16.onnx"
+    result = _cli("optimize", path, "-o", out, "--fp16", "-t", "cpu", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["passed"] and "single static assignment" in report["compile"]["uncached"]
+    assert report["compile"]["warm_hit"] is False  # the warm start read the entry's note, not ORT's graph again
+    _reloads_and_runs(out)
+    entry = Path(report["compile"]["entry"])
+    assert not (entry / "model.onnx").exists() and "single static assignment" in (entry / "uncacheable.txt").read_text()
+    text = _cli("optimize", path, "-o", tmp_path / "fp16-text.onnx", "--fp16", "-t", "cpu")
+    assert "not cached: ONNX Runtime graph optimization (all)" in " ".join(text.output.split())
+
+
+@pytest.mark.parametrize("name", ["test_qlinearmatmul_3D_int8_float16", "test_flexattention_fp16_expanded_ver26"])
+def test_ort_cast_insertions_are_not_written_into_an_optimized_model(tmp_path, name):
+    # On the CPU, ORT's saved graph holds the Casts it inserts around FP16 nodes it has no FP16 kernel for
+    # (InsertedPrecisionFreeCast_*); written into the model (and converted to FP16) ORT refused to load it:
+    # "Type Error: Type (tensor(float16)) of output arg (InsertedPrecisionFreeCast_a_scale)". Plain ORT runs both.
+    path = tmp_path / "model.onnx"
+    onnx.save(_node_case(name).model, str(path))
+    out = tmp_path / "opt.onnx"
+    result = _cli("optimize", path, "-o", out, "-t", "cpu", "--no-compile-cache", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert any("InsertedPrecisionFreeCast_" in w and "graph step was skipped" in w for w in report["warnings"])
+    assert not any(n.name.startswith("InsertedPrecisionFreeCast_") for n in onnx.load(str(out)).graph.node)
+    _reloads_and_runs(out)
+    fp16 = _cli("optimize", path, "-o", tmp_path / "fp16.onnx", "-t", "cpu", "--fp16", "--no-compile-cache")
+    if name == "test_qlinearmatmul_3D_int8_float16":  # FP16 scales and int8 data: nothing to convert
+        assert fp16.exit_code != 0 and "its float tensors are FP16 already" in " ".join(fp16.output.split())
+        assert not (tmp_path / "fp16.onnx").exists()
+    else:
+        assert fp16.exit_code == 0, fp16.output
+        _reloads_and_runs(tmp_path / "fp16.onnx")

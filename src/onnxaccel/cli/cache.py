@@ -157,14 +157,18 @@ def warm_command(model: str, tgt, shapes, as_json: bool) -> None:
     if as_json:
         print_json(result)
         return
-    if first.key is None:
+    if first.key is None or first.uncached:
         note(first.notes[0])
     state = "was already cached" if first.hit else "compiled"
     console.print(f"{escape(model)} on {escape(str(tgt))}: first {first.seconds * 1e3:.0f} ms ({state}), warm start "
-                  f"{warm.seconds * 1e3:.0f} ms ({'hit' if warm.hit else 'MISS: the cache did not work'}); "
+                  f"{warm.seconds * 1e3:.0f} ms ({_warm_state(warm)}); "
                   "session creation + first run")
     if first.key is not None:
         console.print(f"cache entry: {escape(str(first.key.entry))}")
+
+
+def _warm_state(warm) -> str:
+    return "hit" if warm.hit else "not cached" if warm.uncached else "MISS: the cache did not work"
 
 
 def _converted_files() -> list[Path]:

@@ -223,8 +223,9 @@ def _render_compile(compile_info: dict) -> None:
     first = compile_info["first_compile_seconds"]
     console.print(f"compile on {escape(compile_info['target'])}: first {first * 1e3:.0f} ms"
                   f"{' (recorded earlier)' if compile_info['first_was_cached'] else ''}, warm start "
-                  f"{compile_info['warm_start_seconds'] * 1e3:.0f} ms ({compile_info['includes']}); cache "
-                  f"{escape(compile_info['entry'])}")
+                  f"{compile_info['warm_start_seconds'] * 1e3:.0f} ms ({compile_info['includes']}); "
+                  + (f"not cached: {escape(compile_info['uncached'])}" if compile_info.get("uncached")
+                     else f"cache {escape(compile_info['entry'])}"))
 
 
 def _fmt(value) -> str:

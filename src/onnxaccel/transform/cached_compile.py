@@ -17,6 +17,7 @@ import onnx
 from onnxaccel import providers
 from onnxaccel.engines import Runner, compile_model
 from onnxaccel.engines.ort import ort_version, runtime_limits
+from onnxaccel.errors import InferenceError, ModelError
 from onnxaccel.model import Model
 from onnxaccel.precision import prepare_for_target
 from onnxaccel.precision.checkpoint import save_model
@@ -26,6 +27,8 @@ from onnxaccel.transform.compile_cache import CacheUse, cache_key, cache_kind, r
 from onnxaccel.transform.graph import ort_optimize
 
 OPTIMIZED_FILE = "model.onnx"
+#: In an entry whose optimized graph could not be saved or reloaded: why (see _uncacheable).
+UNCACHEABLE_FILE = "uncacheable.txt"
 
 
 def compile_cached(
@@ -54,15 +57,16 @@ def compile_cached(
     key = key or cache_key(model, target)
     runnable, engine_target = prepare_for_target(model, target)
     start = time.perf_counter()
+    uncached = None
     if kind == "ort-optimized":
-        runner, hit, notes = _ort_optimized(key, runnable, engine_target, strict)
+        runner, hit, notes, uncached = _ort_optimized(key, runnable, engine_target, strict)
     else:
         runner, hit, notes = _provider_cache(key, kind, runnable, engine_target, strict)
     _first_run(runner, feeds)
     seconds = time.perf_counter() - start
     runner.target = target
     record_compile(key, seconds=seconds, hit=hit)
-    return runner, CacheUse(key, hit, seconds, notes)
+    return runner, CacheUse(key, hit, seconds, notes, uncached)
 
 
 def save_optimized(model: Model, target: Target, path, *, purpose: str = "the compile cache") -> str:
@@ -80,15 +84,43 @@ def save_optimized(model: Model, target: Target, path, *, purpose: str = "the co
 def _ort_optimized(key: CompileKey, model: Model, target: Target, strict: bool):
     entry = key.entry
     path = entry / OPTIMIZED_FILE
+    if (entry / UNCACHEABLE_FILE).is_file():
+        return _uncached(model, target, strict, (entry / UNCACHEABLE_FILE).read_text().strip())
     hit = path.exists()
     notes = []
     if not hit:
-        level = save_optimized(model, target, path)
+        try:
+            level = save_optimized(model, target, path)
+        except ModelError as exc:  # ORT's graph fails the full check: nothing was written
+            return _uncacheable(entry, model, target, strict, exc.message)
         notes.append(f"optimized at level '{level}' and saved to {path}")
     cached = dataclasses.replace(model, path=path, proto=onnx.load(str(path), load_external_data=False))
     # The saved graph is already optimized: skip the optimizer on load (that is what the cache saves).
-    runner = compile_model(cached, target.with_options({"graph_optimization_level": "disable"}), strict=strict)
-    return runner, hit, notes
+    try:
+        runner = compile_model(cached, target.with_options({"graph_optimization_level": "disable"}), strict=strict)
+    except InferenceError as exc:  # ORT cannot reload the graph it wrote
+        path.unlink(missing_ok=True)
+        return _uncacheable(entry, model, target, strict, exc.message)
+    return runner, hit, notes, None
+
+
+def _uncacheable(entry, model: Model, target: Target, strict: bool, why: str):
+    """Some graphs ONNX Runtime optimizes cannot be saved and loaded again: on ONNX's own node cases, ORT 1.32
+    names two inlined-function Casts alike (test_linear_attention_*: "Graph must be in single static assignment
+    (SSA) form ... InsertedPrecisionFreeCast__inlfunc_LinearAttention_ScaleFactor") or writes FP16 Casts its
+    loader refuses (test_qlinearmatmul_3D_int8_float16: "Type Error: Type (tensor(float16)) of output arg
+    (InsertedPrecisionFreeCast_a_scale)"). The model itself runs: compile it as given, ORT optimizing at load,
+    and remember (once that compile succeeds) that this entry cannot be cached."""
+    result = _uncached(model, target, strict, why)
+    entry.mkdir(parents=True, exist_ok=True)
+    (entry / UNCACHEABLE_FILE).write_text(why + "\n")
+    return result
+
+
+def _uncached(model: Model, target: Target, strict: bool, why: str):
+    runner = compile_model(model, target, strict=strict)
+    return runner, False, [f"compiled without the compile cache: ONNX Runtime's optimized graph of this model "
+                           f"cannot be saved and loaded again ({why}); ONNX Runtime optimizes it at each load"], why
 
 
 def _provider_cache(key: CompileKey, kind: str, model: Model, target: Target, strict: bool):

@@ -120,12 +120,15 @@ class CacheUse:
     hit: bool
     seconds: float
     notes: list[str] = field(default_factory=list)
+    #: Why the model was compiled without the cache although its target has one (cached_compile._uncacheable).
+    uncached: str | None = None
 
     def to_dict(self) -> dict:
-        """The use as JSON-ready values: the entry folder, digest, hit, seconds, key and notes."""
+        """The use as JSON-ready values: the entry folder, digest, hit, seconds, key, notes and ``uncached``."""
         key = self.key
         return {"entry": str(key.entry) if key else None, "digest": key.digest if key else None, "hit": self.hit,
-                "seconds": self.seconds, "key": key.to_dict() if key else None, "notes": self.notes}
+                "seconds": self.seconds, "key": key.to_dict() if key else None, "notes": self.notes,
+                "uncached": self.uncached}
 
 
 def bucket_cache_keys(model: Model, target: Target, buckets, *, batch: int | None = None,

@@ -120,4 +120,4 @@ def compile_timings(output: Path, gate, target: Target) -> dict:
     return {"status": "measured", "target": str(target), "entry": str(first.key.entry),
             "first_compile_seconds": record_first, "first_was_cached": first.hit,
             "warm_start_seconds": warm.seconds, "warm_hit": warm.hit,
-            "includes": "session creation + first run", "key": first.key.to_dict()}
+            "includes": "session creation + first run", "key": first.key.to_dict(), "uncached": first.uncached}

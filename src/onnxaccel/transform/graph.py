@@ -80,8 +80,24 @@ def choose_level(requested: str, target: Target) -> tuple[str, str, list[str]]:
     return "basic", _CPU, notes
 
 
-def ort_optimize(proto: onnx.ModelProto, level: str, provider: str) -> onnx.ModelProto:
-    """Run ONNX Runtime's graph optimizations at ``level`` with ``provider`` and return the saved graph."""
+#: The name prefix of the Casts ONNX Runtime's InsertCastTransformer adds (microsoft/onnxruntime
+#: onnxruntime/core/optimizer/insert_cast_transformer.cc, ``InsertedPrecisionFreeCast_``).
+_INSERTED_CAST = "InsertedPrecisionFreeCast_"
+
+
+class UnreloadableGraphError(ModelError):
+    """ONNX Runtime saved an optimized graph that it cannot load again (see ort_optimize's ``reloadable``)."""
+
+
+def ort_optimize(proto: onnx.ModelProto, level: str, provider: str, *, reloadable: bool = False) -> onnx.ModelProto:
+    """Run ONNX Runtime's graph optimizations at ``level`` with ``provider`` and return the saved graph.
+
+    ``reloadable``: also load the saved graph in a new session (default options, as a user loads it) and raise
+    UnreloadableGraphError where that fails. ORT's saved graph holds what its partitioning added, not only its
+    optimizations: on the CPU, the Casts its InsertCastTransformer puts around FP16 nodes the CPU has no kernel
+    for, which ORT 1.32 then refuses to load ("Type Error: Type (tensor(float16)) of output arg
+    (InsertedPrecisionFreeCast_a_scale) ... does not match expected type (tensor(float))" on ONNX's
+    test_qlinearmatmul_3D_int8_float16 and test_flexattention_fp16_expanded_ver26, both of which plain ORT runs)."""
     ort = import_ort()
     so = ort.SessionOptions()
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _ORT_LEVEL[level])
@@ -103,7 +119,27 @@ def ort_optimize(proto: onnx.ModelProto, level: str, provider: str) -> onnx.Mode
             first = str(exc).strip().splitlines()[0]
             raise ModelError(f"ONNX Runtime could not optimize the graph at level '{level}': {first}",
                              "Try --graph-level basic or none.", details=str(exc)) from exc
-        return conform_inputs(proto, onnx.load(str(out)))
+        result = conform_inputs(proto, onnx.load(str(out)))
+        inserted = [n.name for n in result.graph.node if n.op_type == "Cast" and n.name.startswith(_INSERTED_CAST)]
+        if reloadable and inserted:
+            raise UnreloadableGraphError(
+                f"ONNX Runtime's graph optimized at level '{level}' holds {len(inserted)} Cast(s) its {provider} "
+                f"partitioning inserted around FP16 nodes it has no FP16 kernel for ({', '.join(inserted[:3])}"
+                f"{', ...' if len(inserted) > 3 else ''}); they belong to one session (ONNX Runtime inserts them at "
+                "each load) and after an FP16 conversion ONNX Runtime refuses to load them",
+                "Use --graph-level none.")
+        if reloadable:
+            again = ort.SessionOptions()
+            again.log_severity_level = runtime_log_severity()
+            try:
+                with capture_native_stderr():
+                    ort.InferenceSession(str(out) if large else result.SerializeToString(), again, providers=chain)
+            except Exception as exc:  # noqa: BLE001
+                first = str(exc).strip().splitlines()[0]
+                raise UnreloadableGraphError(
+                    f"ONNX Runtime's graph optimized at level '{level}' cannot be loaded again: {first}",
+                    "Use --graph-level none.", details=str(exc)) from exc
+        return result
 
 
 def conform_inputs(source: onnx.ModelProto, optimized: onnx.ModelProto) -> onnx.ModelProto:

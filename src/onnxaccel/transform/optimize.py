@@ -297,8 +297,14 @@ def _graph_steps(proto: onnx.ModelProto, bound: Model, options: OptimizeOptions,
                             "applies them when it loads the model")
         level = "basic"
     if level != "none":
-        proto = steps.run("graph", lambda p: graph.ort_optimize(p, level, provider), proto,
-                          {"level": level, "provider": provider, "requested": options.graph_level})
+        detail = {"level": level, "provider": provider, "requested": options.graph_level}
+        try:
+            proto = steps.run("graph", lambda p: graph.ort_optimize(p, level, provider, reloadable=True), proto,
+                              detail)
+        except graph.UnreloadableGraphError as exc:  # the model as given runs; ORT optimizes it at load anyway
+            report.warnings.append(f"{exc.message}; the graph step was skipped (the model is written without "
+                                   "ONNX Runtime's optimizations, which ONNX Runtime applies when it loads it)")
+            report.steps.append(StepRecord("graph", 0.0, len(proto.graph.node), {**detail, "skipped": exc.message}))
     return proto
 
 
