@@ -320,17 +320,13 @@ def honest_plan(plan: ExecutionPlan, runner: Runner, feeds: Mapping[str, np.ndar
     """``plan`` with the precision ``runner``'s session computed in (precision/executed.py), where onnxaccel
     converted the model (fp16, int8 not left to the provider): the label every command shows then says what ran.
     ``feeds`` (None: synthesized for the bound model) drive the one profiled run."""
-    if plan.precision == "fp32" or plan.precision_native or plan.target.device != "cpu":
-        # Only the CPU provider is profiled: it lacks most float16 kernels and ONNX Runtime casts around them.
-        # A GPU provider has them; a second session there would cost its start-up (a GPU session, a search).
+    if not _profiled(plan):
         return plan
-    from onnxaccel import model_memo
-    from onnxaccel.engines.ort import import_ort
     from onnxaccel.precision.executed import executed_precision  # ORT profiling: only for converted models
 
     path = getattr(getattr(runner, "model", None), "path", None)
-    key = f"executed_precision:{plan.target.device}:{plan.precision}:{import_ort().__version__}"
-    known = model_memo.facts(Path(path)).get(key) if path else None  # kept while the converted file is unchanged
+    key = _executed_key(plan)
+    known = _executed_known(plan, path)
     if known:
         return plan.with_executed(known)
     if feeds is None:
@@ -340,8 +336,52 @@ def honest_plan(plan: ExecutionPlan, runner: Runner, feeds: Mapping[str, np.ndar
             return plan
     executed = executed_precision(runner, feeds, plan.precision)
     if executed is not None and path:
+        from onnxaccel import model_memo
+
         model_memo.remember(Path(path), **{key: executed.to_dict()})
     return plan.with_executed(executed.to_dict() if executed is not None else None)
+
+
+def executed_plan(plan: ExecutionPlan, variant: PrecisionVariant | Callable[[], PrecisionVariant]) -> ExecutionPlan:
+    """:func:`honest_plan` for commands whose runners are built elsewhere (serve's instances, each in its thread;
+    batch's workers, in pipelines or Ray actors): from the variant they compile (``ConvertedModel``; the converted
+    file is cached, so this is theirs), known from an earlier run of the same file or profiled in one more session
+    here, closed after. The CPU only, as honest_plan."""
+    if not _profiled(plan):
+        return plan
+    variant = value_of(variant)
+    known = _executed_known(plan, variant.model.path)
+    if known:
+        return plan.with_executed(known)
+    try:
+        runner = compile_model(variant.model, variant.engine_target)
+    except Exception:  # noqa: BLE001 - the label is a report detail: the command's own runners already built
+        return plan
+    try:
+        return honest_plan(plan, runner, None)
+    finally:
+        runner.close()
+
+
+def _profiled(plan: ExecutionPlan) -> bool:
+    # Only the CPU provider is profiled: it lacks most float16 kernels and ONNX Runtime casts around them.
+    # A GPU provider has them; a second session there would cost its start-up (a GPU session, a search).
+    return plan.precision != "fp32" and not plan.precision_native and plan.target.device == "cpu"
+
+
+def _executed_key(plan: ExecutionPlan) -> str:
+    from onnxaccel.engines.ort import import_ort
+
+    return f"executed_precision:{plan.target.device}:{plan.precision}:{import_ort().__version__}"
+
+
+def _executed_known(plan: ExecutionPlan, path) -> dict | None:
+    """The label profiled earlier for this converted file (model_memo: kept while the file is unchanged)."""
+    if not path:
+        return None
+    from onnxaccel import model_memo
+
+    return model_memo.facts(Path(path)).get(_executed_key(plan))
 
 
 def _warnings(runner: Runner) -> list[str]:

@@ -77,3 +77,49 @@ def test_the_profiled_label_is_kept_while_the_converted_model_is_unchanged(pretr
         assert second.plan.precision_executed == first.plan.precision_executed
     finally:
         second.close()
+
+
+def test_batch_shows_the_executed_precision(pretrained_cls, tmp_path):
+    # batch's workers build their sessions in pipelines or Ray actors; the job labels what they computed in.
+    import numpy as np
+
+    data = tmp_path / "rows"
+    data.mkdir()
+    np.save(data / "part.npy", np.random.default_rng(0).random((3, 3, 48, 192), dtype=np.float32))
+    result = _cli("batch", pretrained_cls, "-i", data, "-o", tmp_path / "out", "-t", "cpu/fp16", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    label = report["plan"]["precision_executed"]["label"]
+    assert label.startswith("fp16 on ") and label.endswith("fp32 elsewhere")
+    assert report["plan"]["choices"][1] == {"name": "precision", "value": label, "overrides": True,
+                                            "reason": report["plan"]["choices"][1]["reason"]}
+    assert any(w.startswith(f"precision as executed: {label}") for w in report["warnings"])
+    text = _cli("batch", pretrained_cls, "-i", data, "-o", tmp_path / "out2", "-t", "cpu/fp16")
+    assert f"precision as executed: {label}" in " ".join(text.output.split())
+
+
+def test_serve_says_the_precision_each_model_executed_in(pretrained_cls, tmp_path):
+    # A real server (the CLI, loopback): its ready line carries the model's executed precision as a warning.
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "onnxaccel.cli.main", "serve", str(pretrained_cls), "-t",
+                             "cpu/fp16", "--shape", "x=1x3x48x192", "--http-port", "0", "--grpc-port", "0", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "ONNXACCEL_CACHE_DIR": str(tmp_path / "cache")})
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        ready = json.loads(line)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert ready["event"] == "ready" and ready["models"][0]["state"] == "READY"
+    (warning,) = [w for w in ready["warnings"] if "precision as executed" in w]
+    assert warning.startswith(f"{ready['models'][0]['name']}: precision as executed: fp16 on ")
+    assert "fp32 elsewhere" in warning
+    # The start-up span of the session names the converted model's precision, not the 'fp32' it is compiled at.
+    (session,) = [s for s in ready["startup"]["stages"] if s["stage"] == "session"]
+    assert session["detail"] == "cpu/fp16 model b1"

@@ -88,8 +88,19 @@ def compile_model(model: Model, target: Target, *, strict: bool = False) -> Runn
     engine = REGISTRY.get(target.engine)
     if engine is None:
         raise TargetError(f"Unknown engine '{target.engine}'.", f"Use one of: {', '.join(ENGINES)}.")
-    with startup.stage("session", detail=f"{target.device}/{target.precision}{_batch_of(model)}"):
+    with startup.stage("session", detail=f"{target.device}/{_precision_of(model, target)}{_batch_of(model)}"):
         return engine.compile(model, target, strict=strict)
+
+
+def _precision_of(model: Model, target: Target) -> str:
+    """The precision a start-up span names: the target's, or for a model converted here (compiled at 'fp32': no
+    further conversion) the one its metadata records (precision/fp16.py PRECISION_KEY, "onnxaccel.precision"),
+    e.g. "fp16 model", never "fp32" for an FP16 model."""
+    if target.precision == "fp32":
+        converted = model.metadata.get("onnxaccel.precision")
+        if converted and converted != "fp32":
+            return f"{converted} model"
+    return target.precision
 
 
 def _batch_of(model: Model) -> str:

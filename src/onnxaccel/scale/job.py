@@ -192,6 +192,8 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
     assembler.check_complete()
     errors = store.errors()  # this run's and those carried by shards finished before (their input unchanged)
     wall = time.perf_counter() - start
+    if specs:  # after the timing: the precision the workers' sessions computed in (CPU conversions only)
+        plan = _executed(plan, model, specs[0][0], batch, warnings)
     return BatchReport(
         model=job.label or job.model, target=str(target), runner="in-process" if job.ray is None else "ray",
         input=dataset.describe(), output=str(store.folder), batch=batch, shards_total=len(dataset.shards),
@@ -207,6 +209,21 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
         shapes=[entry for group in groups for entry in group.ran],
     )
 
+
+
+def _executed(plan: ExecutionPlan, model: Model, spec: WorkerSpec, batch: int, warnings: list[str]) -> ExecutionPlan:
+    """The plan with the precision the workers' sessions computed in (pipeline.executed_plan: converted on the
+    CPU, profiled once per converted file), and a warning where it is not all the precision asked."""
+    from onnxaccel.pipeline import BoundModel, ConvertedModel, executed_plan
+
+    if spec.shape_buckets:
+        return plan  # a session per bucket: not profiled
+    executed = executed_plan(plan, ConvertedModel(BoundModel(model, spec.shapes or None, batch=batch), plan.target))
+    label = (executed.precision_executed or {}).get("label")
+    if label and label != plan.precision:
+        warnings.append(f"precision as executed: {label} (ONNX Runtime computes the nodes it has no {plan.precision} "
+                        "kernel for in float32, between casts)")
+    return executed
 
 
 def plan_job(job: BatchJob) -> tuple[ExecutionPlan, str, Model, dict | None, list[str]]:

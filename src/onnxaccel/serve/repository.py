@@ -23,7 +23,7 @@ from onnxaccel.engines.buckets import BucketedRunner, ShapeBuckets, compiles_per
 from onnxaccel.errors import ModelError, OnnxAccelError, ShapeError, UsageError
 from onnxaccel.model import ZOO_PREFIX, load_model
 from onnxaccel.engines import Runner
-from onnxaccel.pipeline import BoundModel, ConvertedModel, RunnerFromVariant
+from onnxaccel.pipeline import BoundModel, ConvertedModel, RunnerFromVariant, executed_plan
 from onnxaccel.serve.batcher import DynamicBatcher
 from onnxaccel.serve.config import ModelConfig, model_config_from, model_defaults
 from onnxaccel.serve.instance import ModelInstance
@@ -99,8 +99,22 @@ def load_instance(config: ModelConfig, progress: Callable[[str], None] = lambda 
         instance.warnings.append(f"batch padding disabled: warm-up failed ({exc})")
     if buckets is not None:
         _warm_buckets(instance, buckets)
+    if isinstance(compile_runner, RunnerFromVariant):
+        _label_executed(instance, config.name, executed_plan(plan, compile_runner.variant))
     instance.load_seconds = time.perf_counter() - start
     return instance
+
+
+def _label_executed(instance: ModelInstance, name: str, executed) -> None:
+    """The precision the instance's sessions compute in, where onnxaccel converted the model on the CPU
+    (pipeline.executed_plan): on the plan, and a warning where it is not all the precision asked."""
+    if executed.precision_executed is None:
+        return
+    instance.plan = executed
+    label = executed.precision_executed["label"]
+    if label != executed.precision:
+        instance.warnings.append(f"{name}: precision as executed: {label} (ONNX Runtime computes the nodes it has no "
+                                 f"{executed.precision} kernel for in float32, between casts)")
 
 
 def _served_model(config: ModelConfig, model=None, preset: str | None = None):
