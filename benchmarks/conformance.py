@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             entry["fp16"]["seconds"] = round(time.perf_counter() - t0, 2)
             entry["fp16"]["of_ort_pass"] = _fp16_of_ort_pass(entry["fp16"], reference)
         if args.optimize_cli:
+            if args.optimize_every < 1:
+                raise SystemExit("--optimize-every must be 1 or more")
             t0 = time.perf_counter()
             picked = cases[:: args.optimize_every]
             entry["optimize_cli"] = optimize_cli_run(picked, target, cache_root() / "conformance" / "optimize-cli",

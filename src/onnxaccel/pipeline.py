@@ -347,13 +347,15 @@ def executed_plan(plan: ExecutionPlan, variant: PrecisionVariant | Callable[[], 
     batch's workers, in pipelines or Ray actors): from the variant they compile (``ConvertedModel``; the converted
     file is cached, so this is theirs), known from an earlier run of the same file or profiled in one more session
     here, closed after. The CPU only, as honest_plan."""
-    if not _profiled(plan):
-        return plan
-    variant = value_of(variant)
-    known = _executed_known(plan, variant.model.path)
-    if known:
-        return plan.with_executed(known)
+    from onnxaccel.engines import artifacts
+
+    if not _profiled(plan) or artifacts.active() is not None:
+        return plan  # a start from an artifacts directory converts nothing (RunnerFromVariant.from_artifacts)
     try:
+        variant = value_of(variant)
+        known = _executed_known(plan, variant.model.path)
+        if known:
+            return plan.with_executed(known)
         runner = compile_model(variant.model, variant.engine_target)
     except Exception:  # noqa: BLE001 - the label is a report detail: the command's own runners already built
         return plan

@@ -109,13 +109,21 @@ def test_serve_says_the_precision_each_model_executed_in(pretrained_cls, tmp_pat
                              "cpu/fp16", "--shape", "x=1x3x48x192", "--http-port", "0", "--grpc-port", "0", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "ONNXACCEL_CACHE_DIR": str(tmp_path / "cache")})
+    from concurrent.futures import ThreadPoolExecutor
+
+    reader = ThreadPoolExecutor(1)  # a server that never gets ready fails the test, never hangs it
     try:
-        line = proc.stdout.readline()
+        line = reader.submit(proc.stdout.readline).result(timeout=180)
         assert line, proc.stderr.read()
         ready = json.loads(line)
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        reader.shutdown(wait=False)
     assert ready["event"] == "ready" and ready["models"][0]["state"] == "READY"
     (warning,) = [w for w in ready["warnings"] if "precision as executed" in w]
     assert warning.startswith(f"{ready['models'][0]['name']}: precision as executed: fp16 on ")

@@ -163,7 +163,7 @@ def warm_command(model: str, tgt, shapes, as_json: bool) -> None:
     console.print(f"{escape(model)} on {escape(str(tgt))}: first {first.seconds * 1e3:.0f} ms ({state}), warm start "
                   f"{warm.seconds * 1e3:.0f} ms ({_warm_state(warm)}); "
                   "session creation + first run")
-    if first.key is not None:
+    if first.key is not None and not first.uncached:
         console.print(f"cache entry: {escape(str(first.key.entry))}")
 
 

@@ -71,6 +71,10 @@ def sort_graph(graph: onnx.GraphProto) -> None:
         graph.node.extend(nodes[i] for i in order)
 
 
+class CheckerError(ModelError):
+    """A model fails onnx.checker's full check (:func:`validate`); not an I/O error, which stays a ModelError."""
+
+
 def validate(proto: onnx.ModelProto, converter: str, *, path: Path | None = None,
              original: onnx.ModelProto | Path | None = None) -> onnx.ModelProto:
     """Sort ``proto`` (in place) and run the full checker; return it, or raise naming ``converter``.
@@ -92,14 +96,14 @@ def validate(proto: onnx.ModelProto, converter: str, *, path: Path | None = None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         inherited = _original_failure(original)
         if inherited is not None:
-            raise ModelError(
+            raise CheckerError(
                 f"The model fails onnx.checker (full check) before any conversion, so {converter} cannot write a "
                 f"valid one: {inherited}",
                 f"Re-export the model with a current exporter, or check it with `python -c \"import onnx; "
                 f"onnx.checker.check_model('MODEL', full_check=True)\"` (onnx {onnx.__version__}).",
                 details=str(exc),
             ) from exc
-        raise ModelError(
+        raise CheckerError(
             f"{converter} produced a model that fails onnx.checker (full check): {first}",
             "This is a bug in onnxaccel's conversion, not in your model; please report it with the model. "
             "Meanwhile keep the op it names out of the conversion (e.g. --fp16-block-op OP, --int8-exclude NODE).",

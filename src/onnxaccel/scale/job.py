@@ -212,8 +212,9 @@ def run_batch(job: BatchJob, progress: Callable[[Progress], None] | None = None)
 
 
 def _executed(plan: ExecutionPlan, model: Model, spec: WorkerSpec, batch: int, warnings: list[str]) -> ExecutionPlan:
-    """The plan with the precision the workers' sessions computed in (pipeline.executed_plan: converted on the
-    CPU, profiled once per converted file), and a warning where it is not all the precision asked."""
+    """The plan with the precision the workers' sessions compute in (pipeline.executed_plan: the model converted
+    as they convert it, profiled once per converted file in this process: Ray actors on other hosts are not
+    profiled themselves), and a warning where it is not all the precision asked."""
     from onnxaccel.pipeline import BoundModel, ConvertedModel, executed_plan
 
     if spec.shape_buckets:
@@ -222,7 +223,7 @@ def _executed(plan: ExecutionPlan, model: Model, spec: WorkerSpec, batch: int, w
     label = (executed.precision_executed or {}).get("label")
     if label and label != plan.precision:
         warnings.append(f"precision as executed: {label} (ONNX Runtime computes the nodes it has no {plan.precision} "
-                        "kernel for in float32, between casts)")
+                        "kernel for in float32, between casts; profiled in this process, on this host)")
     return executed
 
 

@@ -8,6 +8,7 @@ at session creation only when every input shape is static, otherwise on the firs
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Mapping
 
@@ -17,10 +18,10 @@ import onnx
 from onnxaccel import providers
 from onnxaccel.engines import Runner, compile_model
 from onnxaccel.engines.ort import ort_version, runtime_limits
-from onnxaccel.errors import InferenceError, ModelError
+from onnxaccel.errors import InferenceError
 from onnxaccel.model import Model
 from onnxaccel.precision import prepare_for_target
-from onnxaccel.precision.checkpoint import save_model
+from onnxaccel.precision.checkpoint import CheckerError, save_model
 from onnxaccel.target import Target
 from onnxaccel.engines.cache_key import CompileKey
 from onnxaccel.transform.compile_cache import CacheUse, cache_key, cache_kind, record_compile
@@ -65,7 +66,8 @@ def compile_cached(
     _first_run(runner, feeds)
     seconds = time.perf_counter() - start
     runner.target = target
-    record_compile(key, seconds=seconds, hit=hit)
+    if uncached is None:  # an entry that keeps no graph records no compile times
+        record_compile(key, seconds=seconds, hit=hit)
     return runner, CacheUse(key, hit, seconds, notes, uncached)
 
 
@@ -91,15 +93,17 @@ def _ort_optimized(key: CompileKey, model: Model, target: Target, strict: bool):
     if not hit:
         try:
             level = save_optimized(model, target, path)
-        except ModelError as exc:  # ORT's graph fails the full check: nothing was written
+        except CheckerError as exc:  # ORT's graph fails the full check: nothing was written (I/O errors raise)
             return _uncacheable(entry, model, target, strict, exc.message)
         notes.append(f"optimized at level '{level}' and saved to {path}")
     cached = dataclasses.replace(model, path=path, proto=onnx.load(str(path), load_external_data=False))
     # The saved graph is already optimized: skip the optimizer on load (that is what the cache saves).
     try:
         runner = compile_model(cached, target.with_options({"graph_optimization_level": "disable"}), strict=strict)
-    except InferenceError as exc:  # ORT cannot reload the graph it wrote
-        path.unlink(missing_ok=True)
+    except InferenceError as exc:
+        if hit:  # it loaded when it was saved: a failure now (memory, the device) is not the graph's
+            raise
+        path.unlink(missing_ok=True)  # ORT cannot load the graph it just wrote
         return _uncacheable(entry, model, target, strict, exc.message)
     return runner, hit, notes, None
 
@@ -112,8 +116,13 @@ def _uncacheable(entry, model: Model, target: Target, strict: bool, why: str):
     (InsertedPrecisionFreeCast_a_scale)"). The model itself runs: compile it as given, ORT optimizing at load,
     and remember (once that compile succeeds) that this entry cannot be cached."""
     result = _uncached(model, target, strict, why)
-    entry.mkdir(parents=True, exist_ok=True)
-    (entry / UNCACHEABLE_FILE).write_text(why + "\n")
+    try:  # atomically: a marker is whole or absent; one that cannot be written only costs the next start a retry
+        entry.mkdir(parents=True, exist_ok=True)
+        temporary = entry / f".{UNCACHEABLE_FILE}.{os.getpid()}"
+        temporary.write_text(why + "\n")
+        os.replace(temporary, entry / UNCACHEABLE_FILE)
+    except OSError:
+        pass
     return result
 
 

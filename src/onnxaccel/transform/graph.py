@@ -126,7 +126,8 @@ def ort_optimize(proto: onnx.ModelProto, level: str, provider: str, *, reloadabl
                 f"ONNX Runtime's graph optimized at level '{level}' holds {len(inserted)} Cast(s) its {provider} "
                 f"partitioning inserted around FP16 nodes it has no FP16 kernel for ({', '.join(inserted[:3])}"
                 f"{', ...' if len(inserted) > 3 else ''}); they belong to one session (ONNX Runtime inserts them at "
-                "each load) and after an FP16 conversion ONNX Runtime refuses to load them",
+                "each load): written into the model they would pin those nodes to float32 on every provider, and "
+                "converted to FP16 ONNX Runtime refuses to load them",
                 "Use --graph-level none.")
         if reloadable:
             again = ort.SessionOptions()
