@@ -194,6 +194,12 @@ def _resolve(model: Model, shapes: dict[str, tuple[int, ...]], batch: int | None
                 dims.append(dim)
                 continue
             if _declared_empty(spec, axis):
+                given = res.axis_values.get((spec.name, axis))
+                if given not in (None, 0):
+                    raise ShapeError(f"Input '{spec.name}' axis {axis} is declared with size 0 (dim_value 0), which "
+                                     f"ONNX Runtime holds the input to; the binding gives {given}.",
+                                     f"Drop --shape {spec.name}:{axis}={given}, or re-export the model with that "
+                                     "axis dynamic.")
                 dims.append(0)
                 continue
             value = _default_for(spec, axis, dim, res, batch, defaults, image_defaults, examples)
@@ -304,6 +310,10 @@ def _check_explicit(spec: TensorSpec, dims: tuple[int, ...], dim_values: dict[st
             f"Give {len(spec.shape)} dims, e.g. --shape {spec.name}={_example(spec)}.",
         )
     for axis, (want, got) in enumerate(zip(spec.shape or (), dims)):
+        if want is None and got != 0 and _declared_empty(spec, axis):
+            raise ShapeError(f"Input '{spec.name}' axis {axis} is declared with size 0 (dim_value 0), which ONNX "
+                             f"Runtime holds the input to; the binding gives {got}.",
+                             f"Give 0 on that axis, or re-export the model with that axis dynamic.")
         if isinstance(want, int) and want != got:
             raise ShapeError(
                 f"Input '{spec.name}' axis {axis} is fixed to {want}; the binding gives {got}.",

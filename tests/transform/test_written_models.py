@@ -245,3 +245,15 @@ def test_ort_cast_insertions_are_not_written_into_an_optimized_model(tmp_path, n
     else:
         assert fp16.exit_code == 0, fp16.output
         _reloads_and_runs(tmp_path / "fp16.onnx")
+
+
+def test_a_binding_on_an_axis_declared_zero_is_refused_with_the_reason(tmp_path):
+    # ONNX's ReduceSum case declares `axes` [0]; ONNX Runtime holds the input to it, so a binding of 3 would
+    # only fail later in ORT ("Got invalid dimensions for input: axes"). Refused up front, in both spellings.
+    path = tmp_path / "model.onnx"
+    onnx.save(_node_case("test_reduce_sum_empty_axes_input_noop").model, str(path))
+    for shape in ("axes:0=3", "axes=3"):
+        result = _cli("run", path, "-t", "cpu", "--shape", shape)
+        assert result.exit_code != 0
+        assert "axis 0 is declared with size 0 (dim_value 0)" in " ".join(result.output.split()), result.output
+    assert _cli("run", path, "-t", "cpu", "--shape", "axes=0").exit_code == 0
