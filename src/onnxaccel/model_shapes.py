@@ -196,10 +196,7 @@ def _resolve(model: Model, shapes: dict[str, tuple[int, ...]], batch: int | None
             if _declared_empty(spec, axis):
                 given = res.axis_values.get((spec.name, axis))
                 if given not in (None, 0):
-                    raise ShapeError(f"Input '{spec.name}' axis {axis} is declared with size 0 (dim_value 0), which "
-                                     f"ONNX Runtime holds the input to; the binding gives {given}.",
-                                     f"Drop --shape {spec.name}:{axis}={given}, or re-export the model with that "
-                                     "axis dynamic.")
+                    raise _empty_axis_bound(spec, axis, given, f"Drop --shape {spec.name}:{axis}={given}")
                 dims.append(0)
                 continue
             value = _default_for(spec, axis, dim, res, batch, defaults, image_defaults, examples)
@@ -224,6 +221,12 @@ def _declared_empty(spec: TensorSpec, axis: int) -> bool:
         return False
     dims = tp.tensor_type.shape.dim
     return axis < len(dims) and dims[axis].HasField("dim_value") and dims[axis].dim_value == 0
+
+
+def _empty_axis_bound(spec: TensorSpec, axis: int, given: int, fix: str) -> ShapeError:
+    return ShapeError(f"Input '{spec.name}' axis {axis} is declared with size 0 (dim_value 0), which ONNX Runtime "
+                      f"holds the input to; the binding gives {given}.",
+                      f"{fix}, or re-export the model with that axis dynamic.")
 
 
 def _default_for(spec: TensorSpec, axis: int, dim, res: _Resolution, batch: int | None, defaults: dict[str, int],
@@ -311,9 +314,7 @@ def _check_explicit(spec: TensorSpec, dims: tuple[int, ...], dim_values: dict[st
         )
     for axis, (want, got) in enumerate(zip(spec.shape or (), dims)):
         if want is None and got != 0 and _declared_empty(spec, axis):
-            raise ShapeError(f"Input '{spec.name}' axis {axis} is declared with size 0 (dim_value 0), which ONNX "
-                             f"Runtime holds the input to; the binding gives {got}.",
-                             f"Give 0 on that axis, or re-export the model with that axis dynamic.")
+            raise _empty_axis_bound(spec, axis, got, "Give 0 on that axis")
         if isinstance(want, int) and want != got:
             raise ShapeError(
                 f"Input '{spec.name}' axis {axis} is fixed to {want}; the binding gives {got}.",

@@ -365,6 +365,16 @@ def executed_plan(plan: ExecutionPlan, variant: PrecisionVariant | Callable[[], 
         runner.close()
 
 
+def executed_warning(plan: ExecutionPlan) -> str | None:
+    """The warning serve and batch print where the profiled precision (:func:`executed_plan`) is not all the
+    precision asked; None where it is, or where nothing was profiled."""
+    label = (plan.precision_executed or {}).get("label")
+    if not label or label == plan.precision:
+        return None
+    return (f"precision as executed: {label} (ONNX Runtime computes the nodes it has no {plan.precision} kernel "
+            "for in float32, between casts)")
+
+
 def _profiled(plan: ExecutionPlan) -> bool:
     # Only the CPU provider is profiled: it lacks most float16 kernels and ONNX Runtime casts around them.
     # A GPU provider has them; a second session there would cost its start-up (a GPU session, a search).

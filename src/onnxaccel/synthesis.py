@@ -142,8 +142,8 @@ def _random_tensor(
     index: IndexBound | None,
 ) -> tuple[np.ndarray, str]:
     """A value for ``spec`` and how it was drawn; always an ndarray: numpy's draws of shape () are numpy scalars,
-    which InferenceSession.run refuses ("Unable to handle object of type <class 'numpy.float32'>": Clip's
-    min/max in ONNX's test_clip failed `optimize`'s accuracy gate so)."""
+    which InferenceSession.run refuses ("Unable to handle object of type <class 'numpy.float32'>"), e.g. for
+    Clip's 0-d min and max inputs."""
     value, how = _random_value(spec, shape, rng, value_range, index)
     return np.asarray(value), how
 

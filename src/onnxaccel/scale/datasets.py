@@ -239,8 +239,8 @@ def _image_shards(files: list[Path], base: Path, model: Model, per_shard: int) -
 
 #: numpy parses a .npy header with ast.literal_eval. CPython 3.11 keeps the AST constructor's recursion depth in
 #: per-interpreter state, so two threads parsing at once can fail with "SystemError: AST constructor recursion depth
-#: mismatch" (python/cpython#106905 and the reports linked there; it failed a `batch --ray` actor reading two units
-#: at once, in threads, here on 3.11.7). Every header, and every .npz load, here is parsed under this lock.
+#: mismatch" (python/cpython#106905 and the reports linked there), and a `batch --ray` actor reads two units at
+#: once, in threads. Every header, and every .npz load, here is parsed under this lock.
 NPY_HEADER_LOCK = threading.Lock()
 
 

@@ -215,15 +215,14 @@ def _executed(plan: ExecutionPlan, model: Model, spec: WorkerSpec, batch: int, w
     """The plan with the precision the workers' sessions compute in (pipeline.executed_plan: the model converted
     as they convert it, profiled once per converted file in this process: Ray actors on other hosts are not
     profiled themselves), and a warning where it is not all the precision asked."""
-    from onnxaccel.pipeline import BoundModel, ConvertedModel, executed_plan
+    from onnxaccel.pipeline import BoundModel, ConvertedModel, executed_plan, executed_warning
 
     if spec.shape_buckets:
         return plan  # a session per bucket: not profiled
     executed = executed_plan(plan, ConvertedModel(BoundModel(model, spec.shapes or None, batch=batch), plan.target))
-    label = (executed.precision_executed or {}).get("label")
-    if label and label != plan.precision:
-        warnings.append(f"precision as executed: {label} (ONNX Runtime computes the nodes it has no {plan.precision} "
-                        "kernel for in float32, between casts; profiled in this process, on this host)")
+    warning = executed_warning(executed)
+    if warning:
+        warnings.append(f"{warning}; profiled in this process, on this host")
     return executed
 
 

@@ -23,7 +23,7 @@ from onnxaccel.engines.buckets import BucketedRunner, ShapeBuckets, compiles_per
 from onnxaccel.errors import ModelError, OnnxAccelError, ShapeError, UsageError
 from onnxaccel.model import ZOO_PREFIX, load_model
 from onnxaccel.engines import Runner
-from onnxaccel.pipeline import BoundModel, ConvertedModel, RunnerFromVariant, executed_plan
+from onnxaccel.pipeline import BoundModel, ConvertedModel, RunnerFromVariant, executed_plan, executed_warning
 from onnxaccel.serve.batcher import DynamicBatcher
 from onnxaccel.serve.config import ModelConfig, model_config_from, model_defaults
 from onnxaccel.serve.instance import ModelInstance
@@ -111,10 +111,9 @@ def _label_executed(instance: ModelInstance, name: str, executed) -> None:
     if executed.precision_executed is None:
         return
     instance.plan = executed
-    label = executed.precision_executed["label"]
-    if label != executed.precision:
-        instance.warnings.append(f"{name}: precision as executed: {label} (ONNX Runtime computes the nodes it has no "
-                                 f"{executed.precision} kernel for in float32, between casts)")
+    warning = executed_warning(executed)
+    if warning:
+        instance.warnings.append(f"{name}: {warning}")
 
 
 def _served_model(config: ModelConfig, model=None, preset: str | None = None):
