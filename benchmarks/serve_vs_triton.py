@@ -290,6 +290,24 @@ def print_table(result: dict, generator: str, rows_list: list[int], concurrencie
             ratio = (f"{o['infer_per_s'] / t['infer_per_s']:.2f}" if "infer_per_s" in o and "infer_per_s" in t
                      else "-")
             print(f"{rows:>4} {c:>4} | {fmt(t)} | {fmt(o):>27} | {ratio:>5}")
+    goals(result, generator, rows_list, concurrencies)
+
+
+def goals(result: dict, generator: str, rows_list: list[int], concurrencies: list[int]) -> None:
+    """Issue 37's two goals that need no Triton figure: onnxaccel's share of the in-process rows/s at the highest
+    concurrency, and its time outside the model process at concurrency 1 (perf_analyzer's client send/receive:
+    everything but the server's queue and compute)."""
+    cells = result["servers"].get("onnxaccel", {}).get("cells", {})
+    ref = result["in_process"]["rows_per_s"]
+    top = max(concurrencies)
+    for rows in rows_list:
+        cell = cells.get(f"{generator}-b{rows}-c{top}", {})
+        parts = [f"rows {rows}: c{top} {cell['infer_per_s'] / ref:.1%} of in-process" if "infer_per_s" in cell
+                 else f"rows {rows}: c{top} -"]
+        first = cells.get(f"{generator}-b{rows}-c1", {})
+        if "client_send_recv_us" in first:
+            parts.append(f"outside the model process at c1 {first['client_send_recv_us'] / 1e3:.2f} ms")
+        print("onnxaccel " + ", ".join(parts))
 
 
 if __name__ == "__main__":
