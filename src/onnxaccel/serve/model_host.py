@@ -38,7 +38,7 @@ from onnxaccel.errors import OnnxAccelError
 from onnxaccel.serve.arena import arrival_counts, arrival_slot
 from onnxaccel.serve.config import ModelConfig, ServerConfig
 from onnxaccel.serve.metrics import ServerMetrics
-from onnxaccel.serve.model_link import FRAME, HELLO, pack
+from onnxaccel.serve.model_link import FRAME, HELLO, decode_array, encode_arrays, pack
 from onnxaccel.serve.processes import die_with_parent, log_level, name_process
 from onnxaccel.serve.protocol import ProtocolError
 from onnxaccel.serve.repository import ModelRepository
@@ -103,7 +103,7 @@ class _Worker(asyncio.Protocol):
 
     def tensor(self, described: tuple):
         if described[0] == "inline":
-            return described[1]
+            return decode_array(described[1])
         if self.arena is None:
             raise ProtocolError(500, "A request refers to shared memory this worker never passed.")
         _kind, offset, dtype, shape = described
@@ -286,7 +286,7 @@ class ModelHost:
         error = future.exception()
         if error is None:
             outputs, timing = future.result()
-            worker.send(("ok", rid, outputs, (timing.queue_s, timing.compute_s, timing.batch_rows)))
+            worker.send(("ok", rid, encode_arrays(outputs), (timing.queue_s, timing.compute_s, timing.batch_rows)))
         elif isinstance(error, ProtocolError):
             worker.send(("error", rid, error.status, error.message, error.retry_after))
         else:
