@@ -1,7 +1,8 @@
 """Synthesized feeds: values a model accepts, at the bound shapes, for the inputs the user did not give.
 
 Floats are uniform in [0, 1) (image-like); booleans random; integer inputs are chosen by what the graph does
-with them, then by name: an input that ends up as the indices of Gather / GatherElements / GatherND /
+with them, then by name: an op's ``axes`` input (ReduceX, Squeeze/Unsqueeze, Pad, Slice) gets distinct axes of
+its data; an input that ends up as the indices of Gather / GatherElements / GatherND /
 Scatter* (directly or through Cast/Reshape/Unsqueeze/Squeeze/Flatten/Identity) is drawn from [0, size of the
 indexed axis) when the graph tells that size, else from the small range [0, 8); the indices of OneHot from
 [0, depth); an input compared by Equal (through the same shape-only ops) with a constant holding a contiguous
@@ -50,6 +51,12 @@ _RANGE_OPS = {"Equal"}
 _RANGE_CONSTANT_MAX = 1 << 20
 #: com.microsoft EmbedLayerNormalization: ids input -> embedding table input (rows are the ids' range).
 _EMBED_LAYER_NORM = {0: 2, 1: 4}
+#: Ops whose ``axes`` is an input: op type -> (axes input position, data input position). The axes are distinct
+#: axes of the data (Unsqueeze: of its output; Squeeze: of the data's axes of size 1).
+_AXES_OPS = {op: (1, 0) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                                   "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Squeeze",
+                                   "Unsqueeze")}
+_AXES_OPS.update({"Pad": (3, 0), "Slice": (3, 0)})
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,8 @@ class IndexBound:
     high: int
     reason: str
     low: int = 0
+    #: Draw distinct values from these (an op's axes: a repeated axis is refused), when there are enough.
+    distinct: tuple[int, ...] | None = None
 
 
 def synthesize(
@@ -161,6 +170,10 @@ def _random_value(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Gener
             low, high = int(np.ceil(value_range[0])), int(np.floor(value_range[1]))
             how = f"integers in [{low}, {high}] (--value-range)"
             return rng.integers(low, high + 1, size=shape).astype(dtype), how
+        count = int(np.prod(shape, dtype=np.int64))
+        if index is not None and index.distinct is not None and count <= len(index.distinct):
+            picked = rng.permutation(np.asarray(index.distinct, dtype=np.int64))[:count]
+            return picked.reshape(shape).astype(dtype), f"distinct integers of {list(index.distinct)} ({index.reason})"
         if index is not None:
             low = max(index.low, lo_limit)
             high = max(low + 1, min(index.high, hi_limit + 1))
@@ -262,6 +275,8 @@ def _index_uses(name: str, consumers: Mapping[str, list]) -> list[tuple[onnx.Nod
                 uses.append((node, pos))
             elif domain == "ai.onnx" and node.op_type in _RANGE_OPS and pos in (0, 1):
                 uses.append((node, pos))
+            elif domain == "ai.onnx" and node.op_type in _AXES_OPS and pos == _AXES_OPS[node.op_type][0]:
+                uses.append((node, pos))
             elif domain == "ai.onnx" and node.op_type in _PASS_THROUGH and (pos == 0 or node.op_type == "Concat"):
                 todo.extend(o for o in node.output if o)
     return uses
@@ -271,6 +286,8 @@ def _bound_for(node: onnx.NodeProto, pos: int, sizes: _ShapeLookup) -> IndexBoun
     label = f"{node.op_type} '{node.name}'" if node.name else node.op_type
     if node.op_type in _RANGE_OPS:
         return _range_bound(node, pos, sizes, label)
+    if node.op_type in _AXES_OPS and pos == _AXES_OPS[node.op_type][0]:
+        return _axes_bound(node, pos, sizes, label)
     if node.op_type == "EmbedLayerNormalization":
         table = node.input[_EMBED_LAYER_NORM[pos]] if len(node.input) > _EMBED_LAYER_NORM[pos] else ""
         shape = sizes.shape(table) if table else None
@@ -300,6 +317,26 @@ def _bound_for(node: onnx.NodeProto, pos: int, sizes: _ShapeLookup) -> IndexBoun
     if dims and all(isinstance(d, int) and d > 0 for d in dims):
         return IndexBound(min(dims), f"indices of {label} into '{data}' {list(shape)}")
     return IndexBound(SMALL_INDEX_HIGH, f"indices of {label}; the size of the indexed axes is unknown")
+
+
+def _axes_bound(node: onnx.NodeProto, pos: int, sizes: _ShapeLookup, label: str) -> IndexBound | None:
+    """Distinct axes of the data's rank (Unsqueeze: of the output's; Squeeze: the data's axes of size 1), when the
+    graph tells the rank; else None (the default range)."""
+    data = node.input[_AXES_OPS[node.op_type][1]]
+    shape = sizes.shape(data) if data else None
+    if shape is None:
+        return None
+    rank = len(shape)
+    if node.op_type == "Squeeze":
+        ones = tuple(i for i, d in enumerate(shape) if d == 1)
+        return IndexBound(rank, f"axes of {label}: the axes of size 1 of '{data}' {list(shape)}", distinct=ones)
+    if node.op_type == "Unsqueeze":
+        axes_shape = sizes.shape(node.input[pos])
+        if not axes_shape or len(axes_shape) != 1 or not isinstance(axes_shape[0], int):
+            return None
+        rank += axes_shape[0]
+    return IndexBound(rank, f"axes of {label} over the {rank} axes of its "
+                      f"{'output' if node.op_type == 'Unsqueeze' else repr(data)}", distinct=tuple(range(rank)))
 
 
 def _range_bound(node: onnx.NodeProto, pos: int, sizes: _ShapeLookup, label: str) -> IndexBound | None:
