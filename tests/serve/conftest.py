@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,6 +22,10 @@ SERVE = ("import typer\nfrom onnxaccel.cli import serve\napp = typer.Typer()\n"
          "app.callback()(lambda: None)\nserve.register(app)\napp()")
 
 
+#: The server's words for a port another process holds (gRPC: the OS's error; HTTP: its own).
+PORT_TAKEN = re.compile(r"address already in use|port \S+ is in use", re.IGNORECASE)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -30,22 +35,38 @@ def free_port() -> int:
 class ServerProcess:
     """`onnxaccel serve SOURCE ARGS...` on free loopback ports; ``stop()`` sends SIGTERM and waits."""
 
+    #: Starts again on new ports when another process took a free port before the server bound it.
+    PORT_RETRIES = 3
+
     def __init__(self, source: str | Path, *args: str, log: Path, env: dict | None = None):
+        self.source, self.args, self.env = source, args, env
+        self.log_path = log
+        self.retries = self.PORT_RETRIES
+        self._start()
+
+    def _start(self) -> None:
         self.http_port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.http_port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
-        self.log_path = log
-        self._log = open(log, "wb")
-        cmd = [sys.executable, "-c", SERVE, "serve", str(source), "--target", "cpu",
-               "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port), *args]
+        self._log = open(self.log_path, "wb")
+        cmd = [sys.executable, "-c", SERVE, "serve", str(self.source), "--target", "cpu",
+               "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port), *self.args]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(self.env or {})})
 
     def wait_ready(self, timeout: float = 60.0) -> ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+                log = self.log()
+                # free_port() closes its socket before the server binds the port: between the two another process
+                # of the machine may take it (a port race of the harness, not the server's behaviour).
+                if PORT_TAKEN.search(log) and self.retries > 0:
+                    self.retries -= 1
+                    self._log.close()
+                    self._start()
+                    continue
+                raise AssertionError(f"server exited with {self.proc.returncode}:\n{log}")
             try:
                 if httpx.get(f"{self.url}/v2/health/ready", timeout=1).status_code == 200:
                     return self
