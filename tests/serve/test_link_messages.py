@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -21,6 +22,8 @@ ARRAYS = {
     "int64_0d": np.array(7, dtype=np.int64),
     "empty": np.zeros((0, 4), dtype=np.float32),
     "strided": np.arange(12, dtype=np.int32).reshape(3, 4)[:, ::2],
+    "bfloat16": np.array([[1.5, -2.0, 3.25]], dtype=ml_dtypes.bfloat16),  # its dtype string is '<V2'
+    "float8": np.array([0.5, 1.0], dtype=ml_dtypes.float8_e4m3fn),
 }
 
 
@@ -49,7 +52,7 @@ def answer(outputs: dict) -> tuple:
 def test_an_answer_carries_its_outputs_as_raw_bytes_that_decode_to_the_same_arrays():
     message = answer(ARRAYS)
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    assert b"numpy" not in data  # no ndarray pickled: nothing for numpy to reconstruct at the worker
+    assert b"_reconstruct" not in data  # no ndarray pickled: nothing for numpy to reconstruct at the worker
     got = decode_arrays(pickle.loads(data)[2])
     assert set(got) == set(ARRAYS)
     for name, want in ARRAYS.items():
@@ -57,6 +60,21 @@ def test_an_answer_carries_its_outputs_as_raw_bytes_that_decode_to_the_same_arra
         assert np.array_equal(got[name], want), name
         assert got[name].flags.writeable, name
     got["fp16"][0, 0] = 3  # the worker owns its copy
+
+
+def test_a_large_bfloat16_input_keeps_its_dtype_through_the_arena():
+    """Past INLINE_BYTES a tensor goes through the worker's arena, described by dtype: bfloat16's dtype string
+    ('<V2') would come back as raw bytes."""
+    link = ModelLink("/nonexistent", lambda described: None, lambda reason: None, arena_bytes=1 << 22)
+    value = np.linspace(-4, 4, 64 * 1024).astype(ml_dtypes.bfloat16).reshape(64, 1024)
+    try:
+        described, slots = link._place({"x": value})
+        assert described["x"][0] == "arena" and slots
+        flat = np.frombuffer(link.arena.memory, dtype=np.uint8)
+        got = _Worker(None, link.arena.memory, flat).tensor(pickle.loads(pickle.dumps(described))["x"])
+        assert got.dtype == value.dtype and np.array_equal(got, value)
+    finally:
+        link.arena.close()
 
 
 def test_string_outputs_still_travel_as_arrays():
@@ -76,7 +94,7 @@ def test_small_inputs_sent_inline_reach_the_model_process_unchanged(name):
             link.arena.close()
     assert not slots and described["x"][0] == "inline"
     data = pickle.dumps(described, protocol=pickle.HIGHEST_PROTOCOL)
-    assert b"numpy" not in data
+    assert b"_reconstruct" not in data
     value = _Worker(None, None).tensor(pickle.loads(data)["x"])
     assert value.dtype == ARRAYS[name].dtype and np.array_equal(value, ARRAYS[name])
     assert value.flags.writeable

@@ -58,13 +58,19 @@ FRAME = struct.Struct("!I")
 HELLO = struct.Struct("!Q")
 
 
+def dtype_key(dtype: np.dtype):
+    """How a message names a dtype: its string (``'<f4'``, cheap to pickle), or the dtype itself where the string
+    loses it (ml_dtypes' bfloat16 and float8 are ``'<V2'``/``'|V1'``, plain bytes, as strings)."""
+    return dtype if dtype.kind == "V" else dtype.str
+
+
 def encode_array(value: np.ndarray):
     """A tensor inside a message: a numeric array as ``("raw", dtype, shape, bytearray)``, which pickles and loads
     about ten times faster than the array itself (numpy's reduce and reconstruct cost 5-9 us per array, on every
     request, in the one model process); an object (string) array stays an array."""
     if value.dtype.hasobject:
         return value
-    return "raw", value.dtype.str, value.shape, bytearray(np.ascontiguousarray(value).data)
+    return "raw", dtype_key(value.dtype), value.shape, bytearray(value.tobytes())  # C order, any strides
 
 
 def decode_array(encoded) -> np.ndarray:
@@ -261,7 +267,7 @@ class ModelLink:
                 if offset is not None:
                     body.users += 1
                     slots.append(body)
-                    described[name] = ("arena", offset, value.dtype.str, value.shape)
+                    described[name] = ("arena", offset, dtype_key(value.dtype), value.shape)
                     continue
             offset = None
             if self.arena is not None and value.dtype != object and value.nbytes >= INLINE_BYTES:
@@ -270,8 +276,8 @@ class ModelLink:
                 described[name] = ("inline", encode_array(value))
                 continue
             slots.append(offset)
-            np.copyto(tensor_view(self.arena.memory, offset, value.dtype.str, value.shape), value, casting="no")
-            described[name] = ("arena", offset, value.dtype.str, value.shape)
+            np.copyto(tensor_view(self.arena.memory, offset, value.dtype, value.shape), value, casting="no")
+            described[name] = ("arena", offset, dtype_key(value.dtype), value.shape)
         return described, slots
 
     async def close(self) -> None:
