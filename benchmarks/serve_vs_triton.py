@@ -294,7 +294,7 @@ def print_table(result: dict, generator: str, rows_list: list[int], concurrencie
 
 
 def goals(result: dict, generator: str, rows_list: list[int], concurrencies: list[int]) -> None:
-    """Issue 37's two goals that need no Triton figure: onnxaccel's share of the in-process rows/s at the highest
+    """The two serving goals that need no Triton figure: onnxaccel's share of the in-process rows/s at the highest
     concurrency, and its time outside the model process at concurrency 1 (perf_analyzer's client send/receive:
     everything but the server's queue and compute)."""
     cells = result["servers"].get("onnxaccel", {}).get("cells", {})

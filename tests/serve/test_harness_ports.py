@@ -1,7 +1,6 @@
 """The serve tests' harness (tests/serve/conftest.py ServerProcess) starts again on new ports when a port it chose
 was taken before the server bound it: free_port() closes its socket before the server binds, and on a busy
-machine another process can take the port in between ("Cannot listen for gRPC on 127.0.0.1:44139: Address
-already in use" failed a full run once). Only that failure is retried."""
+machine another process can take the port in between. Only that failure is retried."""
 
 from __future__ import annotations
 

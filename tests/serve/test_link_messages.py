@@ -1,6 +1,6 @@
 """What travels between a worker and the model process (serve --shared-models): numeric tensors inside messages go
-as raw bytes, not as pickled numpy arrays (whose reduce and reconstruct cost the one model process 5-9 us per
-array on every request), and come back equal, of the same dtype and shape, and writable."""
+as raw bytes, not as pickled numpy arrays (whose reduce and reconstruct the one model process would pay on every
+request), and come back equal, of the same dtype and shape, and writable."""
 
 from __future__ import annotations
 

@@ -66,8 +66,8 @@ def dtype_key(dtype: np.dtype):
 
 def encode_array(value: np.ndarray):
     """A tensor inside a message: a numeric array as ``("raw", dtype, shape, bytearray)``, which pickles and loads
-    about ten times faster than the array itself (numpy's reduce and reconstruct cost 5-9 us per array, on every
-    request, in the one model process); an object (string) array stays an array."""
+    much faster than the array itself (no numpy reduce and reconstruct, on every request, in the one model
+    process; docs/SERVING.md); an object (string) array stays an array."""
     if value.dtype.hasobject:
         return value
     return "raw", dtype_key(value.dtype), value.shape, bytearray(value.tobytes())  # C order, any strides
