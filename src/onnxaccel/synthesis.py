@@ -329,6 +329,9 @@ def _axes_bound(node: onnx.NodeProto, pos: int, sizes: _ShapeLookup, label: str)
     rank = len(shape)
     if node.op_type == "Squeeze":
         ones = tuple(i for i, d in enumerate(shape) if d == 1)
+        if not ones:  # drawn from [0, rank) and refused by the op: the description says why
+            return IndexBound(rank, f"axes of {label}, but '{data}' {list(shape)} has no axis of size 1 to squeeze; "
+                              f"give --input {node.input[pos]}=FILE")
         return IndexBound(rank, f"axes of {label}: the axes of size 1 of '{data}' {list(shape)}", distinct=ones)
     if node.op_type == "Unsqueeze":
         axes_shape = sizes.shape(node.input[pos])

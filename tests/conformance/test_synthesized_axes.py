@@ -69,3 +69,15 @@ def test_run_says_how_the_axes_were_drawn(node_dir):
     assert result.exit_code == 0, result.output
     text = json.dumps(json.loads(result.stdout))
     assert "distinct integers of [0, 1, 2]" in text and "axes of ReduceSum" in text
+
+
+def test_squeeze_with_no_axis_of_size_one_says_so(tmp_path):
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Squeeze", ["x", "axes"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3]),
+         onnx.helper.make_tensor_value_info("axes", onnx.TensorProto.INT64, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])])
+    path = tmp_path / "squeeze.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)]), path)
+    _, how = synthesize_described(load_model(str(path)))["axes"]
+    assert "no axis of size 1" in how and "--input axes=" in how
