@@ -62,6 +62,81 @@ def messages() -> Messages:
     return Messages(classes)
 
 
+#: ModelInferRequest's raw_input_contents: field 7, length-delimited (open_inference_grpc.proto).
+_RAW_INPUT_TAG = (7 << 3) | 2
+
+
+class InferRequestView:
+    """A ModelInferRequest whose ``raw_input_contents`` are views of the bytes grpc received, not copies.
+
+    upb copies each bytes field into its arena when it parses and again into a new bytes object at every read
+    of the field, so large tensors were copied several times on the worker's event loop before they were even
+    looked at (docs/SERVING.md, "gRPC"). The other fields (names, shapes, parameters: small) are parsed by the
+    message class as usual; everything else reads through to that message."""
+
+    __slots__ = ("message", "raw_input_contents")
+
+    def __init__(self, message, raw_input_contents: list[memoryview]):
+        self.message = message
+        self.raw_input_contents = raw_input_contents
+
+    def __getattr__(self, name: str):
+        return getattr(self.message, name)
+
+
+def _varint(data: memoryview, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def read_infer_request(data: bytes):
+    """grpc's request deserializer for ModelInfer and ModelStreamInfer: an :class:`InferRequestView` whose raw
+    contents are slices of ``data``. Top-level fields are walked by their wire format (varint tag, then a varint,
+    8 bytes, a length-prefixed run or 4 bytes); any other wire type, or bytes that do not parse, go to the
+    message class's own parser, which gives the same result or error as before."""
+    cls = messages().ModelInferRequest
+    view = memoryview(data)
+    raw: list[memoryview] = []
+    rest: list[memoryview] = []
+    at, end = 0, len(view)
+    try:
+        while at < end:
+            start = at
+            tag, at = _varint(view, at)
+            kind = tag & 7
+            if kind == 0:
+                _, at = _varint(view, at)
+            elif kind == 1:
+                at += 8
+            elif kind == 5:
+                at += 4
+            elif kind == 2:
+                length, at = _varint(view, at)
+                if tag == _RAW_INPUT_TAG and at + length <= end:
+                    raw.append(view[at:at + length])
+                    at += length
+                    continue
+                at += length
+            else:
+                return cls.FromString(data)
+            if at > end:
+                return cls.FromString(data)
+            rest.append(view[start:at])
+    except (ValueError, IndexError):
+        return cls.FromString(data)
+    if not raw:
+        return cls.FromString(data)
+    return InferRequestView(cls.FromString(b"".join(rest)), raw)
+
+
 def compile_descriptor_set() -> bytes:
     """Compile the vendored .proto files with grpcio-tools' bundled protoc; the serialized FileDescriptorSet."""
     import tempfile

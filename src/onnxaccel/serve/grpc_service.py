@@ -23,7 +23,7 @@ import numpy as np
 
 from onnxaccel.errors import MissingDependencyError
 from onnxaccel.serve.core import InferenceService
-from onnxaccel.serve.grpc_messages import SERVICE, messages
+from onnxaccel.serve.grpc_messages import SERVICE, messages, read_infer_request
 from onnxaccel.serve.security import InflightBudget
 from onnxaccel.serve.auth import grpc_auth_interceptor, grpc_credentials
 from onnxaccel.serve.protocol import (
@@ -368,7 +368,7 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
         "ModelReady": (model_ready, m.ModelReadyRequest),
         "ServerMetadata": (server_metadata, m.ServerMetadataRequest),
         "ModelMetadata": (model_metadata, m.ModelMetadataRequest),
-        "ModelInfer": (model_infer, m.ModelInferRequest), "ModelConfig": (model_config, m.ModelConfigRequest),
+        "ModelConfig": (model_config, m.ModelConfigRequest),
         "ModelStatistics": (model_statistics, m.ModelStatisticsRequest),
         "RepositoryIndex": (repository_index, m.RepositoryIndexRequest),
         "RepositoryModelLoad": (repository_load, m.RepositoryModelLoadRequest),
@@ -385,8 +385,10 @@ def create_grpc_server(service: InferenceService, address: str, *, reuse_port: b
                                                   response_serializer=lambda r: r.SerializeToString())
         for name, (fn, req) in rpcs.items()
     }
+    handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(  # tensors as views of the received bytes
+        model_infer, request_deserializer=read_infer_request, response_serializer=lambda r: r.SerializeToString())
     handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-        model_stream_infer, request_deserializer=m.ModelInferRequest.FromString,
+        model_stream_infer, request_deserializer=read_infer_request,
         response_serializer=lambda r: r.SerializeToString())
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     credentials = grpc_credentials(config)
