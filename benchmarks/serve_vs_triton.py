@@ -32,6 +32,7 @@ import csv
 import json
 import os
 import platform
+import resource
 import shlex
 import shutil
 import socket
@@ -120,6 +121,8 @@ def perf_analyzer(url: str, name: str, rows: int, concurrency: int, args, out: P
                   grpc: str = "") -> dict:
     env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(PERF_LIBS),
                                                                          os.environ.get("LD_LIBRARY_PATH")]))}
+    if args.grpc_channel_share:  # tritonclient's gRPC channel cache: clients per channel (TCP connection), 6 unset
+        env["TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT"] = str(args.grpc_channel_share)
     extra = PERF_VARIANTS[variant]
     cmd = [args.perf_analyzer, "-m", name, "-u", grpc if "grpc" in extra else url.removeprefix("http://"),
            *extra, "-b", str(rows),
@@ -151,6 +154,78 @@ def in_process(model: Path, target: str, max_batch: int, seconds: float = 3.0) -
     finally:
         prepared.close()
     return {"rows_per_s": round(timing.throughput, 1), "p50_ms": timing.latency.p50, "target": target}
+
+
+def model_counts(url: str, name: str) -> tuple[int, int]:
+    """(inference_count, execution_count) of the model from the protocol's statistics extension (both servers):
+    their change over a cell gives the rows per execution the batcher formed."""
+    try:
+        with urllib.request.urlopen(f"{url}/v2/models/{name}/stats", timeout=5) as r:
+            stats = json.load(r)["model_stats"][0]
+        return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+    except (OSError, KeyError, IndexError, ValueError):
+        return 0, 0
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its descendants so far (Linux /proc; 0 elsewhere)."""
+    tick, stats = os.sysconf("SC_CLK_TCK"), {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:  # after the command's closing parenthesis: state, ppid, ... utime (12th), stime (13th)
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+            except (OSError, ValueError, IndexError):
+                continue
+    tree, grown = {pid}, True
+    while grown:
+        grown = False
+        for p, (parent, _) in stats.items():
+            if parent in tree and p not in tree:
+                tree.add(p)
+                grown = True
+    return sum(stats[p][1] for p in tree if p in stats)
+
+
+def machine_busy_s() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat's first line."""
+    try:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return (sum(values[:8]) - idle) / tick, sum(values[:8]) / tick
+
+
+class CellAccount:
+    """Where a cell's CPU went and what its batches held: the machine's busy cores, the load generator's
+    (perf_analyzer is a child process: its usage arrives when it exits; loadtest runs in this process) and the
+    server's process tree, each averaged over the cell's wall time; and the rows per execution."""
+
+    def __init__(self, url: str, name: str, server_pid: int):
+        self.url, self.name, self.pid = url, name, server_pid
+        self.counts = model_counts(url, name)
+        self.server = tree_cpu_s(server_pid)
+        self.machine = machine_busy_s()
+        usage = (resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF))
+        self.generator = sum(u.ru_utime + u.ru_stime for u in usage)
+        self.wall = time.monotonic()
+
+    def finish(self, cell: dict) -> dict:
+        wall = time.monotonic() - self.wall
+        usage = (resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF))
+        generator = sum(u.ru_utime + u.ru_stime for u in usage) - self.generator
+        busy, total = (a - b for a, b in zip(machine_busy_s(), self.machine))
+        inferences, executions = (a - b for a, b in zip(model_counts(self.url, self.name), self.counts))
+        if wall > 0 and total > 0:
+            cores = os.cpu_count() or 1
+            cell["cpu_cores"] = {"machine_busy": round(busy / total * cores, 2),
+                                 "generator": round(generator / wall, 2),
+                                 "server": round((tree_cpu_s(self.pid) - self.server) / wall, 2)}
+        if executions > 0:
+            cell["rows_per_execution"] = round(inferences / executions, 1)
+        return cell
 
 
 def loadtest(url: str, name: str, rows: int, concurrency: int, seconds: float) -> dict:
@@ -210,6 +285,9 @@ def main() -> None:
                          "measuring: a provider that searches per new batch size (ORT's CUDA EP, cuDNN) sees them.")
     ap.add_argument("--stability", type=int, default=10,
                     help="perf_analyzer's --stability-percentage (its default 10; a noisy 2-core machine needs more).")
+    ap.add_argument("--grpc-channel-share", type=int, default=0,
+                    help="perf_analyzer over gRPC: concurrent clients per channel, i.e. per TCP connection "
+                         "(TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT; 0: its default, 6).")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if (args.kind == "gpu") != (args.target.split(":", 1)[0].split("/", 1)[0] in ("cuda", "rocm", "migraphx",
@@ -228,7 +306,8 @@ def main() -> None:
                            "kind": args.kind, "target": args.target, "serve_args": args.serve_args,
                            "generators": args.generators, "triton_config": args.triton_config,
                            "interval_ms": args.interval_ms, "warmup_s": args.warmup_s,
-                           "stability_percentage": args.stability}, "servers": {}}
+                           "stability_percentage": args.stability,
+                           "grpc_channel_share": args.grpc_channel_share or 6}, "servers": {}}
     result["in_process"] = in_process(args.model, args.target, args.max_batch)
     generators = args.generators.split(",")
     with tempfile.TemporaryDirectory(prefix="serve-vs-triton-") as tmp:
@@ -250,9 +329,11 @@ def main() -> None:
                 for generator in generators:
                     for rows in rows_list:
                         for c in concurrencies:
-                            cell = (perf_analyzer(url, name, rows, c, args, tmp / "pa.csv", generator, grpc)
-                                    if generator in PERF_VARIANTS else
-                                    loadtest(url, name, rows, c, args.interval_ms / 1e3 * 3))
+                            account = CellAccount(url, name, proc.pid)
+                            cell = account.finish(
+                                perf_analyzer(url, name, rows, c, args, tmp / "pa.csv", generator, grpc)
+                                if generator in PERF_VARIANTS else
+                                loadtest(url, name, rows, c, args.interval_ms / 1e3 * 3))
                             cells[f"{generator}-b{rows}-c{c}"] = cell
                             print(f"{server:9} {generator:13} rows {rows} c{c:<4} {json.dumps(cell)}", flush=True)
                 policy = "fixed (Triton's dynamic batcher)" if server == "triton" else queue_delay(url, name)

@@ -1,4 +1,4 @@
-# call 5: ORT install, the model variant, plain script figures
+# call 5 (carries .ortgpu5, .sw1): ORT install, the model variant, plain script figures
 mkdir -p /tmp/ortgpu /tmp/sw && cp .ortgpu5/part.* /tmp/ortgpu/ && cp .sw1/*.whl /tmp/sw/ && source .ortgpu5/install.sh
 nvidia-smi -L; grep -m1 "model name" /proc/cpuinfo; nproc; date -u
 source benchmarks/gpu_setup.sh

@@ -1,8 +1,8 @@
-# call 6: serve wheels, Triton, perf_analyzer; the HTTP grid (perf_analyzer + loadtest), both servers
-mkdir -p .servewheels && cp /tmp/sw/*.whl .sw2/*.whl .sw3/*.whl .servewheels/
-source benchmarks/gpu_setup.sh
-mkdir -p /tmp/triton && cat .tri1/part.* .tri2/part.* | xz -d | tar -x -C /tmp/triton && chmod +x /tmp/triton/bin/*
-mkdir -p /tmp/pa && xz -dc .pa/perf_analyzer.xz > /tmp/pa/perf_analyzer && chmod +x /tmp/pa/perf_analyzer && cp -r .pa/lib /tmp/pa/
-python3 -c "import fastapi, uvicorn, grpc, onnxruntime as o; print(o.__version__, o.get_available_providers())"
-export LD_LIBRARY_PATH=/tmp/pa/lib; M=$(ls /tmp/s/zoo-cache/runtime-models/resnet50-*-fp16-v2-cuda.onnx | head -1); echo $M
-timeout 480 python3 benchmarks/serve_vs_triton.py --model $M --name resnet50 --kind gpu --target "cuda:0?enable_cuda_graph=1" --serve-instances auto --instances 4 --max-batch 64 --delay-us 2000 --concurrency 1,16,64,256 --rows 1,8 --interval-ms 1000 --warmup-s 24 --generators perf_analyzer,loadtest --triton /tmp/triton/bin/tritonserver --perf-analyzer /tmp/pa/perf_analyzer --triton-config 'parameters { key: "cudnn_conv_algo_search" value: { string_value: "1" } }' --out $OUT/svt-http.json 2>&1 | grep -v "^WARNING" | tail -45
+# call 6 (carries .sw2, .tri1, .tri2, .pa): the gRPC grid at 8-row requests, both servers, perf_analyzer's default
+# channel sharing (6 clients per connection), then one connection per client at c64 and c256.
+source benchmarks/issue37_gpu/setup6.sh
+timeout 330 python3 $SVT --serve-instances auto --instances 4 --concurrency 1,16,64,256 --rows 8 --warmup-s 10 \
+  --generators perf_analyzer_grpc --triton-config "$TCFG" --out $OUT/grpc.json 2>&1 | grep -v "^WARNING" | tail -14
+timeout 200 python3 $SVT --serve-instances auto --instances 4 --concurrency 64,256 --rows 8 --warmup-s 6 \
+  --generators perf_analyzer_grpc --grpc-channel-share 1 --triton-config "$TCFG" --out $OUT/grpc-share1.json 2>&1 \
+  | grep -v "^WARNING" | tail -12

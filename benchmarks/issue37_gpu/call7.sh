@@ -1,8 +1,9 @@
-# call 7 (carries .spy): where the CPU goes at rows 1 c256; onnxaccel worker-count variants at rows 1; then the gRPC grid, both servers
-source benchmarks/gpu_setup.sh; export LD_LIBRARY_PATH=/tmp/pa/lib
-M=$(ls /tmp/s/zoo-cache/runtime-models/resnet50-*-fp16-v2-cuda.onnx | head -1)
-source benchmarks/issue37_gpu/profile_serve.sh
-for W in 12 16; do
-timeout 100 python3 benchmarks/serve_vs_triton.py --model $M --name resnet50 --kind gpu --target "cuda:0?enable_cuda_graph=1" --servers onnxaccel --serve-instances auto --serve-args "--workers $W --shared-models --instances 4" --max-batch 64 --delay-us 2000 --concurrency 64,256 --rows 1 --interval-ms 1000 --warmup-s 8 --generators perf_analyzer --perf-analyzer /tmp/pa/perf_analyzer --out $OUT/var-w$W.json 2>&1 | grep -v "^WARNING" | grep "^onnxaccel\|in-process"
+# call 7 (carries nothing): 1-row requests at c64 and c256 over HTTP, onnxaccel's instance count (workers 8, shared
+# model process), each cell with the machine's busy cores, perf_analyzer's and the server's, and the rows per batch.
+[ -e /tmp/triton/bin/tritonserver ] || { echo "call 7 needs calls 1-6 on this machine"; return 1; }
+source benchmarks/issue37_gpu/setup6.sh >/dev/null 2>&1; export LD_LIBRARY_PATH=/tmp/pa/lib
+for I in ${INSTANCES:-4 2 3}; do
+  ARGS="--workers 8 --shared-models --instances $I"; [ $I = 4 ] && ARGS=""   # 4: the default layout
+  timeout 170 python3 $SVT --servers onnxaccel --serve-instances auto --serve-args "$ARGS" --concurrency 64,256 \
+    --rows 1,8 --warmup-s 6 --generators perf_analyzer --out $OUT/http-i$I.json 2>&1 | grep "^onnxaccel\|in-process"
 done
-timeout 330 python3 benchmarks/serve_vs_triton.py --model $M --name resnet50 --kind gpu --target "cuda:0?enable_cuda_graph=1" --serve-instances auto --instances 4 --max-batch 64 --delay-us 2000 --concurrency 1,16,64,256 --rows 1,8 --interval-ms 1000 --warmup-s 16 --generators perf_analyzer_grpc --triton /tmp/triton/bin/tritonserver --perf-analyzer /tmp/pa/perf_analyzer --triton-config 'parameters { key: "cudnn_conv_algo_search" value: { string_value: "1" } }' --out $OUT/svt-grpc.json 2>&1 | grep -v "^WARNING" | tail -14
