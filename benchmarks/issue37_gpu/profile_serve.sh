@@ -1,8 +1,8 @@
 # Where a default `serve` spends its CPU at 1-row requests, concurrency 256 (the c256 goal's limit):
 # CPU seconds of every server process over a 10 s window under perf_analyzer load, and py-spy (GIL-holding
 # samples) of the model process and of one HTTP worker. Source from the repository root after call6.sh; needs
-# py-spy's wheel in .spy/ and $M, the model. Writes $OUT/prof-*.
-python3 -m pip install -q --no-index --no-deps --target /tmp/spy .spy/*.whl && SPY=/tmp/spy/bin/py-spy
+# py-spy's wheel in .servewheels/ (setup6.sh) and $M, the model. Writes $OUT/prof-*.
+python3 -m pip install -q --no-index --no-deps --target /tmp/spy .servewheels/py_spy-*.whl && SPY=/tmp/spy/bin/py-spy
 P=18411
 mkdir -p /tmp/prof && cp $M /tmp/prof/resnet50.onnx
 python3 -c "import sys; from onnxaccel.cli.main import main; sys.argv[0] = 'onnxaccel'; main()" serve /tmp/prof/resnet50.onnx --target "${TARGET:-cuda:0?enable_cuda_graph=1}" \
