@@ -167,6 +167,24 @@ def model_counts(url: str, name: str) -> tuple[int, int]:
         return 0, 0
 
 
+def batch_phases(url: str) -> dict[str, tuple[float, float]]:
+    """onnxaccel's ``onnxaccel_batch_phase_seconds`` sums and counts per phase (copy_in, replay, copy_out with
+    graph capture; join, run without) from /metrics; {} where the server has none (Triton)."""
+    found: dict[str, list[float]] = {}
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    for line in text.splitlines():
+        if line.startswith("onnxaccel_batch_phase_seconds_sum") or line.startswith(
+                "onnxaccel_batch_phase_seconds_count"):
+            phase = line.split('phase="', 1)[1].split('"', 1)[0]
+            slot = 0 if "_sum{" in line else 1
+            found.setdefault(phase, [0.0, 0.0])[slot] += float(line.rsplit(" ", 1)[1])
+    return {phase: (total, count) for phase, (total, count) in found.items()}
+
+
 def tree_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) of a process and its descendants so far (Linux /proc; 0 elsewhere)."""
     tick, stats = os.sysconf("SC_CLK_TCK"), {}
@@ -206,6 +224,7 @@ class CellAccount:
     def __init__(self, url: str, name: str, server_pid: int):
         self.url, self.name, self.pid = url, name, server_pid
         self.counts = model_counts(url, name)
+        self.phases = batch_phases(url)
         self.server = tree_cpu_s(server_pid)
         self.machine = machine_busy_s()
         usage = (resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF))
@@ -225,6 +244,13 @@ class CellAccount:
                                  "server": round((tree_cpu_s(self.pid) - self.server) / wall, 2)}
         if executions > 0:
             cell["rows_per_execution"] = round(inferences / executions, 1)
+        phases = {}
+        for phase, (total, count) in batch_phases(self.url).items():
+            before = self.phases.get(phase, (0.0, 0.0))
+            if count > before[1]:
+                phases[phase] = round((total - before[0]) / (count - before[1]) * 1e3, 3)
+        if phases:
+            cell["batch_phase_ms"] = phases  # the mean per batch over the cell
         return cell
 
 
