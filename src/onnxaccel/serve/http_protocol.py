@@ -89,7 +89,7 @@ def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake
                 super().on_message_complete()
 
         def connection_made(self, transport) -> None:
-            super().connection_made(transport)
+            super().connection_made(CoalescingTransport(transport, self.loop))  # a response in one write
             self._arm_header_timer()
 
         def data_received(self, data: bytes) -> None:
@@ -141,6 +141,51 @@ def header_timeout_protocol(base: type, timeout_s: float, max_bytes: int, intake
 
     HeaderTimeoutProtocol.__name__ = f"HeaderTimeout{base.__name__}"
     return HeaderTimeoutProtocol
+
+
+class CoalescingTransport:
+    """A connection's transport that sends a response's head and body in one vectored write.
+
+    uvicorn writes a response's status line and headers, then its body, each with its own ``transport.write``:
+    two send calls per response, two segments, and on loopback the receiving side's TCP work done twice in this
+    process's call. Here a write is held until the next one, and the two leave together (``writelines``: one
+    ``writev``, no join copy); a write with no successor is sent by a callback at the end of the event loop's
+    turn, and closing sends what is held first. Everything else is the transport's."""
+
+    __slots__ = ("_transport", "_loop", "_held")
+
+    def __init__(self, transport, loop):
+        self._transport, self._loop = transport, loop
+        self._held = None
+
+    def write(self, data) -> None:
+        if not data:
+            return
+        held, self._held = self._held, None
+        if held is None:  # a response's head: wait for its body (sent at the end of this turn at the latest)
+            self._held = data
+            self._loop.call_soon(self._flush)
+        elif not self._transport.is_closing():
+            self._transport.writelines((held, data))
+
+    def writelines(self, chunks) -> None:
+        for data in chunks:
+            self.write(data)
+
+    def _flush(self) -> None:
+        held, self._held = self._held, None
+        if held is not None and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + (len(self._held) if self._held is not None else 0)
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
 
 
 def http_protocol_class(timeout_s: float, max_bytes: int, intake: BodyIntake | None = None,
