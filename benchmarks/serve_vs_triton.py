@@ -185,8 +185,8 @@ def batch_phases(url: str) -> dict[str, tuple[float, float]]:
     return {phase: (total, count) for phase, (total, count) in found.items()}
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of a process and its descendants so far (Linux /proc; 0 elsewhere)."""
+def tree_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) so far of a process and of each of its descendants, by pid (Linux /proc)."""
     tick, stats = os.sysconf("SC_CLK_TCK"), {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -202,7 +202,7 @@ def tree_cpu_s(pid: int) -> float:
             if parent in tree and p not in tree:
                 tree.add(p)
                 grown = True
-    return sum(stats[p][1] for p in tree if p in stats)
+    return {p: stats[p][1] for p in tree if p in stats}
 
 
 def machine_busy_s() -> tuple[float, float]:
@@ -239,9 +239,14 @@ class CellAccount:
         inferences, executions = (a - b for a, b in zip(model_counts(self.url, self.name), self.counts))
         if wall > 0 and total > 0:
             cores = os.cpu_count() or 1
+            server = tree_cpu_s(self.pid)
+            spent = {p: seconds - self.server.get(p, 0.0) for p, seconds in server.items()}
             cell["cpu_cores"] = {"machine_busy": round(busy / total * cores, 2),
                                  "generator": round(generator / wall, 2),
-                                 "server": round((tree_cpu_s(self.pid) - self.server) / wall, 2)}
+                                 "server": round(sum(spent.values()) / wall, 2),
+                                 # its busiest process (one worker holding most connections, or the model process)
+                                 "server_busiest_process": round(max(spent.values(), default=0.0) / wall, 2),
+                                 "server_processes": len(spent)}
         if executions > 0:
             cell["rows_per_execution"] = round(inferences / executions, 1)
         phases = {}
