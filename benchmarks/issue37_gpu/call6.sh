@@ -1,8 +1,10 @@
-# call 6 (carries .sw2, .tri1, .tri2, .pa): the gRPC grid at 8-row requests, both servers, perf_analyzer's default
-# channel sharing (6 clients per connection), then one connection per client at c64 and c256.
+# call 6 (carries .sw2, .tri1, .tri2, .pa): setup6.sh (serve wheels, Triton, perf_analyzer), then onnxaccel alone
+# over HTTP at 1-row and 8-row requests, c64 and c256, in layout variants (label:serve arguments, commas for spaces;
+# "default" is the layout serve picks); each cell records the machine's busy cores, perf_analyzer's and the
+# server's, the rows per batch and the mean phase times of a batch.
 source benchmarks/issue37_gpu/setup6.sh
-timeout 330 python3 $SVT --serve-instances auto --instances 4 --concurrency 1,16,64,256 --rows 8 --warmup-s 10 \
-  --generators perf_analyzer_grpc --triton-config "$TCFG" --out $OUT/grpc.json 2>&1 | grep -v "^WARNING" | tail -14
-timeout 200 python3 $SVT --serve-instances auto --instances 4 --concurrency 64,256 --rows 8 --warmup-s 6 \
-  --generators perf_analyzer_grpc --grpc-channel-share 1 --triton-config "$TCFG" --out $OUT/grpc-share1.json 2>&1 \
-  | grep -v "^WARNING" | tail -12
+for V in ${VARIANTS:-default i2:--workers=8,--shared-models,--instances=2 i3:--workers=8,--shared-models,--instances=3}; do
+  ARGS=$(echo "${V#*:}" | tr ',' ' '); [ "$V" = default ] && ARGS=""
+  timeout 170 python3 $SVT --servers onnxaccel --serve-instances auto --serve-args "$ARGS" --concurrency 64,256 \
+    --rows 1,8 --warmup-s 6 --generators perf_analyzer --out $OUT/http-${V%%:*}.json 2>&1 | grep "^onnxaccel\|in-process"
+done

@@ -1,10 +1,9 @@
-# call 7 (carries nothing): 1-row and 8-row requests at c64 and c256 over HTTP, onnxaccel's layout variants (label:
-# serve arguments; "default" is the layout serve picks), each cell with the machine's busy cores, perf_analyzer's
-# and the server's, the rows per batch and the mean phase times of a batch.
+# call 7 (carries nothing; after call 6 on the same machine): the gRPC grid at 8-row requests, both servers, with
+# perf_analyzer's default channel sharing (6 clients per TCP connection), then one connection per client.
 [ -e /tmp/triton/bin/tritonserver ] || { echo "call 7 needs calls 1-6 on this machine"; return 1; }
 source benchmarks/issue37_gpu/setup6.sh >/dev/null 2>&1; export LD_LIBRARY_PATH=/tmp/pa/lib
-for V in ${VARIANTS:-default i2:--workers=8,--shared-models,--instances=2 i3:--workers=8,--shared-models,--instances=3}; do
-  ARGS=$(echo "${V#*:}" | tr ',' ' '); [ "$V" = default ] && ARGS=""
-  timeout 170 python3 $SVT --servers onnxaccel --serve-instances auto --serve-args "$ARGS" --concurrency 64,256 \
-    --rows 1,8 --warmup-s 6 --generators perf_analyzer --out $OUT/http-${V%%:*}.json 2>&1 | grep "^onnxaccel\|in-process"
-done
+timeout 330 python3 $SVT --serve-instances auto --instances 4 --concurrency 1,16,64,256 --rows 8 --warmup-s 10 \
+  --generators perf_analyzer_grpc --triton-config "$TCFG" --out $OUT/grpc.json 2>&1 | grep -v "^WARNING" | tail -14
+[ "${SHARE1:-1}" = 1 ] && timeout 200 python3 $SVT --serve-instances auto --instances 4 --concurrency 64,256 --rows 8 \
+  --warmup-s 6 --generators perf_analyzer_grpc --grpc-channel-share 1 --triton-config "$TCFG" \
+  --out $OUT/grpc-share1.json 2>&1 | grep -v "^WARNING" | tail -12
