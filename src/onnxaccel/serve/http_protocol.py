@@ -159,6 +159,7 @@ class CoalescingTransport:
         self._held = None
 
     def write(self, data) -> None:
+        """Hold ``data`` until the next write (or the end of this turn); with one held, send both at once."""
         if not data:
             return
         held, self._held = self._held, None
@@ -169,6 +170,7 @@ class CoalescingTransport:
             self._transport.writelines((held, data))
 
     def writelines(self, chunks) -> None:
+        """Each of ``chunks`` as by ``write``."""
         for data in chunks:
             self.write(data)
 
@@ -178,10 +180,12 @@ class CoalescingTransport:
             self._transport.write(held)
 
     def close(self) -> None:
+        """Send what is held, then close the connection (after its buffered bytes, as the transport does)."""
         self._flush()
         self._transport.close()
 
     def get_write_buffer_size(self) -> int:
+        """The transport's buffered bytes plus the held write's."""
         return self._transport.get_write_buffer_size() + (len(self._held) if self._held is not None else 0)
 
     def __getattr__(self, name):
