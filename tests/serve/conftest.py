@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -142,3 +143,35 @@ def make_echo(path: Path) -> Path:
     model.ir_version = 8
     onnx.save(model, str(path))
     return path
+
+
+class InProcess:
+    """A real uvicorn server on loopback in a thread, with onnxaccel's HTTP protocol (``intake``: its preallocated
+    bodies) and ``app``; ``loop="asyncio"`` for the stdlib event loop, whose socket transport is Python."""
+
+    def __init__(self, app, intake=None, loop: str = "auto"):
+        import uvicorn
+
+        from onnxaccel.serve.http_protocol import http_protocol_class
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, loop=loop,
+                                http=http_protocol_class(5.0, 65536, intake))
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()

@@ -17,7 +17,6 @@ import gc
 import hashlib
 import json
 import socket
-import threading
 import time
 import weakref
 from pathlib import Path
@@ -30,9 +29,9 @@ from onnxaccel.serve.arena import ARENA_BYTES, arena_bytes
 from onnxaccel.serve.config import ServerConfig
 from onnxaccel.serve.model_link import ModelLink
 from onnxaccel.serve.protocol import decode_http_request
-from onnxaccel.serve.http_protocol import ARENA_HOLD_S, BodyIntake, HeapBody, http_protocol_class
+from onnxaccel.serve.http_protocol import ARENA_HOLD_S, BodyIntake, HeapBody
 from onnxaccel.serve.security import HttpGuard, InflightBudget
-from tests.serve.conftest import ServerProcess
+from tests.serve.conftest import InProcess, ServerProcess
 from tests.serve.test_limits import closed_by_server
 from tests.serve.test_shared_models import make_mean
 
@@ -47,32 +46,6 @@ def binary_body(image: np.ndarray, name: str = "image") -> tuple[bytes, int]:
     head = json.dumps({"inputs": [{"name": name, "shape": list(image.shape), "datatype": "FP32",
                                    "parameters": {"binary_data_size": image.nbytes}}]}).encode()
     return head + image.tobytes(), len(head)
-
-
-class InProcess:
-    """A real uvicorn server on loopback in a thread, with onnxaccel's HTTP protocol and ``app``."""
-
-    def __init__(self, app, intake: BodyIntake):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
-                                http=http_protocol_class(5.0, 65536, intake))
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
 
 
 def test_a_workers_arena_holds_every_body_its_in_flight_budget_admits():

@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio.selector_events
 import socket
 import threading
-import time
 
 import httpx
 import pytest
 
-from onnxaccel.serve.http_protocol import http_protocol_class
+from tests.serve.conftest import InProcess
 
 uvicorn = pytest.importorskip("uvicorn")
 
@@ -32,32 +31,6 @@ async def app(scope, receive, send):
     await send({"type": "http.response.start", "status": 200, "headers": [
         (b"content-type", b"application/octet-stream"), (b"content-length", str(len(BODY)).encode())]})
     await send({"type": "http.response.body", "body": BODY})
-
-
-class Served:
-    """A real uvicorn server on loopback in a thread, on the stdlib event loop, with onnxaccel's protocol."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, loop="asyncio",
-                                http=http_protocol_class(5.0, 65536))
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
 
 
 @pytest.fixture()
@@ -88,7 +61,7 @@ def sends(monkeypatch):
 
 
 def test_each_response_of_a_keep_alive_connection_is_one_send(sends):
-    with Served() as served, httpx.Client(base_url=f"http://127.0.0.1:{served.port}") as client:
+    with InProcess(app, loop="asyncio") as served, httpx.Client(base_url=f"http://127.0.0.1:{served.port}") as client:
         for _ in range(5):
             answer = client.post("/v2/models/m/infer", content=b"x" * 1000)
             assert answer.status_code == 200 and answer.content == BODY
@@ -98,7 +71,7 @@ def test_each_response_of_a_keep_alive_connection_is_one_send(sends):
 
 
 def test_a_response_that_closes_its_connection_arrives_whole(sends):
-    with Served() as served, socket.create_connection(("127.0.0.1", served.port), timeout=10) as conn:
+    with InProcess(app, loop="asyncio") as served, socket.create_connection(("127.0.0.1", served.port), timeout=10) as conn:
         conn.sendall(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                      b"Content-Length: 3\r\n\r\nabc")
         received = b""
