@@ -32,7 +32,6 @@ import csv
 import json
 import os
 import platform
-import resource
 import shlex
 import shutil
 import socket
@@ -43,6 +42,9 @@ import time
 import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
+
+import httpx
+from serve_throughput import batch_phases, client_cpu_s, cpu_ticks, machine_cpu, scrape, server_batches
 
 ROOT = Path(__file__).resolve().parent.parent
 PERF_ANALYZER = Path(sys.executable).parent / "perf_analyzer"
@@ -157,91 +159,52 @@ def in_process(model: Path, target: str, max_batch: int, seconds: float = 3.0) -
 
 
 def model_counts(url: str, name: str) -> tuple[int, int]:
-    """(inference_count, execution_count) of the model from the protocol's statistics extension (both servers):
-    their change over a cell gives the rows per execution the batcher formed."""
+    """(inference_count, execution_count) of the model from the protocol's statistics extension (both servers),
+    (0, 0) where it cannot be read."""
     try:
-        with urllib.request.urlopen(f"{url}/v2/models/{name}/stats", timeout=5) as r:
-            stats = json.load(r)["model_stats"][0]
-        return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
-    except (OSError, KeyError, IndexError, ValueError):
+        found = server_batches(url, name)
+    except (httpx.HTTPError, KeyError, IndexError, ValueError):
         return 0, 0
+    return found["rows"], found["executions"]
 
 
-def batch_phases(url: str) -> dict[str, tuple[float, float]]:
-    """onnxaccel's ``onnxaccel_batch_phase_seconds`` sums and counts per phase (copy_in, replay, copy_out with
-    graph capture; join, run without) from /metrics; {} where the server has none (Triton)."""
-    found: dict[str, list[float]] = {}
-    try:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
-            text = r.read().decode()
-    except OSError:
-        return {}
-    for line in text.splitlines():
-        if line.startswith("onnxaccel_batch_phase_seconds_sum") or line.startswith(
-                "onnxaccel_batch_phase_seconds_count"):
-            phase = line.split('phase="', 1)[1].split('"', 1)[0]
-            slot = 0 if "_sum{" in line else 1
-            found.setdefault(phase, [0.0, 0.0])[slot] += float(line.rsplit(" ", 1)[1])
-    return {phase: (total, count) for phase, (total, count) in found.items()}
-
-
-def tree_cpu_s(pid: int) -> dict[int, float]:
-    """CPU seconds (user + system) so far of a process and of each of its descendants, by pid (Linux /proc)."""
-    tick, stats = os.sysconf("SC_CLK_TCK"), {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:  # after the command's closing parenthesis: state, ppid, ... utime (12th), stime (13th)
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
-            except (OSError, ValueError, IndexError):
-                continue
-    tree, grown = {pid}, True
-    while grown:
-        grown = False
-        for p, (parent, _) in stats.items():
-            if parent in tree and p not in tree:
-                tree.add(p)
-                grown = True
-    return {p: stats[p][1] for p in tree if p in stats}
-
-
-def machine_busy_s() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat's first line."""
-    try:
-        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return 0.0, 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    idle = values[3] + (values[4] if len(values) > 4 else 0)
-    return (sum(values[:8]) - idle) / tick, sum(values[:8]) / tick
+def process_cpu_s(root: int) -> dict[int, float]:
+    """CPU seconds so far of the server's process tree, by process (serve_throughput.cpu_ticks' threads added)."""
+    tick, spent = os.sysconf("SC_CLK_TCK"), {}
+    for (pid, _thread), (ticks, _comm) in cpu_ticks(root).items():
+        spent[pid] = spent.get(pid, 0.0) + ticks / tick
+    return spent
 
 
 class CellAccount:
     """Where a cell's CPU went and what its batches held: the machine's busy cores, the load generator's
     (perf_analyzer is a child process: its usage arrives when it exits; loadtest runs in this process) and the
-    server's process tree, each averaged over the cell's wall time; and the rows per execution."""
+    server's process tree, each averaged over the cell's wall time; the rows per execution; and onnxaccel's mean
+    batch phases (serve_throughput's readers of /proc, the statistics and /metrics)."""
 
     def __init__(self, url: str, name: str, server_pid: int):
         self.url, self.name, self.pid = url, name, server_pid
         self.counts = model_counts(url, name)
-        self.phases = batch_phases(url)
-        self.server = tree_cpu_s(server_pid)
-        self.machine = machine_busy_s()
-        usage = (resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF))
-        self.generator = sum(u.ru_utime + u.ru_stime for u in usage)
+        self.metrics = self._scrape()
+        self.server = process_cpu_s(server_pid)
+        self.machine = machine_cpu()
+        self.generator = client_cpu_s()
         self.wall = time.monotonic()
+
+    def _scrape(self) -> dict[str, float]:
+        try:
+            return scrape(self.url)
+        except httpx.HTTPError:
+            return {}
 
     def finish(self, cell: dict) -> dict:
         wall = time.monotonic() - self.wall
-        usage = (resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF))
-        generator = sum(u.ru_utime + u.ru_stime for u in usage) - self.generator
-        busy, total = (a - b for a, b in zip(machine_busy_s(), self.machine))
+        generator = client_cpu_s() - self.generator
+        busy, total = (a - b for a, b in zip(machine_cpu(), self.machine))
         inferences, executions = (a - b for a, b in zip(model_counts(self.url, self.name), self.counts))
         if wall > 0 and total > 0:
-            cores = os.cpu_count() or 1
-            server = tree_cpu_s(self.pid)
-            spent = {p: seconds - self.server.get(p, 0.0) for p, seconds in server.items()}
-            cell["cpu_cores"] = {"machine_busy": round(busy / total * cores, 2),
+            spent = {p: seconds - self.server.get(p, 0.0) for p, seconds in process_cpu_s(self.pid).items()}
+            cell["cpu_cores"] = {"machine_busy": round(busy / total * (os.cpu_count() or 1), 2),
                                  "generator": round(generator / wall, 2),
                                  "server": round(sum(spent.values()) / wall, 2),
                                  # its busiest process (one worker holding most connections, or the model process)
@@ -249,11 +212,9 @@ class CellAccount:
                                  "server_processes": len(spent)}
         if executions > 0:
             cell["rows_per_execution"] = round(inferences / executions, 1)
-        phases = {}
-        for phase, (total, count) in batch_phases(self.url).items():
-            before = self.phases.get(phase, (0.0, 0.0))
-            if count > before[1]:
-                phases[phase] = round((total - before[0]) / (count - before[1]) * 1e3, 3)
+        phases = {phase: round(found["mean_ms"], 3)
+                  for phase, found in batch_phases(self.metrics, self._scrape())["phases_ms"].items()
+                  if found["mean_ms"] is not None}
         if phases:
             cell["batch_phase_ms"] = phases  # the mean per batch over the cell
         return cell
