@@ -6,7 +6,10 @@ until the batch holds ``max_batch`` rows or ``max_queue_delay`` has passed since
 the batch, and hands each request its rows. With the adaptive delay (the default) it waits only while another
 request is on its way in (its body being read or decoded by this process's front end): with none, waiting
 could not fill the batch, so a lone request runs at once instead of paying the delay (Triton's batcher
-always waits; ``queue_delay: fixed`` does the same). One worker per model instance; runs happen in threads (ONNX
+always waits; ``queue_delay: fixed`` does the same). With ``queue_delay: fill`` (several instances sharing one
+device), a batch that is not full also waits while another instance's batch runs, until it is full or the
+device has no batch running: a batch started beside a running one shares the device with it anyway, so it gains
+little by starting early and loses rows it could have held. One worker per model instance; runs happen in threads (ONNX
 Runtime releases the GIL in ``run``), so the event loop keeps accepting requests meanwhile.
 
 The queue is bounded (``max_queue`` requests): beyond it ``submit`` refuses at once with 429, so memory
@@ -91,7 +94,9 @@ class DynamicBatcher:
         self.instance = instance
         self.max_batch = max(1, instance.max_batch)
         self.delay_s = instance.config.max_queue_delay_ms / 1e3 if instance.batching else 0.0
-        adaptive = instance.config.queue_delay == "adaptive"
+        adaptive = instance.config.queue_delay in ("adaptive", "fill")
+        #: Whether a batch that is not full waits while another instance's batch runs (``queue_delay: fill``).
+        self.fill = instance.config.queue_delay == "fill"
         #: Requests for this model taken in by this process's front end and not queued yet (OnTheWay), counted
         #: where that front end is the only way in (``sees_arrivals``); None elsewhere.
         self.on_the_way: int | None = 0 if sees_arrivals and adaptive else None
@@ -110,6 +115,8 @@ class DynamicBatcher:
         #: rows beside full ones). After one worker took its batch, the next gathers from the new first request.
         self._forming = asyncio.Lock()
         self._on_batch = on_batch
+        #: Batches running now (taken and not yet split).
+        self.running = 0
         count = instance.planned  # instances still joining get a worker that joins them first
         self._workers = [asyncio.ensure_future(self._worker(i)) for i in range(count)]
         self.executions = 0
@@ -197,20 +204,24 @@ class DynamicBatcher:
                 if not self._queue:
                     self._work.clear()
                     continue
-                if self.instance.batching and self.delay_s > 0:
+                if self.instance.batching and (self.delay_s > 0 or self.fill):
                     await self._gather(self._queue[0])
                 batch = self._take()
+                if batch:  # counted before the next worker may gather (it holds only while this one runs)
+                    self.running += 1
             if not batch:
                 continue
             try:
                 outputs, seconds = await loop.run_in_executor(self.instance.threads[index], self._run, index, batch)
                 results = self._split(batch, outputs)  # here, not in the run thread: see _run
             except asyncio.CancelledError:
+                self._ran()
                 for pending in batch:
                     if not pending.future.done():
                         pending.future.set_exception(ProtocolError(503, "The model was unloaded."))
                 raise
             except Exception as exc:  # noqa: BLE001 - every waiting request gets the failure
+                self._ran()
                 error = exc if isinstance(exc, ProtocolError) else ProtocolError(
                     500, f"Inference failed on model '{self.instance.config.name}': {exc}")
                 self.failures += 1
@@ -222,6 +233,7 @@ class DynamicBatcher:
                     if not pending.future.done():
                         pending.future.set_exception(error)
                 continue
+            self._ran()
             self.executions += 1
             rows = sum(p.rows for p in batch)
             if self._on_batch is not None:
@@ -231,6 +243,12 @@ class DynamicBatcher:
                 if not pending.future.done():
                     timing = BatchTiming(now - pending.arrived - seconds, seconds, rows)
                     pending.future.set_result((result, timing))
+
+    def _ran(self) -> None:
+        """A batch has run (or failed): a batch held for this one (``fill``) looks again."""
+        self.running -= 1
+        if self.fill:
+            self._arrival.set()
 
     def expect(self) -> OnTheWay:
         """A request for this model is on its way (its body being read or decoded): release() once it is queued
@@ -243,6 +261,10 @@ class DynamicBatcher:
         if adaptive:
             await asyncio.sleep(0)  # requests read in the same turn of the event loop are queued first
         while not self._flush and self._rows_for(first.key) < self.max_batch:
+            if self.fill and self.running:  # another batch occupies the device: hold until full or it is done
+                self._arrival.clear()
+                await self._arrival.wait()
+                continue
             if adaptive and not self._on_their_way():
                 return  # no other request is on its way: waiting could not fill the batch, so it runs now
             remaining = deadline - time.perf_counter()

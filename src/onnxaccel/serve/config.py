@@ -29,7 +29,7 @@ from onnxaccel.target import Target, parse_target
 
 SCHEMA = "onnxaccel.serve.model-config/1"
 #: How the first request of a batch waits for others (ModelConfig.queue_delay).
-QUEUE_DELAYS = ("adaptive", "fixed")
+QUEUE_DELAYS = ("adaptive", "fixed", "fill")
 #: ModelConfig.embed_preprocess values.
 EMBED_MODES = ("auto", "none")
 #: ServerConfig.shared_memory values (--shared-memory).
@@ -93,8 +93,9 @@ class ModelConfig:
                              "Use e.g. 0.25 (the default), or 1 to never cut a batch.")
         if self.queue_delay not in QUEUE_DELAYS:
             raise UsageError(f"Model '{self.name}': queue_delay is {self.queue_delay!r}.",
-                             "Use adaptive (wait only while other requests are on their way; the default) or fixed "
-                             "(always wait max_queue_delay_ms, as Triton).")
+                             "Use adaptive (wait only while other requests are on their way; the default), fixed "
+                             "(always wait max_queue_delay_ms, as Triton) or fill (adaptive, and a batch that is not "
+                             "full also waits while another instance's batch runs).")
         if self.embed_preprocess not in EMBED_MODES:
             raise UsageError(f"Model '{self.name}': embed_preprocess is {self.embed_preprocess!r}.",
                              "Use auto (embed the preset on GPU targets) or none (serve the model as it is).")

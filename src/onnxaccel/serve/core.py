@@ -135,12 +135,14 @@ class InferenceService:
 
     def model_config(self, name: str, version: str = "") -> dict:
         """The model's configuration in Triton's model-config form; a batching model's ``parameters`` say which
-        queue delay its batcher applies (``queue_delay``: adaptive, or fixed where it cannot see arrivals)."""
+        queue delay its batcher applies (``queue_delay``: adaptive or fill, or fixed where it cannot see arrivals)."""
         self._entry(name, version)
         entry = self.repository.ready(name)
         config = entry.instance.triton_config()
         if "dynamic_batching" in config:
-            applied = "adaptive" if getattr(entry.batcher, "adaptive", False) else "fixed"
+            applied = "fixed"
+            if getattr(entry.batcher, "adaptive", False):
+                applied = "fill" if getattr(entry.config, "queue_delay", "") == "fill" else "adaptive"
             config["parameters"] = {**config.get("parameters", {}), "queue_delay": {"string_value": applied}}
         return config
 

@@ -348,7 +348,7 @@ class RemoteRepository(ModelIndex):
             entry.state, entry.reason = info["state"], info["reason"]
             entry.config, entry.warnings = info["config"], list(info["warnings"])
             entry.instance = info["signature"] if entry.state == READY else None
-            adaptive = getattr(entry.config, "queue_delay", "") == "adaptive"
+            adaptive = getattr(entry.config, "queue_delay", "") in ("adaptive", "fill")
             entry.batcher = RemoteBatcher(self.link, name, adaptive) if entry.state == READY else None
             entry.loaded_at = info.get("loaded_at")
             if self.on_state is not None:
