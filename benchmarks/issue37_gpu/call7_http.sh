@@ -1,6 +1,6 @@
-# call 7 (after call 6 on the same machine; carries .tri1, .tri2 where call 6 did not): the issue's Must-show grid in one run: Triton and
-# onnxaccel over HTTP, perf_analyzer and loadtest, rows 1 and 8, c1/16/64/256, the in-process reference beside
-# them. SERVE_ARGS: onnxaccel's serve options (empty: the layout serve picks).
+# call 7 (after call 6 on the same machine; carries .tri1, .tri2 where call 6 did not): the issue's Must-show grid
+# in one run: Triton and onnxaccel over HTTP, perf_analyzer and loadtest, rows 1 and 8, c1/16/64/256, the
+# in-process reference beside them. SERVE_ARGS: onnxaccel's serve options (empty: the layout serve picks).
 source benchmarks/issue37_gpu/setup6.sh >/dev/null 2>&1; export LD_LIBRARY_PATH=/tmp/pa/lib
 [ -e /tmp/triton/bin/tritonserver ] || { echo "call 7 needs calls 1-5 and Triton: carry .tri1, .tri2"; return 1; }
 timeout ${LIMIT:-560} python3 $SVT --serve-instances auto --instances 4 --serve-args "${SERVE_ARGS:-}" \

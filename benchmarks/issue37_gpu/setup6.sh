@@ -1,5 +1,5 @@
 # Sourced by call 6 (carries .sw2, .tri1, .tri2, .pa) after calls 1-5: serve wheels, Triton, perf_analyzer, $M.
-# Again by call 7: what is unpacked already stays; Triton is unpacked where .tri1 came only then.
+# Sourced again by call 7: what is unpacked already is kept; Triton is unpacked once .tri1 and .tri2 are here.
 mkdir -p .servewheels && cp /tmp/sw/*.whl .sw2/*.whl .servewheels/
 source benchmarks/gpu_setup.sh
 [ -e /tmp/triton/bin/tritonserver ] || { [ -d .tri1 ] && mkdir -p /tmp/triton && cat .tri1/part.* .tri2/part.* | xz -d \
