@@ -30,7 +30,7 @@ MAX_LINES = 450
 #: Higher imports lower. The core is ordered too: errors/paths at the bottom, then the values that need only
 #: those (target, protobuf_values, zoo), the model, synthesis, inputs.
 LAYERS: dict[str, int] = {
-    "errors": 1, "paths": 1, "install": 1, "__version__": 1, "startup": 1,
+    "errors": 1, "paths": 1, "install": 1, "__version__": 1, "startup": 1, "process_guard": 1,
     "target": 2, "providers": 2, "protobuf_values": 2, "zoo": 2,
     "model": 3, "model_shapes": 3, "model_data": 3, "model_memo": 2, "synthesis": 4, "image_geometry": 4, "inputs": 5, "inputs_files": 5, "feeds_check": 4, "prepost": 5, "calibration": 5,
     "engines": 6, "precision": 6,

@@ -88,16 +88,19 @@ def cli():
 
 def kill_after_shards(cmd: list[str], out, shards: int = 2, env: dict | None = None) -> int:
     """Start the batch command ``cmd`` writing to ``out``, SIGKILL it once ``shards`` shards are finished in
-    its manifest (bounded: 120 s), and return how many the manifest holds after the kill."""
+    its manifest (bounded: 120 s), and return how many the manifest holds after the kill. Every process the run
+    started (decode workers, their resource tracker) must end with it."""
     import json
     import signal
     import subprocess
     import time
 
     from onnxaccel.scale.writer import MANIFEST
+    from tests.process_tree import descendants, survivors
 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     deadline = time.monotonic() + 120
+    below: set[int] = set()
     try:
         while time.monotonic() < deadline and proc.poll() is None:
             try:
@@ -105,6 +108,7 @@ def kill_after_shards(cmd: list[str], out, shards: int = 2, env: dict | None = N
             except (OSError, ValueError, KeyError):
                 finished = {}
             if len(finished) >= shards:
+                below = descendants(proc.pid)
                 proc.send_signal(signal.SIGKILL)
                 break
             time.sleep(0.02)
@@ -113,4 +117,6 @@ def kill_after_shards(cmd: list[str], out, shards: int = 2, env: dict | None = N
             proc.kill()
         proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run ended before it could be interrupted"
+    left = survivors(below)
+    assert not left, f"processes {sorted(left)} of the killed run kept running"
     return len(json.loads((out / MANIFEST).read_text())["shards"])

@@ -27,6 +27,7 @@ from onnxaccel.errors import UsageError
 from onnxaccel.loadtest.clients import GrpcCaller, HttpConnection, grpc_payload, http_payload
 from onnxaccel.loadtest.results import LevelResult, LoadtestConfig, LoadtestReport
 from onnxaccel.loadtest.shapes import request_dims, request_rows, require_bound
+from onnxaccel.process_guard import exit_with_parent
 from onnxaccel.serve.protocol import DATATYPES
 
 
@@ -246,7 +247,7 @@ def run_loadtest(config: LoadtestConfig, progress=None) -> LoadtestReport:
             if workers == 1:
                 parts = [_worker(config, inputs, concurrency, config.max_requests)]
             else:
-                pool = pool or ProcessPoolExecutor(max_workers=workers)
+                pool = pool or ProcessPoolExecutor(max_workers=workers, initializer=exit_with_parent)
                 shares = [concurrency // workers + (i < concurrency % workers) for i in range(workers)]
                 cap = None if config.max_requests is None else -(-config.max_requests // workers)
                 parts = list(pool.map(_worker, [config] * workers, [inputs] * workers,

@@ -15,6 +15,7 @@ from multiprocessing import get_context, shared_memory
 import numpy as np
 
 from onnxaccel.inputs_files import ImagePreprocess
+from onnxaccel.process_guard import exit_with_parent
 from onnxaccel.prepost.cpu_decode import decode_files_into
 
 #: What the GPU decoding process calls to make its decoder (DecodePool gpu_decoder): prepost/decode.py's
@@ -42,7 +43,8 @@ _WORKER: dict = {}
 
 
 def _attach(name: str, shape: tuple[int, ...], height: int, width: int, pre: ImagePreprocess) -> None:
-    """Worker initializer: map the shared ring once per process."""
+    """Worker initializer: map the shared ring once per process; end with the job if it is killed."""
+    exit_with_parent()
     shm = shared_memory.SharedMemory(name=name)
     _WORKER.update(shm=shm, ring=np.ndarray(shape, np.uint8, buffer=shm.buf), height=height, width=width, pre=pre)
 
