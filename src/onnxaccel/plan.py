@@ -206,11 +206,12 @@ def plan_execution(target: Target, request: PlanRequest | None = None, *, model:
 
 def _layout(target: Target, request: PlanRequest, host: Host, choices: list[Choice]) -> tuple[int, bool, int]:
     """(workers, shared model process, instances)."""
-    if request.command == "serve" and target.is_gpu and not request.on_ray and not request.layout_given():
+    if request.command == "serve" and target.is_gpu and not request.on_ray and not request.processes_given():
         workers = max(1, min(MAX_WORKERS, host.cores // CORES_PER_WORKER))
-        instances = SERVE_GPU_INSTANCES if host.cores >= 8 else 2
+        instances = request.instances or (SERVE_GPU_INSTANCES if host.cores >= 8 else 2)
+        given = " (as given)" if request.instances else " so copies and runs overlap"
         reason = (f"GPU target, {host.cores} cores: a decoding worker per {CORES_PER_WORKER} cores (at most "
-                  f"{MAX_WORKERS}), one model process, {instances} instances so copies and runs overlap; override "
+                  f"{MAX_WORKERS}), one model process, {instances} instances{given}; override "
                   "with --workers, --shared-models or --instances")
         choices.append(Choice("layout", f"{workers} workers, shared model process, {instances} instances", reason))
         return workers, workers > 1, instances
@@ -238,7 +239,7 @@ def _graph_capture(target: Target, request: PlanRequest, model: Model | None, ba
     given = target.option_dict.get(option)
     auto = request.auto_graph
     if auto is None:
-        auto = request.command == "serve" and not request.layout_given() and not request.on_ray
+        auto = request.command == "serve" and not request.processes_given() and not request.on_ray
     wanted = given == "1" or (given is None and auto and spec.graph_by_default)
     if not wanted:
         if given == "0":

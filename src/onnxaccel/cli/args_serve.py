@@ -143,7 +143,7 @@ class BatcherArgs(Group):
                "while more HTTP requests are on their way into this process (their bodies still arriving; none: it "
                "runs with what is queued); fixed: it always waits --max-queue-delay-ms, as Triton; fill: adaptive, and "
                "with several instances a batch that is not full also waits while another instance's batch runs "
-               "(until it is full or none runs)."),
+               "(until it is full or none runs), while enough requests are about (twice --max-batch) to fill it."),
         option("max_padding", float, 0.25, "--max-padding", min=0.0, max=1.0, help="GPUs (batches padded to "
                "powers of two): the largest share of a batch that may be padding; above it the batch is cut to the "
                "size below and the rest wait for the next one. 1 never cuts."),

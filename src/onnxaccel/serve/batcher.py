@@ -9,8 +9,10 @@ could not fill the batch, so a lone request runs at once instead of paying the d
 always waits; ``queue_delay: fixed`` does the same). With ``queue_delay: fill`` (several instances sharing one
 device), a batch that is not full also waits while another instance's batch runs, until it is full or the
 device has no batch running: a batch started beside a running one shares the device with it anyway, so it gains
-little by starting early and loses rows it could have held. One worker per model instance; runs happen in threads (ONNX
-Runtime releases the GIL in ``run``), so the event loop keeps accepting requests meanwhile.
+little by starting early and loses rows it could have held. It holds only while enough requests are about for a
+full batch to form beside the running one (``_can_fill``); with fewer it gathers as ``adaptive`` does. One worker
+per model instance; runs happen in threads (ONNX Runtime releases the GIL in ``run``), so the event loop keeps
+accepting requests meanwhile.
 
 The queue is bounded (``max_queue`` requests): beyond it ``submit`` refuses at once with 429, so memory
 stays bounded under overload instead of growing with the backlog.
@@ -115,8 +117,9 @@ class DynamicBatcher:
         #: rows beside full ones). After one worker took its batch, the next gathers from the new first request.
         self._forming = asyncio.Lock()
         self._on_batch = on_batch
-        #: Batches running now (taken and not yet split).
+        #: Batches running now (taken and not yet split), and their rows.
         self.running = 0
+        self.running_rows = 0
         count = instance.planned  # instances still joining get a worker that joins them first
         self._workers = [asyncio.ensure_future(self._worker(i)) for i in range(count)]
         self.executions = 0
@@ -207,21 +210,23 @@ class DynamicBatcher:
                 if self.instance.batching and (self.delay_s > 0 or self.fill):
                     await self._gather(self._queue[0])
                 batch = self._take()
+                rows = sum(p.rows for p in batch)
                 if batch:  # counted before the next worker may gather (it holds only while this one runs)
                     self.running += 1
+                    self.running_rows += rows
             if not batch:
                 continue
             try:
                 outputs, seconds = await loop.run_in_executor(self.instance.threads[index], self._run, index, batch)
                 results = self._split(batch, outputs)  # here, not in the run thread: see _run
             except asyncio.CancelledError:
-                self._ran()
+                self._ran(rows)
                 for pending in batch:
                     if not pending.future.done():
                         pending.future.set_exception(ProtocolError(503, "The model was unloaded."))
                 raise
             except Exception as exc:  # noqa: BLE001 - every waiting request gets the failure
-                self._ran()
+                self._ran(rows)
                 error = exc if isinstance(exc, ProtocolError) else ProtocolError(
                     500, f"Inference failed on model '{self.instance.config.name}': {exc}")
                 self.failures += 1
@@ -233,9 +238,8 @@ class DynamicBatcher:
                     if not pending.future.done():
                         pending.future.set_exception(error)
                 continue
-            self._ran()
+            self._ran(rows)
             self.executions += 1
-            rows = sum(p.rows for p in batch)
             if self._on_batch is not None:
                 self._on_batch(rows, seconds, self.instance.phases[index])
             now = time.perf_counter()
@@ -244,9 +248,10 @@ class DynamicBatcher:
                     timing = BatchTiming(now - pending.arrived - seconds, seconds, rows)
                     pending.future.set_result((result, timing))
 
-    def _ran(self) -> None:
-        """A batch has run (or failed): a batch held for this one (``fill``) looks again."""
+    def _ran(self, rows: int) -> None:
+        """A batch of ``rows`` has run (or failed): a batch held for this one (``fill``) looks again."""
         self.running -= 1
+        self.running_rows -= rows
         if self.fill:
             self._arrival.set()
 
@@ -261,7 +266,9 @@ class DynamicBatcher:
         if adaptive:
             await asyncio.sleep(0)  # requests read in the same turn of the event loop are queued first
         while not self._flush and self._rows_for(first.key) < self.max_batch:
-            if self.fill and self.running:  # another batch occupies the device: hold until full or it is done
+            if self.fill and self.running and self._can_fill(first.key):
+                # another batch occupies the device and enough requests are about for a full one to form beside
+                # it: hold until full or it is done
                 self._arrival.clear()
                 await self._arrival.wait()
                 continue
@@ -283,6 +290,14 @@ class DynamicBatcher:
 
     def _on_their_way(self) -> int:
         return (self.on_the_way or 0) + (self._arrivals(self.instance.config.name) if self._arrivals else 0)
+
+    def _can_fill(self, key: tuple) -> bool:
+        """``fill`` holds a batch beside a running one only while the requests in this process (the running
+        batches' rows, the queued rows, the requests on their way) number at least twice max batch: enough for a
+        full batch to form while the other runs. With fewer (64 clients at max batch 64) it could only wait for
+        the running batch to end, one batch at a time, and the device would idle between them: it then gathers as
+        ``adaptive`` does (H100 lease G, 1-row requests at concurrency 64: holding cost 11 % of the rows/s)."""
+        return self.running_rows + self._rows[key] + self._on_their_way() >= 2 * self.max_batch
 
     def _rows_for(self, key: tuple) -> int:
         return self._rows[key]

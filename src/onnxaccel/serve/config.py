@@ -94,8 +94,8 @@ class ModelConfig:
         if self.queue_delay not in QUEUE_DELAYS:
             raise UsageError(f"Model '{self.name}': queue_delay is {self.queue_delay!r}.",
                              "Use adaptive (wait only while other requests are on their way; the default), fixed "
-                             "(always wait max_queue_delay_ms, as Triton) or fill (adaptive, and a batch that is not "
-                             "full also waits while another instance's batch runs).")
+                             "(always wait max_queue_delay_ms, as Triton) or fill (adaptive, and under load a batch "
+                             "that is not full also waits while another instance's batch runs).")
         if self.embed_preprocess not in EMBED_MODES:
             raise UsageError(f"Model '{self.name}': embed_preprocess is {self.embed_preprocess!r}.",
                              "Use auto (embed the preset on GPU targets) or none (serve the model as it is).")
