@@ -3,6 +3,6 @@
 # in-process reference beside them. SERVE_ARGS: onnxaccel's serve options (empty: the layout serve picks).
 source benchmarks/issue37_gpu/setup6.sh >/dev/null 2>&1; export LD_LIBRARY_PATH=/tmp/pa/lib
 [ -e /tmp/triton/bin/tritonserver ] || { echo "call 7 needs calls 1-5 and Triton: carry .tri1, .tri2"; return 1; }
-timeout ${LIMIT:-560} python3 $SVT --serve-instances auto --instances 4 --serve-args "${SERVE_ARGS:-}" \
+timeout ${LIMIT:-560} python3 $SVT --serve-instances auto --instances 4 --serve-args="${SERVE_ARGS:-}" \
   --concurrency ${CONC:-1,16,64,256} --rows ${ROWS:-1,8} --warmup-s ${WARMUP:-6} --generators perf_analyzer,loadtest \
   --triton-config "$TCFG" --out $OUT/http-grid.json 2>&1 | tee $OUT/http-grid.log | grep -v "^WARNING\|{" | tail -30
