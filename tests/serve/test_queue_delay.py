@@ -20,7 +20,8 @@ import pytest
 
 from onnxaccel.errors import UsageError
 from onnxaccel.serve.config import ModelConfig
-from tests.serve.conftest import ServerProcess
+from tests.conftest import make_mlp
+from tests.serve.conftest import ServerProcess, write_config
 
 DELAY_MS = 1500
 LAYOUTS = {"one process": (), "shared models": ("--workers", "2", "--shared-models")}
@@ -30,34 +31,48 @@ def body(x: np.ndarray) -> dict:
     return {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.reshape(-1).tolist()}]}
 
 
-def executions(server) -> int:
-    return httpx.get(f"{server.url}/v2/models/mlp/stats").json()["model_stats"][0]["execution_count"]
+def executions(server, model: str = "mlp") -> int:
+    return httpx.get(f"{server.url}/v2/models/{model}/stats").json()["model_stats"][0]["execution_count"]
 
 
-def timed_request(server, x: np.ndarray) -> tuple[float, list]:
+def timed_request(server, x: np.ndarray, model: str = "mlp") -> tuple[float, list]:
     start = time.monotonic()
-    response = httpx.post(f"{server.url}/v2/models/mlp/infer", json=body(x), timeout=30)
+    response = httpx.post(f"{server.url}/v2/models/{model}/infer", json=body(x), timeout=30)
     assert response.status_code == 200, response.text
     return time.monotonic() - start, response.json()["outputs"][0]["data"]
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("policy", ["adaptive", "fixed", "fill"])
-def test_a_lone_request_waits_the_delay_only_when_fixed(tmp_path, mlp_path, policy, layout):
-    server = ServerProcess(mlp_path, *LAYOUTS[layout], "--max-batch", "8", "--max-queue-delay-ms", str(DELAY_MS),
-                           "--queue-delay", policy, "--no-grpc", log=tmp_path / "serve.log").wait_ready(120)
+POLICIES = ("adaptive", "fixed", "fill")
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def policy_server(request, tmp_path_factory):
+    """One server per layout for the three policies: a repository of three mlp models whose config.json each sets
+    its queue_delay (the per-model key; the flag gives the rest), max batch 8 and a 1.5 s delay."""
+    root = tmp_path_factory.mktemp("policies")
+    for policy in POLICIES:
+        (root / policy).mkdir()
+        make_mlp(root / policy / "model.onnx")
+        write_config(root / policy, queue_delay=policy)
+    server = ServerProcess(root, *LAYOUTS[request.param], "--max-batch", "8", "--max-queue-delay-ms", str(DELAY_MS),
+                           "--no-grpc", log=root / "serve.log").wait_ready(120)
     try:
-        config = httpx.get(f"{server.url}/v2/models/mlp/config").json()
-        assert config["parameters"]["queue_delay"] == {"string_value": policy}  # what the batcher applies
-        x = np.array([[0.1, 0.2, 0.3, 0.4]], np.float32)
-        timed_request(server, x)  # the first request of a process pays its own one-off costs
-        seconds = min(timed_request(server, x)[0] for _ in range(3))
-        if policy != "fixed":  # fill is adaptive too (one instance: nothing runs beside it)
-            assert seconds < DELAY_MS / 1e3 / 3, f"a lone request took {seconds:.3f} s: it waited for company"
-        else:
-            assert seconds >= DELAY_MS / 1e3 * 0.9, f"{seconds:.3f} s: the fixed delay was not waited"
+        yield server
     finally:
         assert server.stop(60) == 0, server.log()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_lone_request_waits_the_delay_only_when_fixed(policy_server, policy):
+    config = httpx.get(f"{policy_server.url}/v2/models/{policy}/config").json()
+    assert config["parameters"]["queue_delay"] == {"string_value": policy}  # what the batcher applies
+    x = np.array([[0.1, 0.2, 0.3, 0.4]], np.float32)
+    timed_request(policy_server, x, policy)  # the first request of a model pays its own one-off costs
+    seconds = min(timed_request(policy_server, x, policy)[0] for _ in range(3))
+    if policy != "fixed":  # fill is adaptive too (one instance: nothing runs beside it)
+        assert seconds < DELAY_MS / 1e3 / 3, f"a lone request took {seconds:.3f} s: it waited for company"
+    else:
+        assert seconds >= DELAY_MS / 1e3 * 0.9, f"{seconds:.3f} s: the fixed delay was not waited"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
