@@ -140,5 +140,43 @@ def test_fill_under_less_load_gathers_as_adaptive(mlp_path, compiled):
     _outputs_match(mlp_path, xs, outputs)
 
 
+def test_fill_judges_the_load_by_its_recent_peak_not_the_moment(mlp_path, compiled):
+    """16 requests about (8 rows running, 3 queued, 5 on their way), then the 5 fail before they are queued: the
+    count of the moment is 11, but 16 were about within FILL_WINDOW_S, so the three still wait for the running
+    batch. (When a batch ends, its clients are on their way back and out of every count: judged by the moment,
+    256 clients on the H100 got 34-row batches, lease H.)"""
+    xs = np.random.default_rng(6).random((11, 4), dtype=np.float32)
+    instance, gate, started = _gated(mlp_path, compiled, "fill")
+
+    async def scenario():
+        rows: list[int] = []
+        batcher = DynamicBatcher(instance, on_batch=lambda n, seconds, phases: rows.append(n), sees_arrivals=True)
+        loop = asyncio.get_running_loop()
+        coming = [batcher.expect() for _ in range(5)]
+        try:
+            futures = [batcher.enqueue({"x": xs[0:8]}, 8)]
+            assert await loop.run_in_executor(None, started.wait, 30)
+            futures += [batcher.enqueue({"x": xs[i:i + 1]}, 1) for i in range(8, 11)]
+            await asyncio.sleep(0.1)
+            for way in coming:  # failed on their way: never queued; the last release wakes the gathering batch
+                way.release()
+            await asyncio.sleep(0.3)
+            held = [rows[:], sum(f.done() for f in futures[1:])]
+            gate.set()
+            outputs = await asyncio.wait_for(asyncio.gather(*futures), 30)
+            return held, rows, [out["probs"] for out, _ in outputs]
+        finally:
+            gate.set()
+            await batcher.close()
+
+    try:
+        held, rows, outputs = asyncio.run(scenario())
+    finally:
+        instance.close()
+    assert held == [[], 0], "the three ran at once: fill judged the load by the dip of the moment"
+    assert rows == [8, 3]
+    _outputs_match(mlp_path, xs, outputs)
+
+
 def test_fill_is_a_known_queue_delay(mlp_path):
     assert ModelConfig(name="m", source=str(mlp_path), queue_delay="fill").queue_delay == "fill"

@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 LOGGED_FAILURES = 5
 #: Seconds an idle instance waits before it looks again for a padded size to warm (another instance warming).
 WARM_POLL_S = 0.05
+#: ``fill``: how long a peak of requests about (DynamicBatcher._can_fill) counts.
+FILL_WINDOW_S = 1.0
 
 
 @dataclass
@@ -120,6 +122,8 @@ class DynamicBatcher:
         #: Batches running now (taken and not yet split), and their rows.
         self.running = 0
         self.running_rows = 0
+        #: ``fill``: the most requests seen about at once within about FILL_WINDOW_S, and when.
+        self._peak, self._peak_at = 0, 0.0
         count = instance.planned  # instances still joining get a worker that joins them first
         self._workers = [asyncio.ensure_future(self._worker(i)) for i in range(count)]
         self.executions = 0
@@ -155,6 +159,8 @@ class DynamicBatcher:
         # counted elsewhere (the model process), each arrival may be the last one on its way: it looks again.
         if self._rows[key] >= self.max_batch or self._arrivals is not None:
             self._arrival.set()
+        if self.fill:
+            self._about(key)
         return future
 
     def flush(self) -> None:
@@ -292,12 +298,23 @@ class DynamicBatcher:
         return (self.on_the_way or 0) + (self._arrivals(self.instance.config.name) if self._arrivals else 0)
 
     def _can_fill(self, key: tuple) -> bool:
-        """``fill`` holds a batch beside a running one only while the requests in this process (the running
-        batches' rows, the queued rows, the requests on their way) number at least twice max batch: enough for a
-        full batch to form while the other runs. With fewer (64 clients at max batch 64) it could only wait for
-        the running batch to end, one batch at a time, and the device would idle between them: it then gathers as
-        ``adaptive`` does (H100 lease G, 1-row requests at concurrency 64: holding cost 11 % of the rows/s)."""
-        return self.running_rows + self._rows[key] + self._on_their_way() >= 2 * self.max_batch
+        """``fill`` holds a batch beside a running one only where enough clients send for a full batch to form
+        while the other runs: the requests in this process (the running batches' rows, the queued rows, the
+        requests on their way) numbered at least twice max batch at some moment of the last FILL_WINDOW_S. With
+        fewer clients (64 at max batch 64) it could only wait for the running batch to end, one batch at a time,
+        and the device would idle between them: it then gathers as ``adaptive`` does (H100 lease G, 1-row requests
+        at 64 clients: holding cost 11 % of the rows/s). A peak, not the count of the moment: when a batch ends
+        its clients are on their way back, out of every count, so the count dips exactly when a batch gathers
+        (lease H: judged by the moment, 256 clients got 34-row batches and 71 % of in-process, against 60-row
+        batches and 80-83 % holding always)."""
+        return self._about(key) >= 2 * self.max_batch
+
+    def _about(self, key: tuple) -> int:
+        """The peak of requests about (see _can_fill), updated with the count of this moment."""
+        now, about = time.perf_counter(), self.running_rows + self._rows[key] + self._on_their_way()
+        if about >= self._peak or now - self._peak_at > FILL_WINDOW_S:
+            self._peak, self._peak_at = about, now
+        return self._peak
 
     def _rows_for(self, key: tuple) -> int:
         return self._rows[key]
