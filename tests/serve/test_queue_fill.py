@@ -56,10 +56,12 @@ def _gated(mlp_path, compiled, policy):
     return ModelInstance.start(config, compiled.model, plan, make), gate, started
 
 
-async def _scenario(instance, gate, started, xs, *, fill_up: bool, first_rows: int = 8, on_the_way: int = 5):
+async def _scenario(instance, gate, started, xs, *, fill_up: bool, first_rows: int = 8, on_the_way: int = 5,
+                    fail_on_the_way: bool = False):
     """A request of ``first_rows`` rows runs (held at the gate); three 1-row requests are queued while it runs,
-    with ``on_the_way`` more announced (their bodies "being read"); then, with ``fill_up``, five more arrive and
-    fill a batch of eight. Returns the rows of each batch in the order they ran, and the outputs."""
+    with ``on_the_way`` more announced (their bodies "being read"); with ``fail_on_the_way`` those fail 0.1 s
+    later without being queued; with ``fill_up``, five more arrive and fill a batch of eight. Returns the rows of
+    each batch in the order they ran, and the outputs."""
     rows: list[int] = []
     batcher = DynamicBatcher(instance, on_batch=lambda n, seconds, phases: rows.append(n), sees_arrivals=True)
     loop = asyncio.get_running_loop()
@@ -68,6 +70,10 @@ async def _scenario(instance, gate, started, xs, *, fill_up: bool, first_rows: i
         futures = [batcher.enqueue({"x": xs[0:first_rows]}, first_rows)]
         assert await loop.run_in_executor(None, started.wait, 30)
         futures += [batcher.enqueue({"x": xs[i:i + 1]}, 1) for i in range(first_rows, first_rows + 3)]
+        if fail_on_the_way:
+            await asyncio.sleep(0.1)
+            for way in coming:  # never queued; the last release wakes the gathering batch
+                way.release()
         await asyncio.sleep(0.3)  # the second instance has had its chance to take the three
         held = [rows[:], sum(f.done() for f in futures[1:])]
         if fill_up:
@@ -127,8 +133,8 @@ def test_a_held_batch_runs_when_the_running_one_is_done(mlp_path, compiled):
 
 def test_fill_under_less_load_gathers_as_adaptive(mlp_path, compiled):
     """8 rows running and 3 queued, none on their way: 11 < 16, so a full batch cannot form beside the running
-    one. Holding would only wait for it to end (one batch at a time, the device idle between them: 11 % fewer
-    rows/s at 64 clients on the H100); fill runs the three at once, as adaptive does."""
+    one. Holding would only wait for it to end (one batch at a time, the device idle between them); fill runs the
+    three at once, as adaptive does."""
     xs = np.random.default_rng(5).random((11, 4), dtype=np.float32)
     instance, gate, started = _gated(mlp_path, compiled, "fill")
     try:
@@ -143,34 +149,12 @@ def test_fill_under_less_load_gathers_as_adaptive(mlp_path, compiled):
 def test_fill_judges_the_load_by_its_recent_peak_not_the_moment(mlp_path, compiled):
     """16 requests about (8 rows running, 3 queued, 5 on their way), then the 5 fail before they are queued: the
     count of the moment is 11, but 16 were about within FILL_WINDOW_S, so the three still wait for the running
-    batch. (When a batch ends, its clients are on their way back and out of every count: judged by the moment,
-    256 clients on the H100 got 34-row batches, lease H.)"""
+    batch (when a batch ends, its clients are on their way back and out of every count)."""
     xs = np.random.default_rng(6).random((11, 4), dtype=np.float32)
     instance, gate, started = _gated(mlp_path, compiled, "fill")
-
-    async def scenario():
-        rows: list[int] = []
-        batcher = DynamicBatcher(instance, on_batch=lambda n, seconds, phases: rows.append(n), sees_arrivals=True)
-        loop = asyncio.get_running_loop()
-        coming = [batcher.expect() for _ in range(5)]
-        try:
-            futures = [batcher.enqueue({"x": xs[0:8]}, 8)]
-            assert await loop.run_in_executor(None, started.wait, 30)
-            futures += [batcher.enqueue({"x": xs[i:i + 1]}, 1) for i in range(8, 11)]
-            await asyncio.sleep(0.1)
-            for way in coming:  # failed on their way: never queued; the last release wakes the gathering batch
-                way.release()
-            await asyncio.sleep(0.3)
-            held = [rows[:], sum(f.done() for f in futures[1:])]
-            gate.set()
-            outputs = await asyncio.wait_for(asyncio.gather(*futures), 30)
-            return held, rows, [out["probs"] for out, _ in outputs]
-        finally:
-            gate.set()
-            await batcher.close()
-
     try:
-        held, rows, outputs = asyncio.run(scenario())
+        held, rows, outputs = asyncio.run(_scenario(instance, gate, started, xs, fill_up=False,
+                                                    fail_on_the_way=True))
     finally:
         instance.close()
     assert held == [[], 0], "the three ran at once: fill judged the load by the dip of the moment"

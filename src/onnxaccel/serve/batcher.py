@@ -122,7 +122,7 @@ class DynamicBatcher:
         #: Batches running now (taken and not yet split), and their rows.
         self.running = 0
         self.running_rows = 0
-        #: ``fill``: the most requests seen about at once within about FILL_WINDOW_S, and when.
+        #: ``fill``: the most requests seen about at once (_can_fill) within about FILL_WINDOW_S, and when.
         self._peak, self._peak_at = 0, 0.0
         count = instance.planned  # instances still joining get a worker that joins them first
         self._workers = [asyncio.ensure_future(self._worker(i)) for i in range(count)]
@@ -159,8 +159,6 @@ class DynamicBatcher:
         # counted elsewhere (the model process), each arrival may be the last one on its way: it looks again.
         if self._rows[key] >= self.max_batch or self._arrivals is not None:
             self._arrival.set()
-        if self.fill:
-            self._about(key)
         return future
 
     def flush(self) -> None:
@@ -300,21 +298,16 @@ class DynamicBatcher:
     def _can_fill(self, key: tuple) -> bool:
         """``fill`` holds a batch beside a running one only where enough clients send for a full batch to form
         while the other runs: the requests in this process (the running batches' rows, the queued rows, the
-        requests on their way) numbered at least twice max batch at some moment of the last FILL_WINDOW_S. With
-        fewer clients (64 at max batch 64) it could only wait for the running batch to end, one batch at a time,
-        and the device would idle between them: it then gathers as ``adaptive`` does (H100 lease G, 1-row requests
-        at 64 clients: holding cost 11 % of the rows/s). A peak, not the count of the moment: when a batch ends
-        its clients are on their way back, out of every count, so the count dips exactly when a batch gathers
-        (lease H: judged by the moment, 256 clients got 34-row batches and 71 % of in-process, against 60-row
-        batches and 80-83 % holding always)."""
-        return self._about(key) >= 2 * self.max_batch
-
-    def _about(self, key: tuple) -> int:
-        """The peak of requests about (see _can_fill), updated with the count of this moment."""
+        requests on their way) numbered at least twice max batch at some check within the last FILL_WINDOW_S.
+        With fewer clients (64 at max batch 64) holding could only wait for the running batch to end, one batch at
+        a time, and the device would idle between them: it then gathers as ``adaptive`` does. A recent peak, not
+        the count of the moment: when a batch ends its clients are on their way back, out of every count, so the
+        count dips exactly when the next batch gathers (docs/SERVING.md, "Dynamic batching", has the
+        measurements)."""
         now, about = time.perf_counter(), self.running_rows + self._rows[key] + self._on_their_way()
         if about >= self._peak or now - self._peak_at > FILL_WINDOW_S:
             self._peak, self._peak_at = about, now
-        return self._peak
+        return self._peak >= 2 * self.max_batch
 
     def _rows_for(self, key: tuple) -> int:
         return self._rows[key]
