@@ -40,7 +40,7 @@ def test_serve_on_a_gpu_chooses_the_layout_and_graph_capture_from_the_cores():
 
 def test_serve_with_instances_alone_keeps_the_chosen_processes_and_capture():
     """--instances 6 on a GPU: the default layout's workers and model process with six sessions, captured (it
-    used to give one process without capture: 12 % of in-process at 256 clients on the H100, lease G)."""
+    used to give one process without capture)."""
     plan = plan_execution(parse_target("cuda/fp16"), PlanRequest(command="serve", max_batch=64, instances=6),
                           host=H16)
     assert (plan.workers, plan.shared_models, plan.instances) == (8, True, 6)
