@@ -140,7 +140,10 @@ def perf_analyzer(url: str, name: str, rows: int, concurrency: int, args, out: P
             "p99_us": int(row["p99 latency"]), "server_queue_us": int(row["Server Queue"]),
             "server_compute_us": int(row["Server Compute Input"]) + int(row["Server Compute Infer"])
             + int(row["Server Compute Output"]), "client_send_recv_us": int(row["Client Send"])
-            + int(row["Network+Server Send/Recv"]) + int(row["Client Recv"])}
+            + int(row["Network+Server Send/Recv"]) + int(row["Client Recv"]),
+            # its parts: the client's own send and receive, and the time on the wire and in the server's front
+            "client_send_us": int(row["Client Send"]), "client_recv_us": int(row["Client Recv"]),
+            "network_server_us": int(row["Network+Server Send/Recv"])}
 
 
 def in_process(model: Path, target: str, max_batch: int, seconds: float = 3.0) -> dict:

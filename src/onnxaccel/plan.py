@@ -87,6 +87,8 @@ class ExecutionPlan:
     graph_option: str | None
     gpu_wait: str | None
     gil_switch_ms: float | None
+    #: serve's batch-forming policy for every model (a model's config.json may set its own); None elsewhere.
+    queue_delay: str | None
     arena_shrinkage: bool
     decoder: str | None
     choices: tuple[Choice, ...] = ()
@@ -135,6 +137,7 @@ class ExecutionPlan:
             "instances": self.instances, "instances_at_load": self.instances_at_load,
             "workers": self.workers, "shared_models": self.shared_models, "graph_capture": self.graph_capture,
             "graph_option": self.graph_option, "gpu_wait": self.gpu_wait, "gil_switch_ms": self.gil_switch_ms,
+            "queue_delay": self.queue_delay,
             "arena_shrinkage": self.arena_shrinkage, "decoder": self.decoder,
             "precision_executed": self.precision_executed, "choices": [c.to_dict() for c in self.choices],
         }
@@ -167,6 +170,7 @@ def plan_execution(target: Target, request: PlanRequest | None = None, *, model:
                           target.precision != "fp32" else "fp32: the model as it is" if target.precision == "fp32"
                           else "a converted model (the provider computes in the model's types)"))
     workers, shared, instances = _layout(target, request, host, choices)
+    queue_delay = _queue_delay(target, request, instances, choices)
     batch_sizes = batch_sizes_for(target, request, model, choices)
     warm = warm_at_load(request, batch_sizes, choices)
     at_load = instances_at_load(target, request, instances, choices)
@@ -201,7 +205,8 @@ def plan_execution(target: Target, request: PlanRequest | None = None, *, model:
         batch_sizes=batch_sizes, warm_at_load=warm, max_padding=request.max_padding, instances=instances,
         instances_at_load=at_load, workers=workers,
         shared_models=shared, graph_capture=graph, graph_option=graph_option, gpu_wait=gpu_wait, gil_switch_ms=gil,
-        arena_shrinkage=request.arena_shrinkage and not graph, decoder=decoder, choices=tuple(choices))
+        queue_delay=queue_delay, arena_shrinkage=request.arena_shrinkage and not graph, decoder=decoder,
+        choices=tuple(choices))
 
 
 def _layout(target: Target, request: PlanRequest, host: Host, choices: list[Choice]) -> tuple[int, bool, int]:
@@ -228,6 +233,25 @@ def _layout(target: Target, request: PlanRequest, host: Host, choices: list[Choi
                                   f"{instances} instances", "as given" if request.layout_given() else
                                   "CPU target: one process" if not target.is_gpu else "on Ray: one replica per GPU"))
     return workers, shared, instances
+
+
+def _queue_delay(target: Target, request: PlanRequest, instances: int, choices: list[Choice]) -> str | None:
+    """serve's batch-forming policy (serve/batcher.py): ``fill`` where several instances of a GPU target share one
+    batcher, else ``adaptive``; None for other commands."""
+    if request.command != "serve":
+        return None
+    if request.queue_delay is not None:
+        choices.append(Choice("queue_delay", request.queue_delay, "given (--queue-delay or the model's config.json)"))
+        return request.queue_delay
+    if target.is_gpu and instances > 1 and not request.on_ray:
+        choices.append(Choice("queue_delay", "fill", f"GPU target, {instances} instances: while at least twice max "
+                              "batch of requests are about, a batch that is not full waits beside a running one "
+                              "until it is full; with fewer, as adaptive (set --queue-delay adaptive to turn off)"))
+        return "fill"
+    choices.append(Choice("queue_delay", "adaptive", "a batch waits for others only while more requests are on "
+                          "their way" + ("" if target.is_gpu and not request.on_ray else
+                                         " (fill is measured only for several instances on a GPU)")))
+    return "adaptive"
 
 
 def _graph_capture(target: Target, request: PlanRequest, model: Model | None, batch_sizes: tuple[int, ...],

@@ -72,6 +72,8 @@ class PlanRequest:
     decoder: str | None = None
     #: serve: warm every padded size before ready (default: the largest first, the others in the background).
     warm_all_sizes: bool = False
+    #: serve's batch-forming policy (``--queue-delay``): adaptive, fixed or fill; None lets the plan choose.
+    queue_delay: str | None = None
     #: Turn on the provider's graph capture where it has one and the plan allows it (serve's automatic layout
     #: does; an explicit ``enable_cuda_graph=0`` in the target always wins).
     auto_graph: bool | None = None

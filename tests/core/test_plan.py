@@ -50,6 +50,54 @@ def test_serve_with_instances_alone_keeps_the_chosen_processes_and_capture():
     assert (cpu.workers, cpu.shared_models, cpu.instances) == (1, False, 2)
 
 
+def test_serve_fills_batches_where_several_gpu_instances_share_a_batcher():
+    """The batch-forming policy is the plan's: fill for a GPU target's several instances (the chosen layout, or
+    instances given), adaptive for one instance, a CPU target or Ray; a --queue-delay given wins; other commands
+    have none."""
+    def policy(target: str, **asked) -> str | None:
+        return plan_execution(parse_target(target), PlanRequest(max_batch=64, **{"command": "serve", **asked}),
+                              host=H16).queue_delay
+
+    plan = plan_execution(parse_target("cuda/fp16"), PlanRequest(command="serve", max_batch=64), host=H16)
+    assert plan.queue_delay == "fill" and plan.to_dict()["queue_delay"] == "fill"
+    assert "4 instances" in plan.choice("queue_delay").reason and "--queue-delay adaptive" in plan.choice(
+        "queue_delay").reason
+    assert policy("cuda", workers=2, shared_models=True, instances=3) == "fill"
+    assert policy("migraphx", instances=2) == "fill"
+    assert policy("cuda", workers=2) == "adaptive"  # one instance: no batch runs beside another
+    assert policy("cpu", instances=4) == "adaptive"
+    assert policy("cuda", on_ray=True) == "adaptive"
+    given = plan_execution(parse_target("cuda"), PlanRequest(command="serve", max_batch=64, queue_delay="adaptive"),
+                           host=H16)
+    assert given.queue_delay == "adaptive" and given.choice("queue_delay").reason.startswith("given")
+    assert policy("cuda", command="batch") is None
+
+
+def test_serve_cli_hands_the_plans_queue_delay_to_every_model():
+    """cli/serve.py: --queue-delay not given lets the plan choose, and the models' defaults take the plan's value;
+    given, it is the models' (the batcher runs ModelConfig.queue_delay)."""
+    from types import SimpleNamespace
+
+    from onnxaccel.cli.args_serve import BatcherArgs, LayoutArgs, SessionArgs
+    from onnxaccel.cli.serve import _model_defaults
+
+    def defaults(target: str, **batcher):
+        values = {p.name: p.default for p in BatcherArgs().params()}
+        flags = LayoutArgs().build(SimpleNamespace(**{p.name: p.default for p in LayoutArgs().params()}), None)
+        session = SessionArgs().build(SimpleNamespace(**{p.name: p.default for p in SessionArgs().params()}), None)
+        return _model_defaults(parse_target(target), None, SimpleNamespace(shapes={}, buckets=None),
+                               SimpleNamespace(**{**values, "max_batch": 64, **batcher}), flags,
+                               SimpleNamespace(preset=None, embed="auto"), session, False)
+
+    assert BatcherArgs().params() and {p.name: p.default for p in BatcherArgs().params()}["queue_delay"] is None
+    models, plan = defaults("cuda", instances=2)
+    assert models.queue_delay == plan.queue_delay == "fill"
+    models, plan = defaults("cuda", instances=2, queue_delay="adaptive")
+    assert models.queue_delay == plan.queue_delay == "adaptive"
+    models, plan = defaults("cpu")
+    assert models.queue_delay == plan.queue_delay == "adaptive"
+
+
 def test_serve_keeps_the_users_layout_and_the_cpu_one_process():
     given = plan_execution(parse_target("cuda"), PlanRequest(command="serve", max_batch=8, workers=2), host=H16)
     assert (given.workers, given.shared_models, given.instances) == (2, False, 1)

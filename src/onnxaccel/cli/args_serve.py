@@ -139,11 +139,13 @@ class BatcherArgs(Group):
         option("max_batch", int, 8, "--max-batch", help="Largest dynamic batch; 1 turns batching off."),
         option("max_queue_delay_ms", float, 2.0, "--max-queue-delay-ms", help="How long the first request of a "
                "batch waits for others."),
-        option("queue_delay", str, "adaptive", "--queue-delay", help="adaptive: a batch waits for others only "
+        option("queue_delay", str | None, None, "--queue-delay", help="adaptive: a batch waits for others only "
                "while more HTTP requests are on their way into this process (their bodies still arriving; none: it "
                "runs with what is queued); fixed: it always waits --max-queue-delay-ms, as Triton; fill: adaptive, and "
                "with several instances a batch that is not full also waits while another instance's batch runs "
-               "(until it is full or none runs), while enough requests are about (twice --max-batch) to fill it."),
+               "(until it is full or none runs), while enough requests are about (twice --max-batch) to fill it. "
+               "Default: fill on a GPU target with several instances, else adaptive (the plan's queue_delay line "
+               "says which)."),
         option("max_padding", float, 0.25, "--max-padding", min=0.0, max=1.0, help="GPUs (batches padded to "
                "powers of two): the largest share of a batch that may be padding; above it the batch is cut to the "
                "size below and the rest wait for the next one. 1 never cuts."),

@@ -104,12 +104,13 @@ def _model_defaults(target, tuned, shapes, batcher, flags, preprocess, session, 
         warm_all_sizes=batcher.warm_all_sizes,
         workers=flags.workers, shared_models=flags.shared_models, on_ray=on_ray,
         session_per_batch_size=session.get("session_per_batch_size", True), preprocess=preprocess.preset,
-        embed_preprocess=_embed_mode(preprocess.embed), gpu_wait=flags.gpu_wait, gil_switch_ms=flags.gil_switch_ms),
+        embed_preprocess=_embed_mode(preprocess.embed), gpu_wait=flags.gpu_wait, gil_switch_ms=flags.gil_switch_ms,
+        queue_delay=batcher.queue_delay),
         host=Host.here())
     served = target.with_options({plan.graph_option: "1"}) if plan.graph_capture else target
     defaults = model_defaults({
         "target": served, "max_batch": batcher.max_batch,
-        "max_queue_delay_ms": batcher.max_queue_delay_ms, "queue_delay": batcher.queue_delay,
+        "max_queue_delay_ms": batcher.max_queue_delay_ms, "queue_delay": plan.queue_delay,
         "max_padding": batcher.max_padding,
         "warm_all_sizes": batcher.warm_all_sizes,
         "instances": plan.instances, "max_queue": batcher.max_queue,

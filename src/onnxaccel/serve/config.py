@@ -124,7 +124,7 @@ class ModelConfig:
                               shapes=self.shape_bindings(), shape_buckets=self.shape_buckets_text,
                               preprocess=self.preprocess, embed_preprocess=self.embed_preprocess,
                               arena_extend_strategy=self.arena_extend_strategy, gpu_mem_limit=self.gpu_mem_limit,
-                              arena_shrinkage=self.arena_shrinkage, auto_graph=False)
+                              arena_shrinkage=self.arena_shrinkage, auto_graph=False, queue_delay=self.queue_delay)
         return plan_execution(self._target, request, model=model, host=host)
 
     def shape_bindings(self) -> dict[str, tuple[int, ...]]:
