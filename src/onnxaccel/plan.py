@@ -241,7 +241,8 @@ def _queue_delay(target: Target, request: PlanRequest, instances: int, choices: 
     if request.command != "serve":
         return None
     if request.queue_delay is not None:
-        choices.append(Choice("queue_delay", request.queue_delay, "given (--queue-delay or the model's config.json)"))
+        choices.append(Choice("queue_delay", request.queue_delay, "given (--queue-delay, a model's config.json, "
+                              "or the server's plan for every model)"))
         return request.queue_delay
     if target.is_gpu and instances > 1 and not request.on_ray:
         choices.append(Choice("queue_delay", "fill", f"GPU target, {instances} instances: while at least twice max "

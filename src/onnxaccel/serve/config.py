@@ -93,9 +93,10 @@ class ModelConfig:
                              "Use e.g. 0.25 (the default), or 1 to never cut a batch.")
         if self.queue_delay not in QUEUE_DELAYS:
             raise UsageError(f"Model '{self.name}': queue_delay is {self.queue_delay!r}.",
-                             "Use adaptive (wait only while other requests are on their way; the default), fixed "
-                             "(always wait max_queue_delay_ms, as Triton) or fill (adaptive, and under load a batch "
-                             "that is not full also waits while another instance's batch runs).")
+                             "Use adaptive (wait only while other requests are on their way), fixed (always wait "
+                             "max_queue_delay_ms, as Triton) or fill (adaptive, and under load a batch that is not "
+                             "full also waits while another instance's batch runs; the default for several "
+                             "instances on a GPU).")
         if self.embed_preprocess not in EMBED_MODES:
             raise UsageError(f"Model '{self.name}': embed_preprocess is {self.embed_preprocess!r}.",
                              "Use auto (embed the preset on GPU targets) or none (serve the model as it is).")
