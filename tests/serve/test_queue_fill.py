@@ -31,7 +31,7 @@ def compiled(mlp_path):
     made.close()
 
 
-def _gated(mlp_path, compiled, policy):
+def _gated(mlp_path, compiled, policy, delay_ms: float = 2):
     """Two mlp instances, max batch 8; the first run of all waits for ``gate``."""
     gate, started = threading.Event(), threading.Event()
     first = []
@@ -50,7 +50,7 @@ def _gated(mlp_path, compiled, policy):
         runner.run_unchecked = run
         return runner
 
-    config = ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=8, max_queue_delay_ms=2,
+    config = ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=8, max_queue_delay_ms=delay_ms,
                          instances=2, queue_delay=policy)
     plan = dataclasses.replace(config.plan(load_model(str(mlp_path))), instances_at_load=2)
     return ModelInstance.start(config, compiled.model, plan, make), gate, started
@@ -159,6 +159,45 @@ def test_fill_judges_the_load_by_its_recent_peak_not_the_moment(mlp_path, compil
         instance.close()
     assert held == [[], 0], "the three ran at once: fill judged the load by the dip of the moment"
     assert rows == [8, 3]
+    _outputs_match(mlp_path, xs, outputs)
+
+
+@pytest.mark.parametrize("policy", ["fill", "adaptive"])
+def test_a_batch_end_does_not_cut_short_a_batch_gathering_as_adaptive(mlp_path, compiled, policy):
+    """The model process of --shared-models counts requests on their way by its workers' counters, which drop
+    when a request is written to the link, before it is queued here. Under less load fill gathers as adaptive
+    does, waiting for arrivals: another batch's end must not wake it in that gap, or it leaves without the
+    request already on the link (smaller batches than adaptive's)."""
+    xs = np.random.default_rng(7).random((10, 4), dtype=np.float32)
+    instance, gate, started = _gated(mlp_path, compiled, policy, delay_ms=2000)
+    counted = [0]
+
+    async def scenario():
+        rows: list[int] = []
+        batcher = DynamicBatcher(instance, on_batch=lambda n, seconds, phases: rows.append(n),
+                                 arrivals=lambda name: counted[0])
+        loop = asyncio.get_running_loop()
+        try:
+            futures = [batcher.enqueue({"x": xs[0:8]}, 8)]
+            assert await loop.run_in_executor(None, started.wait, 30)
+            counted[0] = 1  # a worker is reading a body
+            futures.append(batcher.enqueue({"x": xs[8:9]}, 1))
+            await asyncio.sleep(0.1)  # 8 + 1 + 1 about: under twice max batch, so it gathers as adaptive does
+            counted[0] = 0  # the worker wrote it to the link
+            gate.set()  # the running batch ends while the request is in the link
+            await asyncio.sleep(0.2)
+            futures.append(batcher.enqueue({"x": xs[9:10]}, 1))  # read from the link, queued
+            outputs = await asyncio.wait_for(asyncio.gather(*futures), 30)
+            return rows, [out["probs"] for out, _ in outputs]
+        finally:
+            gate.set()
+            await batcher.close()
+
+    try:
+        rows, outputs = asyncio.run(scenario())
+    finally:
+        instance.close()
+    assert rows == [8, 2], f"{policy}: the batch left before the request on the link was queued"
     _outputs_match(mlp_path, xs, outputs)
 
 

@@ -122,6 +122,8 @@ class DynamicBatcher:
         #: Batches running now (taken and not yet split), and their rows.
         self.running = 0
         self.running_rows = 0
+        #: A gathering batch holds for ``fill`` (waits for a running batch to end, or its rows to arrive).
+        self._holding = False
         #: ``fill``: the most requests seen about at once (_can_fill) within about FILL_WINDOW_S, and when.
         self._peak, self._peak_at = 0, 0.0
         count = instance.planned  # instances still joining get a worker that joins them first
@@ -256,8 +258,8 @@ class DynamicBatcher:
         """A batch of ``rows`` has run (or failed): a batch held for this one (``fill``) looks again."""
         self.running -= 1
         self.running_rows -= rows
-        if self.fill:
-            self._arrival.set()
+        if self._holding:  # only a batch held for fill waits on this: one gathering as adaptive does waits for
+            self._arrival.set()  # arrivals alone (woken here, it could leave before a request in the link)
 
     def expect(self) -> OnTheWay:
         """A request for this model is on its way (its body being read or decoded): release() once it is queued
@@ -274,7 +276,11 @@ class DynamicBatcher:
                 # another batch occupies the device and enough requests are about for a full one to form beside
                 # it: hold until full or it is done
                 self._arrival.clear()
-                await self._arrival.wait()
+                self._holding = True
+                try:
+                    await self._arrival.wait()
+                finally:
+                    self._holding = False
                 continue
             if adaptive and not self._on_their_way():
                 return  # no other request is on its way: waiting could not fill the batch, so it runs now
