@@ -258,8 +258,10 @@ class DynamicBatcher:
         """A batch of ``rows`` has run (or failed): a batch held for this one (``fill``) looks again."""
         self.running -= 1
         self.running_rows -= rows
-        if self._holding:  # only a batch held for fill waits on this: one gathering as adaptive does waits for
-            self._arrival.set()  # arrivals alone (woken here, it could leave before a request in the link)
+        # Only a batch held for fill is woken: one gathering as adaptive does waits for arrivals alone (woken
+        # here, it could leave before a request already in the model process's link is queued).
+        if self._holding:
+            self._arrival.set()
 
     def expect(self) -> OnTheWay:
         """A request for this model is on its way (its body being read or decoded): release() once it is queued
