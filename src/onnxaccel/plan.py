@@ -89,6 +89,9 @@ class ExecutionPlan:
     gil_switch_ms: float | None
     #: serve's batch-forming policy for every model (a model's config.json may set its own); None elsewhere.
     queue_delay: str | None
+    #: serve, several instances on a GPU: "shared" (one device stream for the model's instances, made in the
+    #: model process and handed to each session through the provider's stream_option) or "own"; None elsewhere.
+    streams: str | None
     arena_shrinkage: bool
     decoder: str | None
     choices: tuple[Choice, ...] = ()
@@ -137,7 +140,7 @@ class ExecutionPlan:
             "instances": self.instances, "instances_at_load": self.instances_at_load,
             "workers": self.workers, "shared_models": self.shared_models, "graph_capture": self.graph_capture,
             "graph_option": self.graph_option, "gpu_wait": self.gpu_wait, "gil_switch_ms": self.gil_switch_ms,
-            "queue_delay": self.queue_delay,
+            "queue_delay": self.queue_delay, "streams": self.streams,
             "arena_shrinkage": self.arena_shrinkage, "decoder": self.decoder,
             "precision_executed": self.precision_executed, "choices": [c.to_dict() for c in self.choices],
         }
@@ -176,6 +179,7 @@ def plan_execution(target: Target, request: PlanRequest | None = None, *, model:
     at_load = instances_at_load(target, request, instances, choices)
     effective, graph, graph_option = _graph_capture(target, request, model, batch_sizes, spec, choices)
     effective = _arena(effective, request, spec, graph, choices)
+    streams = _streams(target, request, instances, spec, choices)
     threads = gpu_session_threads(effective) if request.command in ("serve", "batch") else {}
     if threads:
         effective = effective.with_options(threads)
@@ -205,7 +209,8 @@ def plan_execution(target: Target, request: PlanRequest | None = None, *, model:
         batch_sizes=batch_sizes, warm_at_load=warm, max_padding=request.max_padding, instances=instances,
         instances_at_load=at_load, workers=workers,
         shared_models=shared, graph_capture=graph, graph_option=graph_option, gpu_wait=gpu_wait, gil_switch_ms=gil,
-        queue_delay=queue_delay, arena_shrinkage=request.arena_shrinkage and not graph, decoder=decoder,
+        queue_delay=queue_delay, streams=streams, arena_shrinkage=request.arena_shrinkage and not graph,
+        decoder=decoder,
         choices=tuple(choices))
 
 
@@ -253,6 +258,32 @@ def _queue_delay(target: Target, request: PlanRequest, instances: int, choices: 
                           "their way" + ("" if target.is_gpu and not request.on_ray else
                                          " (fill is measured only for several instances on a GPU)")))
     return "adaptive"
+
+
+def _streams(target: Target, request: PlanRequest, instances: int, spec, choices: list[Choice]) -> str | None:
+    """serve's device streams for a GPU model's instances: ``own`` (each session its provider's stream: their
+    runs go side by side) or ``shared`` (one stream for all: their runs queue on the device in launch order, each
+    launched while the one before still runs); None for other commands, a CPU target or one instance."""
+    if request.command != "serve" or not target.is_gpu or instances < 2 or request.on_ray:
+        if request.streams == "shared":
+            choices.append(Choice("streams", None, "--streams shared dropped: it applies to several instances of "
+                                  "a GPU target in one process", overrides=True))
+        return None
+    option = spec.stream_option if target.engine == "ort" else None
+    if request.streams == "shared" and option is None:
+        choices.append(Choice("streams", "own", f"--streams shared dropped: {spec.provider} takes no caller's "
+                              "stream", overrides=True))
+        return "own"
+    if request.streams == "shared" and option in target.option_dict:
+        choices.append(Choice("streams", "own", f"--streams shared dropped: the target gives {option} itself",
+                              overrides=True))
+        return "own"
+    if request.streams is not None:
+        choices.append(Choice("streams", request.streams, "given (--streams or a model's config.json)"))
+        return request.streams
+    choices.append(Choice("streams", "own", f"each of the {instances} instances runs on a stream of its own"
+                          + (" (--streams shared queues their runs on one)" if option else "")))
+    return "own"
 
 
 def _graph_capture(target: Target, request: PlanRequest, model: Model | None, batch_sizes: tuple[int, ...],

@@ -98,6 +98,57 @@ def test_serve_cli_hands_the_plans_queue_delay_to_every_model():
     assert models.queue_delay == plan.queue_delay == "adaptive"
 
 
+def test_serve_plans_the_instances_streams_and_drops_shared_where_it_cannot_apply():
+    """streams: each instance a stream of its own unless --streams shared is given; shared only for several
+    instances of a GPU provider that takes a caller's stream (its spec's stream_option), else dropped with the
+    reason; None for one instance, a CPU target and other commands."""
+    def plan(target: str, **asked):
+        return plan_execution(parse_target(target), PlanRequest(max_batch=64, **{"command": "serve", **asked}),
+                              host=H16)
+
+    default = plan("cuda/fp16")
+    assert default.streams == "own" and default.to_dict()["streams"] == "own"
+    assert "--streams shared" in default.choice("streams").reason and "4 instances" in default.choice("streams").reason
+    shared = plan("cuda/fp16", streams="shared")
+    assert shared.streams == "shared" and shared.choice("streams").reason.startswith("given")
+    assert not shared.notes
+    assert "user_compute_stream" not in shared.target.option_dict  # an address of the model process, made there
+    amd = plan("migraphx", instances=2, streams="shared")
+    assert amd.streams == "own" and amd.choice("streams").overrides
+    assert "MIGraphXExecutionProvider takes no caller's stream" in amd.notes[-1]
+    own_stream = plan("cuda?user_compute_stream=1234", instances=2, streams="shared")
+    assert own_stream.streams == "own" and "gives user_compute_stream itself" in own_stream.notes[-1]
+    cpu = plan("cpu", instances=4, streams="shared")
+    assert cpu.streams is None and "several instances of a GPU target" in cpu.notes[-1]
+    assert plan("cuda", workers=2).streams is None  # one instance
+    assert plan("cuda", command="batch").streams is None
+
+
+def test_serve_cli_hands_the_plans_streams_to_every_model_and_refuses_an_unknown_mode():
+    from types import SimpleNamespace
+
+    from onnxaccel.cli.args_serve import BatcherArgs, LayoutArgs, SessionArgs
+    from onnxaccel.cli.serve import _model_defaults
+    from onnxaccel.errors import UsageError
+    from onnxaccel.serve.config import ModelConfig
+
+    values = {p.name: p.default for p in BatcherArgs().params()}
+    assert values["streams"] is None
+    flags = LayoutArgs().build(SimpleNamespace(**{p.name: p.default for p in LayoutArgs().params()}), None)
+    session = SessionArgs().build(SimpleNamespace(**{p.name: p.default for p in SessionArgs().params()}), None)
+    batcher = BatcherArgs().build(SimpleNamespace(**{**values, "max_batch": 64, "instances": 2,
+                                                     "streams": "shared"}), None)
+    models, plan = _model_defaults(parse_target("cuda"), None, SimpleNamespace(shapes={}, buckets=None), batcher,
+                                   flags, SimpleNamespace(preset=None, embed="auto"), session, False)
+    assert models.streams == plan.streams == "shared"
+    config = ModelConfig(name="m", source="x.onnx", target="cuda", instances=2, streams="shared")
+    assert config.plan().streams == "shared"
+    with pytest.raises(UsageError, match="not a stream mode"):
+        BatcherArgs().build(SimpleNamespace(**{**values, "streams": "one"}), None)
+    with pytest.raises(UsageError, match="streams is 'one'"):
+        ModelConfig(name="m", source="x.onnx", target="cuda", streams="one")
+
+
 def test_serve_keeps_the_users_layout_and_the_cpu_one_process():
     given = plan_execution(parse_target("cuda"), PlanRequest(command="serve", max_batch=8, workers=2), host=H16)
     assert (given.workers, given.shared_models, given.instances) == (2, False, 1)

@@ -48,3 +48,15 @@ def test_calibration_is_keyed_only_when_there_is_one():
     plain, calibrated = CompileKey(**fields), CompileKey(**fields, calibration="synthetic|8")
     assert "calibration" not in plain.to_dict() and calibrated.to_dict()["calibration"] == "synthetic|8"
     assert plain.digest != calibrated.digest
+
+
+def test_a_stream_of_this_process_is_not_part_of_the_key(mlp_path):
+    """serve --streams shared builds sessions with user_compute_stream=<address>, new at every start: keyed, the
+    cached optimized model would never be found again."""
+    model = _mlp(mlp_path)
+    keys = [cache_key(model, parse_target(t), runtime={"onnxruntime": "1"}, host="h")
+            for t in ("cuda:0?enable_cuda_graph=1", "cuda:0?enable_cuda_graph=1&user_compute_stream=140230",
+                      "cuda:0?enable_cuda_graph=1&user_compute_stream=990011")]
+    assert keys[0].digest == keys[1].digest == keys[2].digest
+    assert "user_compute_stream" not in keys[1].target
+    assert keys[0].digest != cache_key(model, parse_target("cuda:0"), runtime={"onnxruntime": "1"}, host="h").digest

@@ -172,3 +172,48 @@ def test_the_model_process_joins_batches_without_holding_the_gil(mlp_path, tmp_p
         return before, after
 
     assert asyncio.run(scenario()) == (True, False)
+
+
+def test_a_shared_stream_is_named_in_the_sessions_target_or_dropped_with_the_runtimes_reason():
+    """--streams shared: the model process makes one stream and builds every session with it in the provider's
+    stream_option; where the CUDA runtime refuses (this machine: no driver), the instances keep their own streams
+    and the warning carries the runtime's reason."""
+    from onnxaccel.serve.repository import _shared_stream
+
+    target = parse_target("cuda:0?enable_cuda_graph=1")
+    stream, served, dropped = _shared_stream(target)
+    if stream is None:
+        assert served == target
+        assert dropped.startswith("streams: shared dropped, each instance keeps a stream of its own (")
+        assert "cudaStreamCreateWithFlags failed" in dropped or "libcudart" in dropped, dropped
+    else:  # a machine with a GPU
+        try:
+            assert not dropped and stream.handle
+            assert served.option_dict["user_compute_stream"] == str(stream.handle)
+            assert served.option_dict["enable_cuda_graph"] == "1"
+        finally:
+            stream.close()
+        assert stream.handle == 0
+
+
+def test_a_cpu_model_asked_to_share_a_stream_says_why_not_and_closes_cleanly(mlp_path):
+    from onnxaccel.serve.repository import load_instance
+
+    instance = load_instance(ModelConfig(name="mlp", source=str(mlp_path), target="cpu", max_batch=4,
+                                         instances=2, streams="shared"))
+    try:
+        assert instance.plan.streams is None and instance.stream is None
+        assert any("--streams shared dropped" in w for w in instance.warnings), instance.warnings
+    finally:
+        instance.close()
+
+    class Stream:  # a device stream cannot exist here: what close() must do with one
+        closed = 0
+
+        def close(self):
+            self.closed += 1
+
+    stream = instance.stream = Stream()
+    instance.pool.close = lambda: None  # closed above
+    instance.close()
+    assert stream.closed == 1 and instance.stream is None

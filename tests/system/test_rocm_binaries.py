@@ -30,7 +30,7 @@ import pytest
 from host_libraries import library_loads
 
 from onnxaccel.engines.gpu_runtime import HIP_ERRORS
-from onnxaccel.engines.hostmem import DeviceCopier, HostMemory, is_pinned, pin, set_gpu_wait
+from onnxaccel.engines.hostmem import DeviceCopier, DeviceStream, HostMemory, is_pinned, pin, set_gpu_wait
 from onnxaccel.system.amd_diagnosis import DRIVER_FIX, explain_rocm_smi, explain_rocminfo, plain
 from onnxaccel.system.gpus_amd import discover_amd
 from onnxaccel.system.telemetry_backends import BackendUnavailable, RocmSmiBackend, open_backends
@@ -219,6 +219,15 @@ def test_pinning_and_device_copies_refuse_with_the_runtimes_codes_and_the_fix():
     finally:
         del flat
         arena.close()
+
+
+@needs_hip
+def test_a_stream_for_shared_instances_is_refused_by_the_runtime_with_the_reason():
+    """serve --streams shared makes one stream per model (engines/hostmem.py DeviceStream): without an AMD GPU
+    the HIP runtime refuses it, and the reason says why and how to fix it."""
+    with pytest.raises(RuntimeError) as refused:
+        DeviceStream("hip")
+    assert _refused("hipStreamCreateWithFlags", str(refused.value)), str(refused.value)
 
 
 @needs_hip

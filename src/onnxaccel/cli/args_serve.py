@@ -133,7 +133,7 @@ def _model_control(mode: str) -> str:
 
 class BatcherArgs(Group):
     """Each model's dynamic batcher and queue: --max-batch, --max-queue-delay-ms, --queue-delay, --max-padding,
-    --warm-all-sizes, --instances (None unless given), --max-queue, --timeout-ms. Builds their values."""
+    --warm-all-sizes, --instances (None unless given), --streams, --max-queue, --timeout-ms. Builds their values."""
 
     PARAMS = (
         option("max_batch", int, 8, "--max-batch", help="Largest dynamic batch; 1 turns batching off."),
@@ -153,6 +153,9 @@ class BatcherArgs(Group):
                "ready (default: the largest, which every batch fits; the others warm in the background)."),
         option("instances", int | None, None, "--instances", min=1, help="Sessions per model running batches in "
                "parallel (default 1, or the count in --config)."),
+        option("streams", str | None, None, "--streams", help="Several instances on a GPU: shared (one device "
+               "stream for all: their runs queue on the GPU in launch order, the next launched while the last runs) "
+               "or own (a stream each: their runs go side by side). Default: own (the plan's streams line)."),
         option("max_queue", int, 256, "--max-queue", help="Requests waiting per model before 429."),
         option("timeout_ms", float, 30000.0, "--timeout-ms", help="Per-request deadline (queue + run), 0 for none; "
                "past it the request gets 503."),
@@ -160,6 +163,11 @@ class BatcherArgs(Group):
 
     def build(self, v: SimpleNamespace, ctx: Built) -> SimpleNamespace:
         """The object the class docstring names, from the options' values."""
+        from onnxaccel.serve.config import STREAMS
+
+        if v.streams is not None and v.streams not in STREAMS:
+            raise UsageError(f"--streams {v.streams}: not a stream mode.",
+                             "Use --streams shared (the instances' runs queue on one device stream) or own.")
         return v
 
 

@@ -20,8 +20,8 @@ from onnxaccel.errors import UsageError
 
 #: The order of the options in --help.
 ORDER = ("source target precision ep_option config shape shape_buckets allow_unavailable host http_port "
-         "grpc_port grpc max_batch max_queue_delay_ms queue_delay max_padding warm_all_sizes instances workers "
-         "shared_models preprocess embed_preprocess max_queue timeout_ms max_request_mb max_connections "
+         "grpc_port grpc max_batch max_queue_delay_ms queue_delay max_padding warm_all_sizes instances streams "
+         "workers shared_models preprocess embed_preprocess max_queue timeout_ms max_request_mb max_connections "
          "drain_timeout arena_strategy arena_limit arena_shrinkage session_per_batch_size strict_readiness "
          "log_level gil_switch_ms gpu_wait direct_copy header_timeout body_timeout body_deadline keep_alive "
          "max_inflight_mb max_json_mb auth_token_file auth_metrics tls_cert tls_key tls_client_ca "
@@ -105,7 +105,7 @@ def _model_defaults(target, tuned, shapes, batcher, flags, preprocess, session, 
         workers=flags.workers, shared_models=flags.shared_models, on_ray=on_ray,
         session_per_batch_size=session.get("session_per_batch_size", True), preprocess=preprocess.preset,
         embed_preprocess=_embed_mode(preprocess.embed), gpu_wait=flags.gpu_wait, gil_switch_ms=flags.gil_switch_ms,
-        queue_delay=batcher.queue_delay),
+        queue_delay=batcher.queue_delay, streams=batcher.streams),
         host=Host.here())
     served = target.with_options({plan.graph_option: "1"}) if plan.graph_capture else target
     defaults = model_defaults({
@@ -113,7 +113,7 @@ def _model_defaults(target, tuned, shapes, batcher, flags, preprocess, session, 
         "max_queue_delay_ms": batcher.max_queue_delay_ms, "queue_delay": plan.queue_delay,
         "max_padding": batcher.max_padding,
         "warm_all_sizes": batcher.warm_all_sizes,
-        "instances": plan.instances, "max_queue": batcher.max_queue,
+        "instances": plan.instances, "streams": plan.streams, "max_queue": batcher.max_queue,
         "timeout_ms": batcher.timeout_ms, "shapes": {k: list(v) for k, v in shapes.shapes.items()}, **session,
         "shape_buckets": shapes.buckets or None, "preprocess": preprocess.preset,
         "embed_preprocess": _embed_mode(preprocess.embed),

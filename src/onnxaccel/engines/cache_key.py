@@ -88,9 +88,11 @@ def compile_key(kind: str, model: Model, target: Target, shapes: Mapping[str, Se
 
 def cache_options() -> frozenset[str]:
     """Options that only point at caches (every registered provider's cache options, and the optimizer level a
-    cached, already optimized model is loaded with); they are not part of what a program was compiled from."""
+    cached, already optimized model is loaded with), or at a stream of this process (a provider's stream_option:
+    an address, new at every start); they are not part of what a program was compiled from."""
     return frozenset({"graph_optimization_level"}.union(
-        *(s.compile_cache.options for s in providers.all_specs() if s.compile_cache)))
+        *(s.compile_cache.options for s in providers.all_specs() if s.compile_cache),
+        (s.stream_option for s in providers.all_specs() if s.stream_option)))
 
 
 def cache_kind(target: Target) -> str | None:

@@ -237,6 +237,44 @@ def is_pinned(address: int, nbytes: int) -> bool:
     return any(start <= address and end <= stop for start, stop in _pinned_ranges)
 
 
+class DeviceStream:
+    """A compute stream of our own on one device, for a provider that takes a caller's stream (its
+    ``stream_option``): sessions built with its :attr:`handle` queue their work on it. Several sessions on one
+    stream run one after another in launch order, the next launched while the last still runs, instead of side
+    by side on streams of their own (serve's ``--streams shared``, plan.py). Non-blocking, as ONNX Runtime's own
+    streams are: it does not wait for the legacy default stream. :meth:`close` once every session on it is gone.
+
+    Not run on AMD hardware: the HIP calls are hipStreamCreateWithFlags and hipStreamDestroy, with CUDA's flag.
+    """
+
+    def __init__(self, runtime: str, device_id: int = 0):
+        self.runtime, self.device_id = runtime, device_id
+        self.handle = 0
+        lib, reason = load_runtime(runtime)
+        if lib is None:
+            raise RuntimeError(reason)
+        names = _COPY_API[runtime]
+        create = getattr(lib, names[0], None)
+        if create is None:
+            raise RuntimeError(f"the {runtime} runtime lacks {names[0]}")
+        set_device(lib, runtime, device_id)
+        stream = ctypes.c_void_p()
+        create.argtypes, create.restype = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint], ctypes.c_int
+        status = create(ctypes.byref(stream), _NON_BLOCKING)
+        if status != 0:
+            raise RuntimeError(refusal(lib, runtime, names[0], status, device_id))
+        self._lib, self.handle = lib, int(stream.value or 0)
+
+    def close(self) -> None:
+        """Destroy the stream (after the sessions that used it)."""
+        if self.handle:
+            destroy = getattr(self._lib, _COPY_API[self.runtime][3], None)
+            if destroy is not None:
+                destroy.argtypes, destroy.restype = [ctypes.c_void_p], ctypes.c_int
+                destroy(ctypes.c_void_p(self.handle))
+            self.handle = 0
+
+
 class DeviceCopier:
     """Copies host pieces one after another into a device buffer: an asynchronous copy per piece on a stream of
     its own, then one wait for all of them.

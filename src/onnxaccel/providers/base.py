@@ -140,6 +140,9 @@ class ProviderSpec:
     graph_option: str | None = None
     #: Whether the server turns graph capture on by default for this provider.
     graph_by_default: bool = False
+    #: The option that hands the provider a caller's compute stream (its address, a decimal string); None where
+    #: it takes none. serve's instances of one model may then queue their runs on one stream (plan.py streams).
+    stream_option: str | None = None
     #: Precision -> the options that make the provider convert precision itself (a converted model otherwise).
     native_precision: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     #: How a command loads the provider's libraries ahead, with a tiny session in a background thread while it
@@ -188,7 +191,8 @@ class ProviderSpec:
         unknown = [c for c in self.doctor_checks if c not in DOCTOR_CHECKS]
         if unknown:
             raise ValueError(f"{self.device}: unknown doctor check(s) {unknown}; known: {DOCTOR_CHECKS}")
-        named = [k for k in (self.graph_option, *self.arena_keys, self.tf32_option, *(self.calibration_options or ()))
+        named = [k for k in (self.graph_option, self.stream_option, *self.arena_keys, self.tf32_option,
+                             *(self.calibration_options or ()))
                  if k is not None]
         named += [k for knob in self.tuning for setting in knob.settings for k in setting]
         named += list(self.compile_cache.options) if self.compile_cache else []
@@ -207,7 +211,8 @@ class ProviderSpec:
         return {"device": self.device, "provider": self.provider, "package": self.package[0],
                 "extra": self.package[1], "is_gpu": self.is_gpu, "options": sorted(self.options),
                 "newer_options": sorted(self.newer_options), "graph_option": self.graph_option,
-                "graph_by_default": self.graph_by_default, "native_precision": sorted(self.native_precision),
+                "graph_by_default": self.graph_by_default, "stream_option": self.stream_option,
+                "native_precision": sorted(self.native_precision),
                 "compiles_per_shape": self.compiles_per_shape, "preference": self.preference,
                 "vendor": self.vendor, "removed_in": self.removed_in,
                 "flavours": [f.name for f in self.flavours], "sources": [str(s) for s in self.sources]}

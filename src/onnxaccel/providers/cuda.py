@@ -43,6 +43,9 @@ SPEC = ProviderSpec(
     # ORT docs: CUDA EP "enable_cuda_graph".
     graph_option="enable_cuda_graph",
     graph_by_default=True,
+    # microsoft/onnxruntime#19229 ("[CUDA] support user_compute_stream in python API", in 1.17): the Python API
+    # takes the stream's address as a decimal string and sets has_user_compute_stream itself.
+    stream_option="user_compute_stream",
     arena_keys=("arena_extend_strategy", "gpu_mem_limit"),
     # The CUDA EP searches cuDNN algorithms per new input shape.
     compiles_per_shape=True,

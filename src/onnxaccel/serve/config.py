@@ -30,6 +30,8 @@ from onnxaccel.target import Target, parse_target
 SCHEMA = "onnxaccel.serve.model-config/1"
 #: How the first request of a batch waits for others (ModelConfig.queue_delay).
 QUEUE_DELAYS = ("adaptive", "fixed", "fill")
+#: How a GPU model's instances use the device (ModelConfig.streams).
+STREAMS = ("shared", "own")
 #: ModelConfig.embed_preprocess values.
 EMBED_MODES = ("auto", "none")
 #: ServerConfig.shared_memory values (--shared-memory).
@@ -60,6 +62,9 @@ class ModelConfig:
     #: the others in the background, each used once warm on every instance (plan_sizes.warm_at_load).
     warm_all_sizes: bool = False
     instances: int = 1
+    #: Several instances on a GPU: "shared" (one device stream: their runs queue in launch order), "own" (a
+    #: stream each: their runs go side by side); None lets the plan choose (plan.py _streams).
+    streams: str | None = None
     shapes: dict[str, list[int] | int] = field(default_factory=dict)
     #: Requests waiting in this model's queue before new ones are refused with 429.
     max_queue: int = 256
@@ -97,6 +102,9 @@ class ModelConfig:
                              "max_queue_delay_ms, as Triton) or fill (adaptive, and under load a batch that is not "
                              "full also waits while another instance's batch runs; the default for several "
                              "instances on a GPU).")
+        if self.streams is not None and self.streams not in STREAMS:
+            raise UsageError(f"Model '{self.name}': streams is {self.streams!r}.",
+                             "Use shared (the instances' runs queue on one device stream) or own (a stream each).")
         if self.embed_preprocess not in EMBED_MODES:
             raise UsageError(f"Model '{self.name}': embed_preprocess is {self.embed_preprocess!r}.",
                              "Use auto (embed the preset on GPU targets) or none (serve the model as it is).")
@@ -125,7 +133,8 @@ class ModelConfig:
                               shapes=self.shape_bindings(), shape_buckets=self.shape_buckets_text,
                               preprocess=self.preprocess, embed_preprocess=self.embed_preprocess,
                               arena_extend_strategy=self.arena_extend_strategy, gpu_mem_limit=self.gpu_mem_limit,
-                              arena_shrinkage=self.arena_shrinkage, auto_graph=False, queue_delay=self.queue_delay)
+                              arena_shrinkage=self.arena_shrinkage, auto_graph=False, queue_delay=self.queue_delay,
+                              streams=self.streams)
         return plan_execution(self._target, request, model=model, host=host)
 
     def shape_bindings(self) -> dict[str, tuple[int, ...]]:

@@ -54,6 +54,9 @@ class ModelInstance:
     bucket_warm_s: dict[str, float] = field(default_factory=dict)
     #: What runs (plan.py): padded sizes and graph capture come from it. None: planned here from the config.
     plan: ExecutionPlan | None = None
+    #: The device stream every instance's session runs on (plan streams=shared; engines/hostmem.py DeviceStream),
+    #: closed after the sessions; None: each session has its provider's own.
+    stream: object | None = None
 
     def __post_init__(self) -> None:
         self.batching = has_batch_axis(self.model) and self.config.max_batch > 1
@@ -249,5 +252,8 @@ class ModelInstance:
         return self.pool.warm_step(index)
 
     def close(self) -> None:
-        """Stop the run threads and release buffers and sessions."""
+        """Stop the run threads and release buffers and sessions (then the stream they shared, if any)."""
         self.pool.close()
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaccel.engines.buckets import BucketedRunner, ShapeBuckets, compiles_per_shape
+from onnxaccel.engines.gpu_runtime import runtime_for
+from onnxaccel.engines.hostmem import DeviceStream
 from onnxaccel.errors import ModelError, OnnxAccelError, ShapeError, UsageError
 from onnxaccel.model import ZOO_PREFIX, load_model
 from onnxaccel.engines import Runner
@@ -28,6 +30,7 @@ from onnxaccel.serve.batcher import DynamicBatcher
 from onnxaccel.serve.config import ModelConfig, model_config_from, model_defaults
 from onnxaccel.serve.instance import ModelInstance
 from onnxaccel.serve.protocol import ProtocolError
+from onnxaccel.target import Target
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
 
@@ -69,6 +72,11 @@ def load_instance(config: ModelConfig, progress: Callable[[str], None] = lambda 
         buckets.validate(model)
     target = plan.target
     warnings = [f"{config.name}: {n}" for n in plan.notes] + ([embedding] if embedding else [])
+    stream = None
+    if plan.streams == "shared":
+        stream, target, dropped = _shared_stream(target)
+        if dropped:
+            warnings.append(f"{config.name}: {dropped}")
     bound = BoundModel(model, _compile_shapes(model, config.shape_bindings(), buckets) or None, batch=1)
     compile_runner = RunnerFromVariant(ConvertedModel(bound, target))
     if buckets is not None and compiles_per_shape(target):
@@ -83,7 +91,13 @@ def load_instance(config: ModelConfig, progress: Callable[[str], None] = lambda 
     now = min(count, plan.instances_at_load)
     progress(f"loading: building {count} instance(s)" if now == count else
              f"loading: building {now} of {count} instance(s) ({count - now} more join after ready, one at a time)")
-    instance = ModelInstance.start(config, bound(), plan, make, warnings)
+    try:
+        instance = ModelInstance.start(config, bound(), plan, make, warnings)
+    except BaseException:
+        if stream is not None:
+            stream.close()
+        raise
+    instance.stream = stream
     instance.shape_buckets = buckets
     sizes = instance.buckets
     progress(f"loading: warming {now} instance(s)" + (f" at batch size(s) {','.join(map(str, sizes))}"
@@ -103,6 +117,20 @@ def load_instance(config: ModelConfig, progress: Callable[[str], None] = lambda 
         _label_executed(instance, config.name, executed_plan(plan, compile_runner.variant))
     instance.load_seconds = time.perf_counter() - start
     return instance
+
+
+def _shared_stream(target: Target) -> tuple[DeviceStream | None, Target, str]:
+    """The plan's ``streams: shared``: one device stream of this process for every instance of the model, and the
+    target its sessions are built with (naming it in the provider's stream_option). Where the stream cannot be
+    made, the instances keep streams of their own: (None, ``target``, why)."""
+    runtime = runtime_for(target.device)
+    try:
+        if runtime is None:
+            raise RuntimeError(f"no GPU runtime for {target.device}")
+        stream = DeviceStream(runtime, target.device_id or 0)
+    except RuntimeError as exc:
+        return None, target, f"streams: shared dropped, each instance keeps a stream of its own ({exc})"
+    return stream, target.with_options({target.spec.stream_option: str(stream.handle)}), ""
 
 
 def _label_executed(instance: ModelInstance, name: str, executed) -> None:
