@@ -23,7 +23,6 @@ in), for copy, lock and shared.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import sys
 import threading
@@ -31,8 +30,7 @@ import time
 
 import numpy as np
 
-from onnxaccel.engines.gpu_runtime import load_runtime
-from onnxaccel.engines.hostmem import pin, unpin
+from onnxaccel.engines.hostmem import DeviceStream, pin, unpin
 from onnxaccel.engines.pool import RunnerPool
 from onnxaccel.pipeline import prepare
 from onnxaccel.target import parse_target
@@ -111,18 +109,6 @@ def locked(pool: RunnerPool) -> None:
         bound.run = one_at_a_time
 
 
-def new_stream() -> int:
-    lib, why = load_runtime("cuda")
-    if lib is None:
-        raise SystemExit(why)
-    stream = ctypes.c_void_p()
-    lib.cudaStreamCreateWithFlags.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
-    status = lib.cudaStreamCreateWithFlags(ctypes.byref(stream), 1)
-    if status:
-        raise SystemExit(f"cudaStreamCreateWithFlags: {status}")
-    return int(stream.value)
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model")
@@ -167,7 +153,7 @@ def main() -> int:
     if own is not None:
         own.close()
     if "shared" in modes:
-        stream = new_stream()
+        stream = DeviceStream("cuda").handle  # as serve --streams shared makes it
         shared_target = parse_target(f"{args.target}&user_compute_stream={stream}" if "?" in args.target
                                      else f"{args.target}?user_compute_stream={stream}")
         try:
