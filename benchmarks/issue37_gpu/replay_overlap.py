@@ -43,7 +43,7 @@ def make_pool(prepared, count: int, batch: int) -> RunnerPool:
     return pool
 
 
-def pinned_parts(model, count: int, batch: int) -> list[dict[str, np.ndarray]]:
+def pinned_parts(model, count: int, batch: int, pinned: bool = True) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(0)
     parts = []
     for _ in range(count):
@@ -51,7 +51,7 @@ def pinned_parts(model, count: int, batch: int) -> list[dict[str, np.ndarray]]:
         for spec in model.inputs:
             shape = (batch, *model.input_shapes[spec.name][1:])
             value = rng.random(shape, dtype=np.float32).astype(np.dtype(spec.dtype))
-            why = pin("cuda", value.ctypes.data, value.nbytes)
+            why = pin("cuda", value.ctypes.data, value.nbytes) if pinned else ""
             if why:
                 raise SystemExit(f"cannot page-lock the rows: {why}")
             part[spec.name] = value
@@ -126,8 +126,12 @@ def main() -> int:
     most = max(counts)
     rows = []
     built = time.perf_counter()
-    prepared = prepare(args.model, parse_target(args.target), batch=args.batch)
-    parts = pinned_parts(prepared.model, most, args.batch)
+    target = parse_target(args.target)
+    gpu = target.is_gpu  # a CPU target only tries the script out (no copies to a device, no stream)
+    if not gpu:
+        modes = [m for m in modes if m != "shared"]
+    prepared = prepare(args.model, target, batch=args.batch)
+    parts = pinned_parts(prepared.model, most, args.batch, pinned=gpu)
     print(f"model {args.model} batch {args.batch}; built in {time.perf_counter() - built:.1f} s", flush=True)
 
     def report(row):
@@ -169,7 +173,8 @@ def main() -> int:
             spool.close()
     for part in parts:
         for value in part.values():
-            unpin("cuda", value.ctypes.data)
+            if gpu:
+                unpin("cuda", value.ctypes.data)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": args.model, "target": args.target, "batch": args.batch, "rows": rows}, f, indent=1)
