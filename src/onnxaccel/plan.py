@@ -123,6 +123,13 @@ class ExecutionPlan:
                         for c in self.choices)
         return dataclasses.replace(self, choices=choices, precision_executed=dict(executed))
 
+    def with_override(self, name: str, value: object, reason: str) -> ExecutionPlan:
+        """The plan with decision ``name`` (and its field of the same name) changed to ``value`` for ``reason``,
+        where what runs had to differ from what was planned (a device stream the runtime refused): every report
+        then says what ran."""
+        choices = tuple(Choice(name, value, reason, overrides=True) if c.name == name else c for c in self.choices)
+        return dataclasses.replace(self, choices=choices, **{name: value})
+
     def choice(self, name: str) -> Choice | None:
         """The decision named ``name`` (None when the plan made none of that name)."""
         return next((c for c in self.choices if c.name == name), None)

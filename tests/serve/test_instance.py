@@ -176,21 +176,27 @@ def test_the_model_process_joins_batches_without_holding_the_gil(mlp_path, tmp_p
 
 def test_a_shared_stream_is_named_in_the_sessions_target_or_dropped_with_the_runtimes_reason():
     """--streams shared: the model process makes one stream and builds every session with it in the provider's
-    stream_option; where the CUDA runtime refuses (this machine: no driver), the instances keep their own streams
-    and the warning carries the runtime's reason."""
+    stream_option; where the CUDA runtime refuses (this machine: no driver), the instances keep their own streams,
+    and the plan (what reports print) says own, with the runtime's reason."""
+    from onnxaccel.plan import Host, PlanRequest, plan_execution
     from onnxaccel.serve.repository import _shared_stream
 
-    target = parse_target("cuda:0?enable_cuda_graph=1")
-    stream, served, dropped = _shared_stream(target)
+    plan = plan_execution(parse_target("cuda:0"), PlanRequest(command="serve", max_batch=64, streams="shared"),
+                          host=Host(cores=16))
+    assert plan.streams == "shared"
+    stream, ran, served = _shared_stream(plan)
     if stream is None:
-        assert served == target
-        assert dropped.startswith("streams: shared dropped, each instance keeps a stream of its own (")
-        assert "cudaStreamCreateWithFlags failed" in dropped or "libcudart" in dropped, dropped
+        assert served == plan.target and ran.streams == "own" and ran.to_dict()["streams"] == "own"
+        said = ran.choice("streams")
+        assert said.overrides and said.reason.startswith("--streams shared dropped, each instance keeps a stream")
+        assert "cudaStreamCreateWithFlags failed" in said.reason or "libcudart" in said.reason, said.reason
+        assert said.reason in ran.notes
     else:  # a machine with a GPU
         try:
-            assert not dropped and stream.handle
+            assert ran is plan and stream.handle
             assert served.option_dict["user_compute_stream"] == str(stream.handle)
             assert served.option_dict["enable_cuda_graph"] == "1"
+            assert "user_compute_stream" not in ran.target.option_dict
         finally:
             stream.close()
         assert stream.handle == 0

@@ -295,6 +295,7 @@ class DeviceCopier:
         self.runtime, self.device_id = runtime, device_id
         self._lib, self.reason = load_runtime(runtime)
         self._stream: ctypes.c_void_p | None = None
+        self._own: DeviceStream | None = None
         self._copy = self._wait = None
 
     def _start(self) -> None:
@@ -304,10 +305,8 @@ class DeviceCopier:
         create, copy, wait = (getattr(lib, n, None) for n in names[:3])
         if create is None or copy is None or wait is None:
             raise RuntimeError(f"the {self.runtime} runtime lacks {', '.join(names[:3])}")
-        set_device(lib, self.runtime, self.device_id)
-        stream = ctypes.c_void_p()
-        create.argtypes, create.restype = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint], ctypes.c_int
-        self._check(create(ctypes.byref(stream), _NON_BLOCKING), names[0])
+        self._own = DeviceStream(self.runtime, self.device_id)
+        stream = ctypes.c_void_p(self._own.handle)
         prototype = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                                       ctypes.c_void_p)
         self._copy = prototype(ctypes.cast(copy, ctypes.c_void_p).value)  # keeps the GIL: it only queues
@@ -344,9 +343,7 @@ class DeviceCopier:
 
     def close(self) -> None:
         """Destroy the copy stream (the next copy makes a new one)."""
-        if self._stream is not None and self._lib is not None:
-            destroy = getattr(self._lib, _COPY_API[self.runtime][3], None)
-            if destroy is not None:
-                destroy.argtypes, destroy.restype = [ctypes.c_void_p], ctypes.c_int
-                destroy(self._stream)
-            self._stream = None
+        if self._own is not None:
+            self._own.close()
+            self._own = None
+        self._stream = None

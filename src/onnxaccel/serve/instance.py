@@ -23,6 +23,7 @@ import numpy as np
 
 from onnxaccel.engines import Runner
 from onnxaccel.engines.buckets import ShapeBuckets
+from onnxaccel.engines.hostmem import DeviceStream
 from onnxaccel.engines.pool import RunnerPool
 from onnxaccel.errors import InputError
 from onnxaccel.model import Model
@@ -56,7 +57,7 @@ class ModelInstance:
     plan: ExecutionPlan | None = None
     #: The device stream every instance's session runs on (plan streams=shared; engines/hostmem.py DeviceStream),
     #: closed after the sessions; None: each session has its provider's own.
-    stream: object | None = None
+    stream: DeviceStream | None = None
 
     def __post_init__(self) -> None:
         self.batching = has_batch_axis(self.model) and self.config.max_batch > 1

@@ -30,6 +30,7 @@ from onnxaccel.serve.batcher import DynamicBatcher
 from onnxaccel.serve.config import ModelConfig, model_config_from, model_defaults
 from onnxaccel.serve.instance import ModelInstance
 from onnxaccel.serve.protocol import ProtocolError
+from onnxaccel.plan import ExecutionPlan
 from onnxaccel.target import Target
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
@@ -74,9 +75,9 @@ def load_instance(config: ModelConfig, progress: Callable[[str], None] = lambda 
     warnings = [f"{config.name}: {n}" for n in plan.notes] + ([embedding] if embedding else [])
     stream = None
     if plan.streams == "shared":
-        stream, target, dropped = _shared_stream(target)
-        if dropped:
-            warnings.append(f"{config.name}: {dropped}")
+        stream, plan, target = _shared_stream(plan)
+        if stream is None:
+            warnings.append(f"{config.name}: {plan.choice('streams').reason}")
     bound = BoundModel(model, _compile_shapes(model, config.shape_bindings(), buckets) or None, batch=1)
     compile_runner = RunnerFromVariant(ConvertedModel(bound, target))
     if buckets is not None and compiles_per_shape(target):
@@ -119,18 +120,21 @@ def load_instance(config: ModelConfig, progress: Callable[[str], None] = lambda 
     return instance
 
 
-def _shared_stream(target: Target) -> tuple[DeviceStream | None, Target, str]:
-    """The plan's ``streams: shared``: one device stream of this process for every instance of the model, and the
-    target its sessions are built with (naming it in the provider's stream_option). Where the stream cannot be
-    made, the instances keep streams of their own: (None, ``target``, why)."""
+def _shared_stream(plan: ExecutionPlan) -> tuple[DeviceStream | None, ExecutionPlan, Target]:
+    """The plan's ``streams: shared``: one device stream of this process for every instance of the model, the
+    plan, and the target the sessions are built with (naming the stream in the provider's stream_option; the
+    plan keeps the target without this process's address). Where the stream cannot be made, the instances keep
+    streams of their own: (None, the plan saying so and why, the plan's target)."""
+    target = plan.target
     runtime = runtime_for(target.device)
     try:
         if runtime is None:
             raise RuntimeError(f"no GPU runtime for {target.device}")
         stream = DeviceStream(runtime, target.device_id or 0)
     except RuntimeError as exc:
-        return None, target, f"streams: shared dropped, each instance keeps a stream of its own ({exc})"
-    return stream, target.with_options({target.spec.stream_option: str(stream.handle)}), ""
+        return None, plan.with_override("streams", "own", "--streams shared dropped, each instance keeps a "
+                                        f"stream of its own: {exc}"), target
+    return stream, plan, target.with_options({target.spec.stream_option: str(stream.handle)})
 
 
 def _label_executed(instance: ModelInstance, name: str, executed) -> None:
