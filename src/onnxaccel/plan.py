@@ -90,7 +90,8 @@ class ExecutionPlan:
     #: serve's batch-forming policy for every model (a model's config.json may set its own); None elsewhere.
     queue_delay: str | None
     #: serve, several instances on a GPU: "shared" (one device stream for the model's instances, made in the
-    #: model process and handed to each session through the provider's stream_option) or "own"; None elsewhere.
+    #: model process and handed to each session through the provider's stream_option), "serial" (streams of
+    #: their own, one run at a time: engines/pool.py) or "own"; None elsewhere.
     streams: str | None
     arena_shrinkage: bool
     decoder: str | None
@@ -269,17 +270,19 @@ def _queue_delay(target: Target, request: PlanRequest, instances: int, choices: 
 
 def _streams(target: Target, request: PlanRequest, instances: int, spec, choices: list[Choice]) -> str | None:
     """serve's device streams for a GPU model's instances: ``own`` (each session its provider's stream: their
-    runs go side by side) or ``shared`` (one stream for all: their runs queue on the device in launch order, each
-    launched while the one before still runs); None for other commands, a CPU target or one instance."""
+    runs go side by side), ``shared`` (one stream for all: their runs queue on the device in launch order, each
+    launched while the one before still runs) or ``serial`` (streams of their own, one run at a time: a lock
+    around the run, each instance's copies and host work beside the others' runs; any provider); None for other
+    commands, a CPU target or one instance."""
     if request.command != "serve" or not target.is_gpu or instances < 2 or request.on_ray:
-        if request.streams == "shared":
-            choices.append(Choice("streams", None, "--streams shared dropped: it applies to several instances of "
-                                  "a GPU target in one process", overrides=True))
+        if request.streams in ("shared", "serial"):
+            choices.append(Choice("streams", None, f"--streams {request.streams} dropped: it applies to several "
+                                  "instances of a GPU target in one process", overrides=True))
         return None
     option = spec.stream_option if target.engine == "ort" else None
     if request.streams == "shared" and option is None:
         choices.append(Choice("streams", "own", f"--streams shared dropped: {spec.provider} takes no caller's "
-                              "stream", overrides=True))
+                              "stream (--streams serial runs one at a time instead)", overrides=True))
         return "own"
     if request.streams == "shared" and option in target.option_dict:
         choices.append(Choice("streams", "own", f"--streams shared dropped: the target gives {option} itself",
@@ -289,7 +292,8 @@ def _streams(target: Target, request: PlanRequest, instances: int, spec, choices
         choices.append(Choice("streams", request.streams, "given (--streams or a model's config.json)"))
         return request.streams
     choices.append(Choice("streams", "own", f"each of the {instances} instances runs on a stream of its own"
-                          + (" (--streams shared queues their runs on one)" if option else "")))
+                          + (" (--streams shared queues their runs on one, --streams serial runs one at a time)"
+                             if option else " (--streams serial runs one at a time)")))
     return "own"
 
 

@@ -74,8 +74,8 @@ class PlanRequest:
     warm_all_sizes: bool = False
     #: serve's batch-forming policy (``--queue-delay``): adaptive, fixed or fill; None lets the plan choose.
     queue_delay: str | None = None
-    #: serve, a GPU model's instances: "shared" (their runs queue on one device stream) or "own" (``--streams``);
-    #: None lets the plan choose.
+    #: serve, a GPU model's instances: "shared" (their runs queue on one device stream), "serial" (one run at a
+    #: time) or "own" (``--streams``); None lets the plan choose.
     streams: str | None = None
     #: Turn on the provider's graph capture where it has one and the plan allows it (serve's automatic layout
     #: does; an explicit ``enable_cuda_graph=0`` in the target always wins).

@@ -122,6 +122,33 @@ def test_serve_plans_the_instances_streams_and_drops_shared_where_it_cannot_appl
     assert cpu.streams is None and "several instances of a GPU target" in cpu.notes[-1]
     assert plan("cuda", workers=2).streams is None  # one instance
     assert plan("cuda", command="batch").streams is None
+    assert "--streams serial runs one at a time instead" in amd.notes[-1]
+
+
+def test_serve_plans_serial_runs_for_any_gpu_provider_and_drops_them_where_they_cannot_apply(mlp_path):
+    """--streams serial (streams of their own, one run at a time) needs no caller's stream: kept for several
+    instances of any GPU provider, MIGraphX included, and handed to the instances' pool; dropped with the
+    reason for a CPU target or one instance."""
+    from onnxaccel.serve.config import ModelConfig
+    from onnxaccel.serve.instance import ModelInstance
+
+    def plan(target: str, **asked):
+        return plan_execution(parse_target(target), PlanRequest(max_batch=64, **{"command": "serve", **asked}),
+                              host=H16)
+
+    for target in ("cuda/fp16", "migraphx"):
+        serial = plan(target, instances=2, streams="serial")
+        assert serial.streams == "serial" and serial.to_dict()["streams"] == "serial" and not serial.notes
+        assert serial.choice("streams").reason.startswith("given")
+    assert "--streams serial runs one at a time" in plan("cuda/fp16").choice("streams").reason
+    cpu = plan("cpu", instances=4, streams="serial")
+    assert cpu.streams is None and "--streams serial dropped" in cpu.notes[-1]
+    assert plan("cuda", workers=2, streams="serial").streams is None
+    config = ModelConfig(name="m", source="x.onnx", target="cuda", instances=2, streams="serial")
+    model = load_model(str(mlp_path))
+    assert ModelInstance._pool_settings(config, model, config.plan(model))["one_run_at_a_time"] is True
+    own = ModelConfig(name="m", source="x.onnx", target="cuda", instances=2)
+    assert ModelInstance._pool_settings(own, model, own.plan(model))["one_run_at_a_time"] is False
 
 
 def test_serve_cli_hands_the_plans_streams_to_every_model_and_refuses_an_unknown_mode():
@@ -145,6 +172,7 @@ def test_serve_cli_hands_the_plans_streams_to_every_model_and_refuses_an_unknown
     assert config.plan().streams == "shared"
     with pytest.raises(UsageError, match="not a stream mode"):
         BatcherArgs().build(SimpleNamespace(**{**values, "streams": "one"}), None)
+    assert BatcherArgs().build(SimpleNamespace(**{**values, "streams": "serial"}), None).streams == "serial"
     with pytest.raises(UsageError, match="streams is 'one'"):
         ModelConfig(name="m", source="x.onnx", target="cuda", streams="one")
 

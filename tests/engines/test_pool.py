@@ -207,6 +207,68 @@ def test_bound_sessions_per_size_answer_like_a_plain_session(compiled, reference
     assert not pool.bound
 
 
+class Spanned:
+    """A real run (a session's run_unchecked, or a bound run's run) that records when it began and ended, held
+    open a little so that two threads' runs would overlap if nothing kept them apart."""
+
+    def __init__(self, run, spans: list, hold_s: float = 0.03):
+        self.run_real, self.spans, self.hold_s = run, spans, hold_s
+
+    def __call__(self, *args):
+        began = time.perf_counter()
+        result = self.run_real(*args)
+        time.sleep(self.hold_s)
+        self.spans.append((began, time.perf_counter()))
+        return result
+
+
+class SpannedBinding:
+    """A bound run whose ``run`` is Spanned; the rest is the real binding's."""
+
+    def __init__(self, bound, spans: list):
+        self.bound, self.run = bound, Spanned(bound.run, spans)
+
+    def __getattr__(self, name):
+        return getattr(self.bound, name)
+
+
+def overlapping(spans: list) -> int:
+    """How many runs began before the run before them (in starting order) had ended."""
+    spans = sorted(spans)
+    return sum(1 for (_, end), (began, _) in zip(spans, spans[1:]) if began < end)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("serial", [False, True])
+def test_runs_take_turns_only_where_the_pool_says(compiled, reference, graph, serial):
+    """``one_run_at_a_time`` (serve --streams serial): two instances' runs never overlap, each waits for its turn
+    (the ``turn`` phase), and the answers are the plain session's; without it the same runs overlap. Both the
+    plain run path and the bound (graph) path."""
+    spans: list = []
+    if graph:
+        sizes = [{size: compiled.new_runner() for size in (1, 2, 4)} for _ in range(2)]
+        pool = RunnerPool([s[1] for s in sizes], model=compiled.model, sessions=sizes, buckets=(1, 2, 4),
+                          graph=True, one_run_at_a_time=serial)
+        pool.warm_up()
+        pool.bound = {key: SpannedBinding(bound, spans) for key, bound in pool.bound.items()}
+    else:
+        pool = RunnerPool([compiled.new_runner(), compiled.new_runner()], one_run_at_a_time=serial)
+        for runner in pool.runners:
+            runner.run_unchecked = Spanned(runner.run_unchecked, spans)
+    try:
+        batches = [rows(4 if graph else 3, seed=k) for k in range(8)]
+        futures = [pool.submit(k % 2, pool.run_rows, k % 2, parts) for k, parts in enumerate(batches)]
+        for parts, future in zip(batches, futures):
+            outputs, _ = future.result()
+            np.testing.assert_array_equal(outputs["probs"], reference(parts[0]["x"]))
+        assert len(spans) == 8
+        assert (overlapping(spans) == 0) if serial else (overlapping(spans) > 0)
+        assert ("turn" in pool.phases[0]) is serial and ("turn" in pool.phases[1]) is serial
+        assert (pool.turns.lock is not None) is serial
+    finally:
+        pool.close()
+
+
 class HostCopier:
     """Stand-in for DeviceCopier where no GPU exists: the same ``copy(jobs)``/``close()`` API, with host memory as
     the "device" and the runtime's error text when told to fail at a given piece."""

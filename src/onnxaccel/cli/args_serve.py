@@ -154,8 +154,9 @@ class BatcherArgs(Group):
         option("instances", int | None, None, "--instances", min=1, help="Sessions per model running batches in "
                "parallel (default 1, or the count in --config)."),
         option("streams", str | None, None, "--streams", help="Several instances on a GPU: shared (one device "
-               "stream for all: their runs queue on the GPU in launch order, the next launched while the last runs) "
-               "or own (a stream each: their runs go side by side). Default: own (the plan's streams line)."),
+               "stream for all: their runs queue on the GPU in launch order, the next launched while the last runs), "
+               "serial (a stream each, one run at a time; any provider) or own (a stream each: their runs go side "
+               "by side). Default: own (the plan's streams line)."),
         option("max_queue", int, 256, "--max-queue", help="Requests waiting per model before 429."),
         option("timeout_ms", float, 30000.0, "--timeout-ms", help="Per-request deadline (queue + run), 0 for none; "
                "past it the request gets 503."),
@@ -167,7 +168,8 @@ class BatcherArgs(Group):
 
         if v.streams is not None and v.streams not in STREAMS:
             raise UsageError(f"--streams {v.streams}: not a stream mode.",
-                             "Use --streams shared (the instances' runs queue on one device stream) or own.")
+                             "Use --streams shared (the instances' runs queue on one device stream), serial (one "
+                             "run at a time) or own.")
         return v
 
 

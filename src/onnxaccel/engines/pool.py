@@ -5,7 +5,8 @@ Runtime's CUDA EP keeps a captured graph per thread: cuda_execution_provider.h P
 cuda_graph_, so runs from another thread would capture again), optionally a session per shape bucket (padded
 batch size), inputs and outputs bound on the device once per bucket for graph replay, reused page-locked host
 buffers that batches are joined into, and direct copies from page-locked memory into the bound inputs. Graph
-captures take the process's one :data:`CAPTURE_GATE` exclusively; padded GPU runs hold it shared.
+captures take the process's one :data:`CAPTURE_GATE` exclusively; padded GPU runs hold it shared. Where asked,
+the instances' runs take turns (:class:`~onnxaccel.engines.pool_io.RunTurns`).
 
 Built as Polygraphy builds runners: construction (``RunnerPool.build``: a factory called in each instance's
 thread) apart from activation (``warm_up``; ``warm_step`` for sizes warmed after the pool went into service:
@@ -38,8 +39,8 @@ from onnxaccel.engines.gpu_runtime import runtime_for
 from onnxaccel.engines.hostmem import DEVICE_TO_DEVICE, GPU_WAIT, HOST_TO_DEVICE, DeviceCopier, HostMemory, is_pinned
 from onnxaccel.engines.hostmem import pin, unpin
 from onnxaccel.engines.hostmem import set_gpu_wait as _set_gpu_wait
-from onnxaccel.engines.pool_io import (CAPTURE_GATE, CaptureGate, device_address, join_rows, on_device, real_rows,
-                                      to_host)
+from onnxaccel.engines.pool_io import (CAPTURE_GATE, CaptureGate, RunTurns, device_address, join_rows, on_device,
+                                      real_rows, to_host)
 from onnxaccel.engines.pool_warm import JoinLater, WarmingLater, WarmLater, make_instances
 from onnxaccel.model import Model
 from onnxaccel.target import Target
@@ -68,7 +69,9 @@ class RunnerPool(WarmingLater):
     the runners too. ``one_capture_at_a_time``: warm-ups hold the capture gate exclusively (default: with
     ``graph``). ``join_holds_gil``: see :func:`engines.pool_io.join_rows`; False where no event loop of the
     process decodes requests (serve's model process). ``planned``: the instances planned, when some join later
-    (:meth:`join_step`); the first ``len(runners)`` serve from the start.
+    (:meth:`join_step`); the first ``len(runners)`` serve from the start. ``one_run_at_a_time``: the instances'
+    runs take turns (a lock around the run alone: copies in and out and the host work of one instance go on
+    beside another's run), so that on a GPU each run has the device to itself (serve's ``--streams serial``).
     """
 
     def __init__(self, runners: Sequence[Runner], *, model: Model | None = None,
@@ -76,7 +79,7 @@ class RunnerPool(WarmingLater):
                  arena_shrinkage: bool = False, join_holds_gil: bool = True, direct_copy: bool = True,
                  one_capture_at_a_time: bool | None = None, owns: bool = True, name: str = "pool",
                  threads: list[ThreadPoolExecutor] | None = None, gate: CaptureGate = CAPTURE_GATE,
-                 planned: int | None = None) -> None:
+                 planned: int | None = None, one_run_at_a_time: bool = False) -> None:
         if not runners:
             raise ValueError("a RunnerPool needs at least one runner")
         self.runners = list(runners)
@@ -90,6 +93,8 @@ class RunnerPool(WarmingLater):
         self.owns = owns
         self.name = name
         self.gate = gate
+        #: Whether runs take turns (``one_run_at_a_time``; the wait is the ``turn`` phase) or overlap.
+        self.turns = RunTurns(one_run_at_a_time)
         self.target: Target = self.runners[0].target
         count = max(planned or 0, len(self.runners))
         #: Instances planned; the first ``in_service`` take work, the rest join later (:meth:`join_step`).
@@ -299,20 +304,21 @@ class RunnerPool(WarmingLater):
                     bound.run()
             bound.update(feeds)
             return self._replay(index, bound, start)
-        outputs = runner.run_unchecked(feeds)  # checked by the pool's caller
+        outputs, waited = self.turns.run(functools.partial(runner.run_unchecked, feeds))  # checked by the caller
         seconds = time.perf_counter() - start
-        self.phases[index] = {"run": seconds}
+        self.phases[index] = {"run": seconds - waited, **self.turns.phase(waited)}
         return outputs, seconds
 
     def _replay(self, index: int, bound, start: float) -> tuple[dict[str, np.ndarray], float]:
         """Replay ``bound`` once its inputs were copied in (since ``start``): the outputs and the seconds since
-        ``start``, with the phases (copy_in, replay, copy_out) recorded."""
+        ``start``, with the phases (copy_in, replay, copy_out, and turn where runs take turns) recorded."""
         copied = time.perf_counter()
-        bound.run()
+        _, waited = self.turns.run(bound.run)
         replayed = time.perf_counter()
         outputs = bound.outputs()
         end = time.perf_counter()
-        self.phases[index] = {"copy_in": copied - start, "replay": replayed - copied, "copy_out": end - replayed}
+        self.phases[index] = {"copy_in": copied - start, "replay": replayed - copied - waited,
+                              "copy_out": end - replayed, **self.turns.phase(waited)}
         return outputs, end - start
 
     def _output_shapes(self, size: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:

@@ -1,4 +1,5 @@
-"""The host side of a RunnerPool: the capture gate, and joining batch parts into one reused buffer.
+"""The host side of a RunnerPool: the capture gate, the instances' run turns, and joining batch parts into one
+reused buffer.
 
 Split from engines/pool.py (the pool itself), which uses and re-exports these names.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import threading
+import time
 
 import numpy as np
 
@@ -59,6 +61,29 @@ class CaptureGate:
 
 #: The process's gate: serve's GPU batches and every pool's warm-ups (bench's too) go through this one.
 CAPTURE_GATE = CaptureGate()
+
+class RunTurns:
+    """Whether a pool's instances run one at a time (serve's ``--streams serial``) or side by side. One at a time,
+    a lock is held around the run alone: an instance's copies in and out and its host work go on beside another's
+    run, and on a GPU each run has the device to itself."""
+
+    def __init__(self, one_at_a_time: bool):
+        #: The turn a run takes; None: runs overlap.
+        self.lock: threading.Lock | None = threading.Lock() if one_at_a_time else None
+
+    def run(self, fn):
+        """``fn()`` in its turn where runs take turns: its result and the seconds it waited for the turn."""
+        if self.lock is None:
+            return fn(), 0.0
+        asked = time.perf_counter()
+        with self.lock:
+            waited = time.perf_counter() - asked
+            return fn(), waited
+
+    def phase(self, waited: float) -> dict[str, float]:
+        """The batch phase ``turn`` (the wait for the run's turn) where runs take turns, else none."""
+        return {"turn": waited} if self.lock is not None else {}
+
 
 #: memmove that keeps the GIL (ctypes.memmove releases it, as numpy's copies do). See join_rows.
 _memmove_holding_gil = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(

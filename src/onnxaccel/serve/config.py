@@ -31,7 +31,7 @@ SCHEMA = "onnxaccel.serve.model-config/1"
 #: How the first request of a batch waits for others (ModelConfig.queue_delay).
 QUEUE_DELAYS = ("adaptive", "fixed", "fill")
 #: How a GPU model's instances use the device (ModelConfig.streams).
-STREAMS = ("shared", "own")
+STREAMS = ("own", "shared", "serial")
 #: ModelConfig.embed_preprocess values.
 EMBED_MODES = ("auto", "none")
 #: ServerConfig.shared_memory values (--shared-memory).
@@ -62,8 +62,9 @@ class ModelConfig:
     #: the others in the background, each used once warm on every instance (plan_sizes.warm_at_load).
     warm_all_sizes: bool = False
     instances: int = 1
-    #: Several instances on a GPU: "shared" (one device stream: their runs queue in launch order), "own" (a
-    #: stream each: their runs go side by side); None lets the plan choose (plan.py _streams).
+    #: Several instances on a GPU: "shared" (one device stream: their runs queue in launch order), "serial" (a
+    #: stream each, one run at a time), "own" (a stream each: their runs go side by side); None lets the plan
+    #: choose (plan.py _streams).
     streams: str | None = None
     shapes: dict[str, list[int] | int] = field(default_factory=dict)
     #: Requests waiting in this model's queue before new ones are refused with 429.
@@ -104,7 +105,8 @@ class ModelConfig:
                              "instances on a GPU).")
         if self.streams is not None and self.streams not in STREAMS:
             raise UsageError(f"Model '{self.name}': streams is {self.streams!r}.",
-                             "Use shared (the instances' runs queue on one device stream) or own (a stream each).")
+                             "Use shared (the instances' runs queue on one device stream), serial (a stream each, one run at "
+                             "a time) or own (a stream each, runs side by side).")
         if self.embed_preprocess not in EMBED_MODES:
             raise UsageError(f"Model '{self.name}': embed_preprocess is {self.embed_preprocess!r}.",
                              "Use auto (embed the preset on GPU targets) or none (serve the model as it is).")

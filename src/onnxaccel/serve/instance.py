@@ -72,9 +72,11 @@ class ModelInstance:
 
     @staticmethod
     def _pool_settings(config: ModelConfig, model: Model, plan: ExecutionPlan) -> dict:
-        """The plan's padded sizes and graph capture, and arena shrinkage (plan.py decides all three)."""
+        """The plan's padded sizes, graph capture, arena shrinkage and whether runs take turns (plan.py decides
+        all four)."""
         return {"model": model, "buckets": plan.batch_sizes, "graph": plan.graph_capture,
-                "arena_shrinkage": plan.arena_shrinkage, "name": config.name}
+                "arena_shrinkage": plan.arena_shrinkage, "name": config.name,
+                "one_run_at_a_time": plan.streams == "serial"}
 
     @classmethod
     def start(cls, config: ModelConfig, model: Model, plan: ExecutionPlan, make: Callable[[], Runner],
