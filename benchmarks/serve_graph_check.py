@@ -7,7 +7,8 @@ model run in this process on the same image: the top-1 class must agree and logi
 Different images must get different answers (a graph replaying stale inputs would give one answer to all).
 Reports how many batches were joined on the host and how many copied in (with --shared-models and graph
 capture, requests are copied from the workers' page-locked shared memory straight to the GPU: then none is
-joined on the host).
+joined on the host). With ``--serve-args "--streams M"`` the server's lines about streams are kept, and the
+check fails where the server dropped the mode (it did not run what was asked).
 
 Prints one JSON object. Usage: python benchmarks/serve_graph_check.py [--target T] [--requests N]
 """
@@ -86,6 +87,11 @@ def main() -> None:
             if line.startswith("onnxaccel_batch_phase_seconds_count{"):
                 phase = line.split('phase="', 1)[1].split('"', 1)[0]
                 phases[phase] = phases.get(phase, 0) + int(float(line.rsplit(" ", 1)[1]))
+        log_text = open("/tmp/serve_graph_check.log").read()
+        asked = args.serve_args.split("--streams", 1)[1].split()[0].lstrip("=") if "--streams" in args.serve_args \
+            else None
+        streams = [line.strip() for line in log_text.splitlines() if "streams" in line]
+        ran_as_asked = asked is None or f"--streams {asked} dropped" not in " ".join(log_text.split())
         diff = np.abs(got.reshape(want.shape) - want)
         top_same = float(np.mean(got.reshape(want.shape).argmax(-1) == want.argmax(-1)))
         distinct = len({g.tobytes() for g in got})  # a replay of stale inputs repeats one answer
@@ -94,7 +100,8 @@ def main() -> None:
             "rows": stats["inference_count"], "max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()),
             "top1_agreement": top_same, "distinct_answers": distinct,
             "batches_joined_on_host": phases.get("join", 0), "batches_copied_in": phases.get("copy_in", 0),
-            "ok": bool(top_same == 1.0 and distinct == args.requests and diff.max() < 0.1)})
+            "streams_asked": asked, "streams_log": streams, "streams_ran_as_asked": ran_as_asked,
+            "ok": bool(top_same == 1.0 and distinct == args.requests and diff.max() < 0.1 and ran_as_asked)})
         prepared.close()
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -10,11 +10,12 @@ device side (concurrent replays, or all instances leaving the GPU at once), not 
 Modes (each with N = --instances):
   model    the bound run alone, no copies (what `bench --instances N` times)
   copy     serve's path: copy in from page-locked rows, replay, outputs back (each instance its own stream)
-  lock     copy, with the replays one at a time (a process lock around each replay)
+  serial   copy, with the runs taking turns as serve --streams serial makes them (RunnerPool's RunTurns: a
+           lock around the replay alone)
   shared   copy, with every instance's session on one CUDA stream (ORT's user_compute_stream): the replays
            queue on the GPU in launch order, the next one launched while the last still runs
 ``--host-ms`` adds a sleep per batch after the outputs (the model process's own turn: results out, next batch
-in), for copy, lock and shared.
+in), for copy, serial and shared.
 
     source benchmarks/gpu_setup.sh
     python3 benchmarks/issue37_gpu/replay_overlap.py $M --batch 64 --instances 1,2,4 --host-ms 0,4 --duration 3
@@ -32,6 +33,7 @@ import numpy as np
 
 from onnxaccel.engines.hostmem import DeviceStream, pin, unpin
 from onnxaccel.engines.pool import RunnerPool
+from onnxaccel.engines.pool_io import RunTurns
 from onnxaccel.pipeline import prepare
 from onnxaccel.target import parse_target
 
@@ -92,21 +94,9 @@ def timed(pool: RunnerPool, count: int, parts, batch: int, duration: float, host
     wall = max(r["end"] for r in results) - start
     batches = sum(r["n"] for r in results)
     phases = {k: 1e3 * sum(r["phases"].get(k, 0.0) for r in results) / max(1, batches)
-              for k in ("copy_in", "replay", "copy_out")}
+              for k in ("copy_in", "turn", "replay", "copy_out")}
     return {"mode": mode, "instances": count, "host_ms": host_ms, "batches": batches,
             "rows_per_s": batches * batch / wall, "phases_ms": phases}
-
-
-def locked(pool: RunnerPool) -> None:
-    """Every bound replay of ``pool`` under one lock: one replay at a time on the device."""
-    lock = threading.Lock()
-    for bound in pool.bound.values():
-        run = bound.run
-
-        def one_at_a_time(run=run):
-            with lock:
-                run()
-        bound.run = one_at_a_time
 
 
 def main() -> int:
@@ -117,7 +107,7 @@ def main() -> int:
     p.add_argument("--instances", default="1,2,4")
     p.add_argument("--host-ms", default="0,4")
     p.add_argument("--duration", type=float, default=3.0)
-    p.add_argument("--modes", default="model,copy,lock,shared")
+    p.add_argument("--modes", default="model,copy,serial,shared")
     p.add_argument("--json", default="")
     args = p.parse_args()
     counts = [int(c) for c in args.instances.split(",")]
@@ -137,23 +127,24 @@ def main() -> int:
     def report(row):
         ph = row["phases_ms"]
         print(f"{row['mode']:>6} N={row['instances']} host {row['host_ms']:>3.0f} ms: {row['rows_per_s']:8,.0f} "
-              f"rows/s  copy in {ph['copy_in']:5.2f} replay {ph['replay']:6.2f} out {ph['copy_out']:5.2f} ms",
+              f"rows/s  copy in {ph['copy_in']:5.2f} turn {ph['turn']:5.2f} replay {ph['replay']:6.2f} "
+              f"out {ph['copy_out']:5.2f} ms",
               flush=True)
         rows.append(row)
 
-    own = make_pool(prepared, most, args.batch) if {"model", "copy", "lock"} & set(modes) else None
+    own = make_pool(prepared, most, args.batch) if {"model", "copy", "serial"} & set(modes) else None
     for count in counts:
         if "model" in modes:
             report(timed(own, count, parts, args.batch, args.duration, 0, "model"))
         if "copy" in modes:
             for h in host:
                 report(timed(own, count, parts, args.batch, args.duration, h, "copy"))
-    if "lock" in modes:
-        locked(own)
+    if "serial" in modes:
+        own.turns = RunTurns(True)  # as serve --streams serial builds its pool
         for count in counts:
             if count > 1:
                 for h in host:
-                    report(timed(own, count, parts, args.batch, args.duration, h, "lock"))
+                    report(timed(own, count, parts, args.batch, args.duration, h, "serial"))
     if own is not None:
         own.close()
     if "shared" in modes:
