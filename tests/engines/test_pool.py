@@ -125,9 +125,9 @@ def test_warm_ups_hold_the_gate_exclusively_and_padded_runs_share_it(compiled):
     seen = []
     real = pool._execute
 
-    def spy(index, feeds):
+    def spy(index, feeds, **how):
         seen.append((index, threading.current_thread().name, gate._writing, gate._readers))
-        return real(index, feeds)
+        return real(index, feeds, **how)
 
     pool._execute = spy
     try:
@@ -208,63 +208,80 @@ def test_bound_sessions_per_size_answer_like_a_plain_session(compiled, reference
 
 
 class Spanned:
-    """A real run (a session's run_unchecked, or a bound run's run) that records when it began and ended, held
-    open a little so that two threads' runs would overlap if nothing kept them apart."""
+    """A real call (a session's run_unchecked, a bound run's run or update) that records when it began and ended,
+    with a tag, held open a little so that two threads' calls would overlap if nothing kept them apart."""
 
-    def __init__(self, run, spans: list, hold_s: float = 0.03):
-        self.run_real, self.spans, self.hold_s = run, spans, hold_s
+    def __init__(self, call, spans: list, tag: tuple, hold_s: float = 0.03):
+        self.call, self.spans, self.tag, self.hold_s = call, spans, tag, hold_s
 
     def __call__(self, *args):
         began = time.perf_counter()
-        result = self.run_real(*args)
+        result = self.call(*args)
         time.sleep(self.hold_s)
-        self.spans.append((began, time.perf_counter()))
+        self.spans.append((began, time.perf_counter(), self.tag))
         return result
 
 
 class SpannedBinding:
-    """A bound run whose ``run`` is Spanned; the rest is the real binding's."""
+    """A bound run whose ``run`` and ``update`` (the copy in) are Spanned; the rest is the real binding's."""
 
-    def __init__(self, bound, spans: list):
-        self.bound, self.run = bound, Spanned(bound.run, spans)
+    def __init__(self, bound, spans: list, index: int):
+        self.bound = bound
+        self.run = Spanned(bound.run, spans, ("run", index))
+        self.update = Spanned(bound.update, spans, ("copy", index), hold_s=0.02)
 
     def __getattr__(self, name):
         return getattr(self.bound, name)
 
 
-def overlapping(spans: list) -> int:
-    """How many runs began before the run before them (in starting order) had ended."""
-    spans = sorted(spans)
-    return sum(1 for (_, end), (began, _) in zip(spans, spans[1:]) if began < end)
+def overlapping(spans: list, first: str, second: str) -> int:
+    """How many pairs of a ``first`` span and a ``second`` span of another instance overlap in time."""
+    return sum(1 for a0, a1, (kind_a, i) in spans for b0, b1, (kind_b, j) in spans
+               if kind_a == first and kind_b == second and i != j and a0 < b1 and b0 < a1)
 
 
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("serial", [False, True])
 def test_runs_take_turns_only_where_the_pool_says(compiled, reference, graph, serial):
     """``one_run_at_a_time`` (serve --streams serial): two instances' runs never overlap, each waits for its turn
-    (the ``turn`` phase), and the answers are the plain session's; without it the same runs overlap. Both the
-    plain run path and the bound (graph) path."""
+    (the ``turn`` phase, outside ``run``/``replay`` and inside the seconds returned), the copies in go on beside
+    the other instance's run (the turn holds the run alone), and the answers are the plain session's; without
+    it the same runs overlap. Both the plain run path and the bound (graph) path; warm-ups take no turn."""
     spans: list = []
     if graph:
         sizes = [{size: compiled.new_runner() for size in (1, 2, 4)} for _ in range(2)]
         pool = RunnerPool([s[1] for s in sizes], model=compiled.model, sessions=sizes, buckets=(1, 2, 4),
                           graph=True, one_run_at_a_time=serial)
         pool.warm_up()
-        pool.bound = {key: SpannedBinding(bound, spans) for key, bound in pool.bound.items()}
+        pool.bound = {key: SpannedBinding(bound, spans, key[0]) for key, bound in pool.bound.items()}
     else:
         pool = RunnerPool([compiled.new_runner(), compiled.new_runner()], one_run_at_a_time=serial)
-        for runner in pool.runners:
-            runner.run_unchecked = Spanned(runner.run_unchecked, spans)
+        for index, runner in enumerate(pool.runners):
+            runner.run_unchecked = Spanned(runner.run_unchecked, spans, ("run", index))
     try:
+        def run(index, parts):  # in the instance's thread: the run, and the phases it recorded
+            outputs, seconds = pool.run_rows(index, parts)
+            return outputs, seconds, dict(pool.phases[index])
+
         batches = [rows(4 if graph else 3, seed=k) for k in range(8)]
-        futures = [pool.submit(k % 2, pool.run_rows, k % 2, parts) for k, parts in enumerate(batches)]
+        futures = [pool.submit(k % 2, run, k % 2, parts) for k, parts in enumerate(batches)]
+        waited = 0.0
         for parts, future in zip(batches, futures):
-            outputs, _ = future.result()
+            outputs, seconds, phases = future.result()
             np.testing.assert_array_equal(outputs["probs"], reference(parts[0]["x"]))
-        assert len(spans) == 8
-        assert (overlapping(spans) == 0) if serial else (overlapping(spans) > 0)
-        assert ("turn" in pool.phases[0]) is serial and ("turn" in pool.phases[1]) is serial
+            assert ("turn" in phases) is serial
+            own = phases["replay"] if graph else phases["run"]
+            assert own >= 0.03 and seconds >= own + phases.get("turn", 0.0)  # the wait: in seconds, not the run's
+            waited += phases.get("turn", 0.0)
+        assert sum(1 for *_, (kind, _) in spans if kind == "run") == 8
+        assert (overlapping(spans, "run", "run") == 0) if serial else (overlapping(spans, "run", "run") > 0)
+        assert (waited > 0.01) is serial  # both instances' first runs were asked for at once: one waited
+        if graph and serial:
+            assert overlapping(spans, "copy", "run") > 0  # a copy in beside the other instance's run
         assert (pool.turns.lock is not None) is serial
+        pool.turns = type(pool.turns)(True)  # warm-ups take no turn: a held turn does not stop one
+        with pool.turns.lock:
+            pool.submit(0, pool._warm, 0, 1).result(timeout=10)
     finally:
         pool.close()
 

@@ -73,12 +73,12 @@ def test_warm_ups_without_graphs_go_side_by_side_holding_the_gate_shared(compile
     pool = RunnerPool([compiled.new_runner(), compiled.new_runner()], buckets=(2,), gate=gate, name="plain")
     real = pool._execute
 
-    def slow(index, feeds):
+    def slow(index, feeds, **how):
         states.append((gate._writing, gate._readers))
         start = time.perf_counter()
         time.sleep(0.2)
         spans.append((start, time.perf_counter()))
-        return real(index, feeds)
+        return real(index, feeds, **how)
 
     pool._execute = slow
     try:

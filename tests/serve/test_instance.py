@@ -115,9 +115,9 @@ def test_start_builds_each_instance_and_its_size_sessions_in_the_thread_that_run
         seen = []
         real = instance.pool._execute
 
-        def spy(index, feeds):
+        def spy(index, feeds, **how):
             seen.append((index, threading.current_thread().name, next(iter(feeds.values())).shape[0]))
-            return real(index, feeds)
+            return real(index, feeds, **how)
 
         instance.pool._execute = spy
         assert instance.warm_up() == [1, 2, 4]

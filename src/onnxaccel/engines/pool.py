@@ -290,7 +290,11 @@ class RunnerPool(WarmingLater):
         outputs, seconds = self._replay(index, bound, start)
         return real_rows(outputs, rows, size), seconds
 
-    def _execute(self, index: int, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+    def _execute(self, index: int, feeds: Mapping[str, np.ndarray], *, in_turn: bool = True
+                 ) -> tuple[dict[str, np.ndarray], float]:
+        """Run ``feeds`` on instance ``index`` (its session for their size): the outputs and the seconds. Where
+        runs take turns, the run waits for its turn unless ``in_turn`` is False (a warm-up: it must not hold
+        back the instances in service); a size first met here binds and captures outside the turn."""
         runner = self.runners[index]
         size = next(iter(feeds.values())).shape[0] if feeds else 0
         if self.sessions and feeds:
@@ -304,7 +308,8 @@ class RunnerPool(WarmingLater):
                     bound.run()
             bound.update(feeds)
             return self._replay(index, bound, start)
-        outputs, waited = self.turns.run(functools.partial(runner.run_unchecked, feeds))  # checked by the caller
+        run = functools.partial(runner.run_unchecked, feeds)  # checked by the pool's caller
+        outputs, waited = self.turns.run(run) if in_turn else (run(), 0.0)
         seconds = time.perf_counter() - start
         self.phases[index] = {"run": seconds - waited, **self.turns.phase(waited)}
         return outputs, seconds
@@ -369,7 +374,7 @@ class RunnerPool(WarmingLater):
         if not self.graph:  # alone where asked (warm_turn), else shared: another model of the process may capture
             turn = self.warm_turn() if self.one_capture_at_a_time else self.gate.shared()
             with turn, startup.stage("first run", model=self.name, detail=f"b{size}"):
-                self._execute(index, feeds)
+                self._execute(index, feeds, in_turn=False)
             return
         runner = self.sessions[index].get(size, self.runners[index]) if self.sessions else self.runners[index]
         with self.gate.exclusive():  # alone: ORT's first Run already captures (it runs again until captured)

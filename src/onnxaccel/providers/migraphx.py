@@ -155,6 +155,11 @@ SPEC = ProviderSpec(
     env_options=ENV_OF,
     # The MIGraphX EP has no graph-capture option: MIGraphX compiles the whole graph into one program itself.
     graph_option=None,
+    # No caller's stream: no option of the EP's own parser names one (microsoft/onnxruntime
+    # onnxruntime/core/providers/migraphx/migraphx_execution_provider_info.h at 03c125006fc8, vendored in
+    # tests/engines/migraphx/upstream/ort_info_h_03c1250.txt), so serve's --streams shared is dropped here and
+    # --streams serial (one run at a time, nothing asked of the provider) is the mode that applies.
+    stream_option=None,
     # Precision switches the provider implements. INT8 is the exception in practice: the EP quantizes only with
     # a calibration table it never fills (engines/ort_ep_options.py), so migraphx/int8 runs a model whose graph
     # is already quantized (QDQ) and the switch is not passed; a float model is refused with the fix.

@@ -105,8 +105,8 @@ class ModelConfig:
                              "instances on a GPU).")
         if self.streams is not None and self.streams not in STREAMS:
             raise UsageError(f"Model '{self.name}': streams is {self.streams!r}.",
-                             "Use shared (the instances' runs queue on one device stream), serial (a stream each, one run at "
-                             "a time) or own (a stream each, runs side by side).")
+                             "Use shared (the instances' runs queue on one device stream), serial (a stream "
+                             "each, one run at a time) or own (a stream each, runs side by side).")
         if self.embed_preprocess not in EMBED_MODES:
             raise UsageError(f"Model '{self.name}': embed_preprocess is {self.embed_preprocess!r}.",
                              "Use auto (embed the preset on GPU targets) or none (serve the model as it is).")

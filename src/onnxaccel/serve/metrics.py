@@ -53,7 +53,8 @@ class ServerMetrics:
                                     buckets=BATCH_BUCKETS, registry=reg)
         self.phase = prom.Histogram("onnxaccel_batch_phase_seconds", "Time of each phase of a batch: join (requests "
                                     "copied into the batch buffer), run; with graph capture copy_in, replay, "
-                                    "copy_out; turn: the wait for the run's turn (--streams serial).", ["model", "phase"], buckets=LATENCY_BUCKETS, registry=reg)
+                                    "copy_out; turn: the wait for the run's turn (--streams serial).",
+                                    ["model", "phase"], buckets=LATENCY_BUCKETS, registry=reg)
         self.request_compute = prom.Counter("onnxaccel_request_compute_seconds_total", "Seconds of model runs "
                                             "summed over successful requests (each counts the run of its batch).",
                                             ["model"], registry=reg)

@@ -145,6 +145,24 @@ def test_keys_after_1_27_come_from_microsoft_main():
     assert "migraphx_max_dynamic_batch" in lines[37] and "migraphx_max_compiled_models" in lines[38]
 
 
+def test_the_migraphx_ep_takes_no_callers_stream_so_serve_drops_shared_and_keeps_serial():
+    """No option of the EP's own parser names a stream (the vendored key list at microsoft/onnxruntime 03c1250):
+    the spec has no stream_option, serve's plan drops --streams shared on MIGraphX with the reason and keeps
+    --streams serial, which needs nothing from the provider."""
+    from onnxaccel.plan import Host, PlanRequest, plan_execution
+    from onnxaccel import providers
+
+    _, lines = snippet("ort_info_h_03c1250.txt")
+    names = set(re.findall(r'= "([^"]+)"sv', "\n".join(lines.values())))
+    assert names and not any("stream" in name for name in names)
+    assert providers.get("migraphx").stream_option is None
+    assert providers.get("cuda").stream_option == "user_compute_stream"
+    for asked, ran in (("shared", "own"), ("serial", "serial")):
+        plan = plan_execution(parse_target("migraphx"), PlanRequest(command="serve", max_batch=64, instances=2,
+                                                                    streams=asked), host=Host(cores=16))
+        assert plan.streams == ran
+
+
 def test_booleans_we_send_to_self_parsing_providers_are_what_parse_string_accepts():
     _, lines = snippet("ort_parse_string_v1.22.1.txt")
     assert '"0"' in lines[81] and '"1"' in lines[86]
