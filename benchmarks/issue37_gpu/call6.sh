@@ -5,7 +5,7 @@
 source benchmarks/issue37_gpu/setup6.sh
 for V in ${VARIANTS:-default i2:--workers=8,--shared-models,--instances=2 i3:--workers=8,--shared-models,--instances=3 fill:--queue-delay=fill}; do
   ARGS=$(echo "${V#*:}" | tr ',' ' '); [ "$V" = default ] && ARGS=""
-  timeout 140 python3 $SVT --servers onnxaccel --serve-instances auto --serve-args="$ARGS" \
+  timeout ${T6:-140} python3 $SVT --servers onnxaccel --serve-instances auto --serve-args="$ARGS" \
     --concurrency ${CONC:-64,256} \
     --rows ${ROWS:-1,8} --warmup-s 6 --generators perf_analyzer --out $OUT/http-${V%%:*}.json > $OUT/http-${V%%:*}.log 2>&1
   grep "^onnxaccel\|in-process" $OUT/http-${V%%:*}.log || { echo "variant $V gave no figure:"; tail -5 $OUT/http-${V%%:*}.log; }

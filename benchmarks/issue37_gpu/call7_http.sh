@@ -3,7 +3,10 @@
 # in-process reference beside them. SERVE_ARGS: onnxaccel's serve options (empty: the layout serve picks; unset:
 # what call_streams.sh chose in the call before on this machine, /tmp/s/serve_args, else empty).
 source benchmarks/issue37_gpu/setup6.sh >/dev/null 2>&1; export LD_LIBRARY_PATH=/tmp/pa/lib
-[ -z "${SERVE_ARGS+set}" ] && [ -f /tmp/s/serve_args ] && SERVE_ARGS=$(cat /tmp/s/serve_args)
+if [ -z "${SERVE_ARGS+set}" ]; then
+  if [ -f /tmp/s/serve_args ]; then SERVE_ARGS=$(cat /tmp/s/serve_args)
+  else echo "no /tmp/s/serve_args (call_streams.sh did not finish on this machine): serve's default layout"; fi
+fi
 echo "serve args: '${SERVE_ARGS:-}'"
 [ -e /tmp/triton/bin/tritonserver ] || { echo "call 7 needs calls 1-5 and Triton: carry .tri1, .tri2"; return 1; }
 timeout ${LIMIT:-560} python3 $SVT --serve-instances auto --instances 4 --serve-args="${SERVE_ARGS:-}" \

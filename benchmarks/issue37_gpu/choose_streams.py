@@ -25,7 +25,16 @@ MODES = {"default": "", "shared": "--streams shared", "serial": "--streams seria
 
 
 def judge(out: Path, label: str, generator: str) -> dict:
-    """One mode's figures, worst cell and whether it qualifies (with the reason where not)."""
+    """One mode's figures, worst cell and whether it qualifies (with the reason where not); a file that is no
+    result of its kind rules the mode out with the reason, it does not stop the choice."""
+    try:
+        return _judge(out, label, generator)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        return {"mode": label, "serve_args": MODES[label], "qualifies": False,
+                "why": f"its files are no result ({type(exc).__name__}: {exc})"}
+
+
+def _judge(out: Path, label: str, generator: str) -> dict:
     found = {"mode": label, "serve_args": MODES[label]}
     path = out / f"http-{label}.json"
     if not path.exists():
@@ -33,14 +42,14 @@ def judge(out: Path, label: str, generator: str) -> dict:
     result = json.loads(path.read_text())
     server = result.get("servers", {}).get("onnxaccel", {})
     cells = {name: cell for name, cell in server.get("cells", {}).items()
-             if name.startswith(f"{generator}-") and "infer_per_s" in cell}
+             if name.startswith(f"{generator}-") and isinstance(cell.get("infer_per_s"), (int, float))}
     reference = result.get("in_process", {}).get("rows_per_s")
     if not cells or not reference:
         return {**found, "qualifies": False, "why": "no figures"}
     top = max(int(name.rsplit("-c", 1)[1]) for name in cells)
     shares = {name: cells[name]["infer_per_s"] / reference for name in sorted(cells) if name.endswith(f"-c{top}")}
     found.update({"concurrency": top, "in_process": reference, "shares": shares, "worst": min(shares.values()),
-                  "p99_ms": {name: cells[name]["p99_us"] / 1e3 for name in shares}})
+                  "p99_ms": {name: cells[name].get("p99_us", 0) / 1e3 for name in shares}})
     said = " ".join((server.get("log_head", "") + " " + server.get("log_tail", "")).split())  # lines unwrapped
     if label != "default" and f"--streams {label} dropped" in said:
         return {**found, "qualifies": False, "why": f"the server dropped --streams {label}"}
@@ -50,7 +59,7 @@ def judge(out: Path, label: str, generator: str) -> dict:
             answers = json.loads(check.read_text())
         except json.JSONDecodeError:
             return {**found, "qualifies": False, "why": f"{check.name} is no result (the check failed)"}
-        if not answers.get("ok"):
+        if not isinstance(answers, dict) or not answers.get("ok"):
             return {**found, "qualifies": False, "why": f"answers did not hold ({check.name})"}
         found["answers_checked"] = answers.get("requests")
     return {**found, "qualifies": True, "why": ""}

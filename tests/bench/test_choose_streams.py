@@ -53,15 +53,32 @@ def test_a_mode_whose_answers_failed_or_that_the_server_dropped_is_never_chosen(
     (out / "http-shared.json").write_text(json.dumps(shared))
     args, result = _choose(out)
     assert args == "" and result["chosen"]["mode"] == "default"
-    (out / "graph-check-shared.json").write_text("server exited 1")  # the check died: no result
-    assert _choose(out)[0] == ""
+    (out / "http-shared.json").write_text((LEASE_I / "gpu-h100-leaseI-c256-long.json").read_text())  # ran shared
+    assert _choose(out)[0] == "--streams shared"
+    (out / "graph-check-shared.json").write_text("")  # the check died before its result: no result
+    args, result = _choose(out)
+    assert args == "" and "no result" in next(j for j in result["modes"] if j["mode"] == "shared")["why"]
 
 
-def test_a_missing_mode_leaves_the_default(tmp_path):
+def test_a_broken_result_file_rules_its_mode_out_and_the_choice_still_writes(tmp_path):
+    out = _lease_i(tmp_path)
+    (out / "http-serial.json").write_text('{"servers": {"onnxaccel": {"cells": [1, 2]}}, "in_process": {}}')
+    (out / "http-shared.json").write_text("{")
+    args, result = _choose(out)
+    judged = {j["mode"]: j for j in result["modes"]}
+    assert args == "" and not judged["shared"]["qualifies"] and not judged["serial"]["qualifies"]
+    assert "no result" in judged["shared"]["why"] and "no result" in judged["serial"]["why"]
+
+
+def test_a_missing_mode_leaves_the_default_and_a_missing_default_chooses_nothing_else(tmp_path):
     shutil.copy(LEASE_I / "gpu-h100-leaseI-http-default.json", tmp_path / "http-default.json")
     args, result = _choose(tmp_path)
     assert args == "" and {j["mode"]: j["qualifies"] for j in result["modes"]} == {
         "default": True, "shared": False, "serial": False}
+    (tmp_path / "http-default.json").unlink()
+    shutil.copy(LEASE_I / "gpu-h100-leaseI-c256-long.json", tmp_path / "http-shared.json")
+    args, result = _choose(tmp_path)  # nothing to compare with: the default stays
+    assert args == "" and result["chosen"]["mode"] == "default"
 
 
 def test_the_script_imports_without_onnxaccel_side_effects():
