@@ -144,6 +144,8 @@ def test_serve_plans_serial_runs_for_any_gpu_provider_and_drops_them_where_they_
     cpu = plan("cpu", instances=4, streams="serial")
     assert cpu.streams is None and "--streams serial dropped" in cpu.notes[-1]
     assert plan("cuda", workers=2, streams="serial").streams is None
+    on_ray = plan("cuda", instances=2, streams="serial", on_ray=True)  # a Ray replica is one process per instance
+    assert on_ray.streams is None and "--streams serial dropped" in on_ray.notes[-1]
     config = ModelConfig(name="m", source="x.onnx", target="cuda", instances=2, streams="serial")
     model = load_model(str(mlp_path))
     assert ModelInstance._pool_settings(config, model, config.plan(model))["one_run_at_a_time"] is True
