@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -62,6 +63,7 @@ class CaptureGate:
 #: The process's gate: serve's GPU batches and every pool's warm-ups (bench's too) go through this one.
 CAPTURE_GATE = CaptureGate()
 
+
 class RunTurns:
     """Whether a pool's instances run one at a time (serve's ``--streams serial``) or side by side. One at a time,
     a lock is held around the run alone: an instance's copies in and out and its host work go on beside another's
@@ -71,7 +73,7 @@ class RunTurns:
         #: The turn a run takes; None: runs overlap.
         self.lock: threading.Lock | None = threading.Lock() if one_at_a_time else None
 
-    def run(self, fn):
+    def run(self, fn: Callable[[], object]) -> tuple[object, float]:
         """``fn()`` in its turn where runs take turns: its result and the seconds it waited for the turn."""
         if self.lock is None:
             return fn(), 0.0
