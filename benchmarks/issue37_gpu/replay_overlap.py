@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from onnxaccel.engines.gpu_runtime import runtime_for
 from onnxaccel.engines.hostmem import DeviceStream, pin, unpin
 from onnxaccel.engines.pool import RunnerPool
 from onnxaccel.engines.pool_io import RunTurns
@@ -148,10 +149,9 @@ def main() -> int:
     if own is not None:
         own.close()
     if "shared" in modes:
-        stream = DeviceStream("cuda").handle  # as serve --streams shared makes it
-        shared_target = parse_target(f"{args.target}&user_compute_stream={stream}" if "?" in args.target
-                                     else f"{args.target}?user_compute_stream={stream}")
-        try:
+        try:  # the stream and the target as serve --streams shared makes them (serve/repository.py)
+            stream = DeviceStream(runtime_for(target.device), target.device_id or 0).handle
+            shared_target = target.with_options({target.spec.stream_option: str(stream)})
             sprep = prepare(args.model, shared_target, batch=args.batch)
             spool = make_pool(sprep, most, args.batch)
         except Exception as exc:  # noqa: BLE001 - an experiment: say why the mode did not run
